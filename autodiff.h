@@ -1,0 +1,2615 @@
+/* autodiff.h - v0.1.0 - tape-based automatic differentiation for C - license at end
+
+   Do this:
+       #define AUTODIFF_IMPLEMENTATION
+   before you include this file in *one* C or C++ file to create the implementation.
+   Every other file includes it without the define and gets the declarations only.
+
+       #define AUTODIFF_IMPLEMENTATION
+       #include "autodiff.h"
+       #include <stdio.h>
+       int main(void) {
+           ad_tape *T = ad_tape_new();
+           ad_tensor *a = ad_var(T, 4), *b = ad_var(T, 3);
+           ad_tensor *d = ad_mul(T, a, ad_add(T, a, b));          // d = a * (a + b)
+           ad_backward(T, d);
+           printf("d=%g dd/da=%g dd/db=%g\n", ad_item(d), ad_grad_item(a), ad_grad_item(b));
+           ad_tape_free(T);
+       }
+
+   TABLE OF CONTENTS (each entry is a grep tag in this file)
+       >>quickstart    the example above, and a training step
+       >>concepts      tape, tensor, gradient, parameters
+       >>options       macros you may define before including
+       >>memory        who owns what, and when it is freed
+       >>errors        sticky tape errors, NULL propagation
+       >>threads       what may run concurrently
+       >>limits        what autodiff.h does not do
+       >>history       version history
+       >>api           declarations, grouped as in the implementation:
+                       >>api:tape >>api:tensor >>api:elementwise >>api:binary >>api:reduce
+                       >>api:shape >>api:linalg >>api:nn >>api:loss >>api:backward >>api:rng
+       >>impl          implementation: >>impl:platform >>impl:arena >>impl:tensor >>impl:tape
+                       >>impl:sweep >>impl:kernels >>impl:gemm >>ops:elementwise >>ops:binary
+                       >>ops:reduce >>ops:shape >>ops:linalg >>ops:nn >>ops:loss
+       >>license
+
+   >>quickstart
+   Every operation runs at once and is recorded on the tape (define-by-run). ad_backward(T, loss)
+   walks the tape once, in reverse, and adds d loss / d x into x->grad for every leaf x that
+   requires a gradient. ad_tape_reset(T) forgets everything recorded and rewinds the tape's
+   arena in O(1) without freeing it, so a training loop does no allocation after its first step:
+
+       for (step = 0; step < steps; step++) {
+           ad_tensor *x = ad_tensor_new(T, 2, shape, batch, 0);
+           ad_tensor *h = ad_relu(T, ad_linear(T, x, W1, b1));
+           ad_tensor *loss = ad_cross_entropy(T, ad_linear(T, h, W2, b2), labels);
+           if (!loss) { fprintf(stderr, "%s\n", ad_tape_error(T)); break; }
+           ad_backward(T, loss);
+           ... update parameters from their gradients ...
+           ad_tape_reset(T);
+       }
+
+   >>concepts
+   Tape      ad_tape: an arena of memory plus the list of operations recorded since the last reset.
+             Every tensor made on a tape lives until that tape's next reset or free.
+   Tensor    ad_tensor: dense, contiguous, row-major values of type ad_real with up to
+             AD_MAX_DIMS dimensions (a tensor with ndim 0 is a scalar). The fields data, grad,
+             size, ndim and shape are public and read-only; write into data only for leaves.
+   Gradient  A tensor "requires grad" when it is a leaf made with requires_grad set (ad_var,
+             ad_tensor_new(..., 1)) or the result of an op on such a tensor. Ops on tensors that
+             do not require grad compute their values and record nothing.
+             ad_backward accumulates into leaf->grad (allocated on the tape, or the memory you gave
+             with ad_tensor_view); ad_grad returns a gradient as a new tensor and touches nothing,
+             and with create_graph set the gradient is itself recorded, so it can be
+             differentiated again (second derivatives, Hessian-vector products).
+   Broadcast Binary ops follow NumPy: shapes are aligned at the right, and a dimension of 1 (or a
+             missing one) stretches to match. Their gradients are summed back to each input's shape.
+
+   >>options
+       macro                  default     define in
+       AUTODIFF_IMPLEMENTATION (none)     the one file that holds the implementation
+       AUTODIFF_DOUBLE        off: float  every file (ad_real becomes double)
+       AUTODIFF_STATIC        off         the implementation file: all functions become static
+       AUTODIFF_MALLOC(sz)    malloc      the implementation file; define all three or none
+       AUTODIFF_REALLOC(p,sz) realloc
+       AUTODIFF_FREE(p)       free
+       AUTODIFF_ASSERT(c)     assert      internal invariants only, never user input
+       AD_MAX_DIMS            8           every file
+
+   >>memory
+   ad_tape_new allocates the tape; its arena grows by chunks (never moving data) and keeps them
+   across ad_tape_reset, so the steady state of a loop allocates nothing. ad_tape_free releases
+   all of it. ad_tape_bytes_used and ad_tape_bytes_peak report the arena's use.
+
+   >>errors
+   The library never aborts, exits or asserts on user input. A failing call records a message on
+   its tape that names the op and the shapes, for example
+       ad_matmul: [64,784] x [128,10]: inner dimensions 784 and 128 differ
+   and returns NULL. The first message sticks until ad_tape_reset or ad_tape_clear_error. Every op
+   given a NULL tensor returns NULL, so a chain of calls needs one check at the end. Running out
+   of memory is reported the same way.
+
+   >>threads
+   All state lives in explicit objects; there are no globals. Different tapes may be used from
+   different threads at the same time. One tape must not be used by two threads at once.
+
+   >>limits
+   No strided views (transposes are done by kernels or copies), no sparse tensors, no GPU, no
+   complex numbers. Gradients flow through ad_real values only; integer inputs (class labels)
+   are not differentiated.
+
+   >>history
+   0.1.0  2026-11-22  first release: tape, tensors, broadcasting ops, reductions, shape ops, GEMM,
+                      losses, ad_backward and ad_grad with create_graph.
+*/
+#ifndef AUTODIFF_H
+#define AUTODIFF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define AUTODIFF_VERSION_MAJOR 0
+#define AUTODIFF_VERSION_MINOR 1
+#define AUTODIFF_VERSION_PATCH 0
+
+#ifdef AUTODIFF_STATIC
+#if defined(__GNUC__) || defined(__clang__)
+#define AUTODIFF_API static __attribute__((unused))
+#else
+#define AUTODIFF_API static
+#endif
+#else
+#define AUTODIFF_API extern
+#endif
+
+#ifndef AD_MAX_DIMS
+#define AD_MAX_DIMS 8
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* >>api */
+#ifdef AUTODIFF_DOUBLE
+typedef double ad_real;
+#else
+typedef float ad_real;
+#endif
+
+typedef struct ad_tape ad_tape;
+typedef struct ad_tensor ad_tensor;
+struct ad__node;
+
+/* A tensor. Public fields are read-only, except that you may write into data of a leaf you made.
+   The fields after the comment belong to the library. */
+struct ad_tensor {
+    ad_real *data;              /* size values, row-major */
+    ad_real *grad;              /* leaves: gradient accumulated by ad_backward, or NULL */
+    size_t size;                /* number of elements: the product of shape[] (1 for a scalar) */
+    int ndim;                   /* 0 (scalar) .. AD_MAX_DIMS */
+    int shape[AD_MAX_DIMS];
+    /* private */
+    ad_tape *tape;
+    struct ad__node *node;      /* the tape entry that produced it; NULL for leaves */
+    ad_tensor *next_leaf;       /* the tape's list of leaves that require grad */
+    unsigned id;                /* index of this tensor on its tape, for the backward sweep */
+    unsigned char requires_grad;
+    unsigned char grad_is_external; /* grad points at memory the tape does not own */
+};
+
+/* Portable random numbers (xoshiro256**): the same seed gives the same sequence everywhere. */
+typedef struct ad_rng { uint64_t s[4]; } ad_rng;
+
+/* >>api:tape -------------------------------------------------------------------------------- */
+
+/* A new, empty tape. Returns NULL only when memory runs out. */
+AUTODIFF_API ad_tape *ad_tape_new(void);
+/* Frees the tape, its arena and every tensor made on it. NULL is allowed. */
+AUTODIFF_API void ad_tape_free(ad_tape *T);
+/* Forgets every tensor and entry and clears the error; O(1), keeps the arena's memory. */
+AUTODIFF_API void ad_tape_reset(ad_tape *T);
+/* The first error recorded since the last reset, or NULL while there is none. */
+AUTODIFF_API const char *ad_tape_error(const ad_tape *T);
+/* Clears the error so that the tape can be used on. */
+AUTODIFF_API void ad_tape_clear_error(ad_tape *T);
+/* Turns recording on (1, the default) or off (0: no-grad mode for inference: ops compute values,
+   record nothing, and their results do not require grad). Returns the previous setting. */
+AUTODIFF_API int ad_set_grad_enabled(ad_tape *T, int enabled);
+/* Training (1) or evaluation (0, the default is 1) mode, read by ops that behave differently in
+   the two (dropout, batch norm). Returns the previous setting. */
+AUTODIFF_API int ad_set_training(ad_tape *T, int training);
+AUTODIFF_API int ad_is_training(const ad_tape *T);
+/* Bytes of the arena in use now, and the most in use since the tape was made. */
+AUTODIFF_API size_t ad_tape_bytes_used(const ad_tape *T);
+AUTODIFF_API size_t ad_tape_bytes_peak(const ad_tape *T);
+/* Number of entries recorded since the last reset. */
+AUTODIFF_API size_t ad_tape_length(const ad_tape *T);
+
+/* >>api:tensor ------------------------------------------------------------------------------ */
+
+/* A one-element leaf (ndim 0) that requires grad. */
+AUTODIFF_API ad_tensor *ad_var(ad_tape *T, ad_real value);
+/* A one-element constant (ndim 0): no gradient. */
+AUTODIFF_API ad_tensor *ad_scalar(ad_tape *T, ad_real value);
+/* A leaf with the given shape: values copied from data, or zeros when data is NULL. */
+AUTODIFF_API ad_tensor *ad_tensor_new(ad_tape *T, int ndim, const int *shape, const ad_real *data,
+                                      int requires_grad);
+/* A leaf whose values are the caller's memory (not copied; it must outlive the tape's use of
+   the tensor). If grad is not NULL and requires_grad is set, ad_backward adds the gradient into
+   grad (size values); the library never clears it. Parameters use this. */
+AUTODIFF_API ad_tensor *ad_tensor_view(ad_tape *T, int ndim, const int *shape, ad_real *data,
+                                       ad_real *grad, int requires_grad);
+AUTODIFF_API ad_tensor *ad_zeros(ad_tape *T, int ndim, const int *shape);
+AUTODIFF_API ad_tensor *ad_ones(ad_tape *T, int ndim, const int *shape);
+AUTODIFF_API ad_tensor *ad_full(ad_tape *T, int ndim, const int *shape, ad_real value);
+/* Uniform in [lo, hi) and normal(mean, std) leaves from rng; no gradient. */
+AUTODIFF_API ad_tensor *ad_rand(ad_tape *T, int ndim, const int *shape, ad_real lo, ad_real hi,
+                                ad_rng *rng);
+AUTODIFF_API ad_tensor *ad_randn(ad_tape *T, int ndim, const int *shape, ad_real mean, ad_real std,
+                                 ad_rng *rng);
+/* Marks a leaf as requiring grad (or not). Has no effect on results of ops. */
+AUTODIFF_API void ad_set_requires_grad(ad_tensor *x, int requires_grad);
+/* Value and gradient of a one-element tensor (0 for NULL; gradient 0 when none was computed). */
+AUTODIFF_API ad_real ad_item(const ad_tensor *x);
+AUTODIFF_API ad_real ad_grad_item(const ad_tensor *x);
+/* Writes shape as "[2,3,4]" into buf (always terminated). Returns buf. */
+AUTODIFF_API char *ad_shape_str(const ad_tensor *x, char *buf, size_t cap);
+
+/* Convenience for C (not C++): AD_SHAPE(2,3) expands to the pair 2, (const int[]){2,3}. */
+#define AD_SHAPE(...) (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (const int[]){__VA_ARGS__}
+
+/* >>api:elementwise ------------------------------------------------------------------------- */
+AUTODIFF_API ad_tensor *ad_neg(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_exp(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_log(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_sin(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_cos(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_tanh(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_sigmoid(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_relu(ad_tape *T, ad_tensor *a);
+/* x for x > 0, slope * x otherwise. */
+AUTODIFF_API ad_tensor *ad_leaky_relu(ad_tape *T, ad_tensor *a, ad_real slope);
+/* x * Phi(x) with the exact normal CDF (erf), as PyTorch's default. */
+AUTODIFF_API ad_tensor *ad_gelu(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_sqrt(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_abs(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_square(ad_tape *T, ad_tensor *a);
+/* x^p for a constant p. */
+AUTODIFF_API ad_tensor *ad_pow(ad_tape *T, ad_tensor *a, ad_real p);
+/* min(max(x, lo), hi); the gradient is 1 inside [lo, hi] and 0 outside. */
+AUTODIFF_API ad_tensor *ad_clamp(ad_tape *T, ad_tensor *a, ad_real lo, ad_real hi);
+/* scale * x + shift: the scalar forms below are all this one op. */
+AUTODIFF_API ad_tensor *ad_affine(ad_tape *T, ad_tensor *a, ad_real scale, ad_real shift);
+AUTODIFF_API ad_tensor *ad_add_scalar(ad_tape *T, ad_tensor *a, ad_real s);
+AUTODIFF_API ad_tensor *ad_sub_scalar(ad_tape *T, ad_tensor *a, ad_real s);   /* a - s */
+AUTODIFF_API ad_tensor *ad_rsub_scalar(ad_tape *T, ad_real s, ad_tensor *a);  /* s - a */
+AUTODIFF_API ad_tensor *ad_mul_scalar(ad_tape *T, ad_tensor *a, ad_real s);
+AUTODIFF_API ad_tensor *ad_div_scalar(ad_tape *T, ad_tensor *a, ad_real s);   /* a / s */
+AUTODIFF_API ad_tensor *ad_maximum_scalar(ad_tape *T, ad_tensor *a, ad_real s);
+AUTODIFF_API ad_tensor *ad_minimum_scalar(ad_tape *T, ad_tensor *a, ad_real s);
+
+/* >>api:binary: NumPy broadcasting; the gradient is summed back to each input's shape ------- */
+AUTODIFF_API ad_tensor *ad_add(ad_tape *T, ad_tensor *a, ad_tensor *b);
+AUTODIFF_API ad_tensor *ad_sub(ad_tape *T, ad_tensor *a, ad_tensor *b);
+AUTODIFF_API ad_tensor *ad_mul(ad_tape *T, ad_tensor *a, ad_tensor *b);
+AUTODIFF_API ad_tensor *ad_div(ad_tape *T, ad_tensor *a, ad_tensor *b);
+/* Elementwise max / min; at ties the gradient is split evenly between a and b. */
+AUTODIFF_API ad_tensor *ad_maximum(ad_tape *T, ad_tensor *a, ad_tensor *b);
+AUTODIFF_API ad_tensor *ad_minimum(ad_tape *T, ad_tensor *a, ad_tensor *b);
+
+/* >>api:reduce: axis may be negative (-1 is the last); keepdim keeps the axis with size 1 ---- */
+AUTODIFF_API ad_tensor *ad_sum(ad_tape *T, ad_tensor *a);     /* over everything: a scalar */
+AUTODIFF_API ad_tensor *ad_mean(ad_tape *T, ad_tensor *a);
+/* Largest element; the gradient goes to the first position holding it. */
+AUTODIFF_API ad_tensor *ad_max(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_sum_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim);
+AUTODIFF_API ad_tensor *ad_mean_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim);
+AUTODIFF_API ad_tensor *ad_max_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim);
+
+/* >>api:shape ------------------------------------------------------------------------------- */
+/* Same values, new shape (a view: no copy). One entry of shape may be -1: it is inferred. */
+AUTODIFF_API ad_tensor *ad_reshape(ad_tape *T, ad_tensor *a, int ndim, const int *shape);
+/* [N, d1, d2, ...] -> [N, d1*d2*...] */
+AUTODIFF_API ad_tensor *ad_flatten(ad_tape *T, ad_tensor *a);
+/* Swaps two axes (copies). */
+AUTODIFF_API ad_tensor *ad_transpose(ad_tape *T, ad_tensor *a, int axis0, int axis1);
+/* Output axis i is input axis perm[i] (copies). */
+AUTODIFF_API ad_tensor *ad_permute(ad_tape *T, ad_tensor *a, const int *perm);
+/* Joins n tensors along axis; all other dimensions must agree. */
+AUTODIFF_API ad_tensor *ad_concat(ad_tape *T, ad_tensor *const *xs, int n, int axis);
+/* Elements start..end-1 along axis (negative start/end count from the end). */
+AUTODIFF_API ad_tensor *ad_slice(ad_tape *T, ad_tensor *a, int axis, int start, int end);
+/* Broadcasts a to shape (NumPy rules). */
+AUTODIFF_API ad_tensor *ad_broadcast_to(ad_tape *T, ad_tensor *a, int ndim, const int *shape);
+/* Sums a down to shape, the reverse of broadcasting (shape must broadcast to a's shape). */
+AUTODIFF_API ad_tensor *ad_sum_to(ad_tape *T, ad_tensor *a, int ndim, const int *shape);
+
+/* >>api:linalg ------------------------------------------------------------------------------ */
+/* Matrix product of the last two axes. 2-D x 2-D, or batched: [..., m, k] x [..., k, n] with
+   equal batch axes, or one side 2-D and shared across the other's batch. */
+AUTODIFF_API ad_tensor *ad_matmul(ad_tape *T, ad_tensor *a, ad_tensor *b);
+/* The same with either operand transposed in its last two axes (by the GEMM, without a copy). */
+AUTODIFF_API ad_tensor *ad_matmul_t(ad_tape *T, ad_tensor *a, ad_tensor *b, int trans_a,
+                                    int trans_b);
+/* x [..., in] . W [in, out] + b [out]; b may be NULL. */
+AUTODIFF_API ad_tensor *ad_linear(ad_tape *T, ad_tensor *x, ad_tensor *W, ad_tensor *b);
+
+/* >>api:nn ---------------------------------------------------------------------------------- */
+/* Numerically stable softmax and log-softmax along axis. */
+AUTODIFF_API ad_tensor *ad_softmax(ad_tape *T, ad_tensor *a, int axis);
+AUTODIFF_API ad_tensor *ad_log_softmax(ad_tape *T, ad_tensor *a, int axis);
+
+/* >>api:loss: every loss returns a scalar, the mean over the batch ---------------------------- */
+/* Cross-entropy of logits [N, C] against labels[N] in 0..C-1 (fused with log-softmax). */
+AUTODIFF_API ad_tensor *ad_cross_entropy(ad_tape *T, ad_tensor *logits, const int *labels);
+/* mean((pred - target)^2); the shapes must be equal. */
+AUTODIFF_API ad_tensor *ad_mse(ad_tape *T, ad_tensor *pred, ad_tensor *target);
+/* mean(softplus(x) - x * t), stable for any logits x; targets t in [0, 1], same shape. */
+AUTODIFF_API ad_tensor *ad_bce_with_logits(ad_tape *T, ad_tensor *logits, ad_tensor *targets);
+
+/* >>api:backward ---------------------------------------------------------------------------- */
+/* Adds d y / d x into x->grad for every leaf x on the tape that requires grad and that y depends
+   on (x->grad is allocated and zeroed on the tape first if it is NULL). y must have one element.
+   Returns 0, or -1 with the tape's error set. */
+AUTODIFF_API int ad_backward(ad_tape *T, ad_tensor *y);
+/* d y / d x as a new tensor of x's shape (zeros when y does not depend on x), without touching
+   any grad field. y must have one element. With create_graph non-zero the result is recorded on
+   the tape and can be differentiated again. Returns NULL on error. */
+AUTODIFF_API ad_tensor *ad_grad(ad_tape *T, ad_tensor *y, ad_tensor *x, int create_graph);
+
+/* >>api:rng --------------------------------------------------------------------------------- */
+AUTODIFF_API void ad_rng_seed(ad_rng *rng, uint64_t seed);
+AUTODIFF_API uint64_t ad_rng_next(ad_rng *rng);
+/* Uniform integer in [0, n) without modulo bias; 0 when n is 0. */
+AUTODIFF_API uint64_t ad_rng_below(ad_rng *rng, uint64_t n);
+/* Uniform double in [0, 1) with 53 random bits. */
+AUTODIFF_API double ad_rng_uniform(ad_rng *rng);
+/* Standard normal (Box-Muller). */
+AUTODIFF_API double ad_rng_normal(ad_rng *rng);
+
+/* >>api:extensions */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AUTODIFF_H */
+
+/* >>impl =================================================================================== */
+#ifdef AUTODIFF_IMPLEMENTATION
+#ifndef AUTODIFF_IMPLEMENTATION_DONE
+#define AUTODIFF_IMPLEMENTATION_DONE
+
+#if defined(AUTODIFF_MALLOC) && defined(AUTODIFF_REALLOC) && defined(AUTODIFF_FREE)
+/* the user's allocator */
+#elif !defined(AUTODIFF_MALLOC) && !defined(AUTODIFF_REALLOC) && !defined(AUTODIFF_FREE)
+#define AUTODIFF_MALLOC(sz) malloc(sz)
+#define AUTODIFF_REALLOC(p, sz) realloc(p, sz)
+#define AUTODIFF_FREE(p) free(p)
+#else
+#error "autodiff.h: define all of AUTODIFF_MALLOC, AUTODIFF_REALLOC and AUTODIFF_FREE, or none"
+#endif
+
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef AUTODIFF_ASSERT
+#include <assert.h>
+#define AUTODIFF_ASSERT(c) assert(c)
+#endif
+
+/* >>impl:platform ---------------------------------------------------------------------------- */
+#if defined(__GNUC__) || defined(__clang__)
+#define AD__UNUSED __attribute__((unused))
+#define AD__RESTRICT __restrict__
+#define AD__HAS_VECTOR_EXT 1
+#elif defined(_MSC_VER)
+#define AD__UNUSED
+#define AD__RESTRICT __restrict
+#else
+#define AD__UNUSED
+#define AD__RESTRICT
+#endif
+#if !defined(AD__HAS_VECTOR_EXT)
+#define AD__HAS_VECTOR_EXT 0
+#endif
+#if AD__HAS_VECTOR_EXT && (defined(__x86_64__) || defined(__i386__)) && !defined(AUTODIFF_NO_DISPATCH)
+#define AD__X86_DISPATCH 1
+#else
+#define AD__X86_DISPATCH 0
+#endif
+#define AD__PRIVATE static AD__UNUSED
+
+#ifdef AUTODIFF_DOUBLE
+#define AD__F(name) name
+#else
+#define AD__F(name) name##f
+#endif
+
+#define AD__ALIGN 64
+#define AD__CHUNK_BYTES ((size_t)1 << 20)
+
+/* >>impl:arena ------------------------------------------------------------------------------- */
+typedef struct ad__chunk {
+    struct ad__chunk *next;
+    unsigned char *base; /* AD__ALIGN-aligned start of the usable bytes */
+    size_t cap, used;
+} ad__chunk;
+
+typedef struct ad__arena {
+    ad__chunk *head, *cur;
+    size_t in_use, peak;
+} ad__arena;
+
+AD__PRIVATE ad__chunk *ad__chunk_new(size_t cap)
+{
+    ad__chunk *c;
+    if (cap > (size_t)-1 - sizeof(ad__chunk) - AD__ALIGN) return NULL;
+    c = (ad__chunk *)AUTODIFF_MALLOC(sizeof(ad__chunk) + cap + AD__ALIGN);
+    if (!c) return NULL;
+    c->next = NULL;
+    c->base = (unsigned char *)(((uintptr_t)(c + 1) + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
+    c->cap = cap;
+    c->used = 0;
+    return c;
+}
+
+/* Bump allocation. When the current chunk is full the next kept chunk is reused if it is big
+   enough, otherwise a new chunk is linked in after the current one; data never moves. */
+AD__PRIVATE void *ad__arena_alloc(ad__arena *A, size_t bytes)
+{
+    void *p;
+    if (bytes > (size_t)-1 - AD__ALIGN) return NULL;
+    bytes = (bytes + AD__ALIGN - 1) & ~(size_t)(AD__ALIGN - 1);
+    if (!A->cur || A->cur->cap - A->cur->used < bytes) {
+        ad__chunk *next = A->cur ? A->cur->next : A->head;
+        if (!next || next->cap < bytes) {
+            ad__chunk *fresh = ad__chunk_new(bytes > AD__CHUNK_BYTES ? bytes : AD__CHUNK_BYTES);
+            if (!fresh) return NULL;
+            fresh->next = next;
+            if (A->cur) A->cur->next = fresh; else A->head = fresh;
+            next = fresh;
+        }
+        A->cur = next;
+        A->cur->used = 0;
+    }
+    p = A->cur->base + A->cur->used;
+    A->cur->used += bytes;
+    A->in_use += bytes;
+    if (A->in_use > A->peak) A->peak = A->in_use;
+    return p;
+}
+
+AD__PRIVATE void ad__arena_reset(ad__arena *A)
+{
+    A->cur = NULL;
+    A->in_use = 0;
+}
+
+AD__PRIVATE void ad__arena_free(ad__arena *A)
+{
+    ad__chunk *c = A->head;
+    while (c) {
+        ad__chunk *next = c->next;
+        AUTODIFF_FREE(c);
+        c = next;
+    }
+    A->head = A->cur = NULL;
+}
+
+/* >>impl:tape -------------------------------------------------------------------------------- */
+typedef struct ad__sweep ad__sweep;
+typedef struct ad__node ad__node;
+/* Adds the gradients of n's inputs, given g = d y / d n->out, through ad__accum. */
+typedef void (*ad__backward_fn)(ad__sweep *S, ad__node *n, ad_tensor *g);
+
+struct ad__node {
+    ad__node *prev;              /* the entry recorded before this one */
+    ad__backward_fn backward;
+    ad_tensor *out;
+    ad_tensor **in;
+    int nin;
+    int iv[AD_MAX_DIMS + 4];     /* saved integers: op kind, axes, flags */
+    ad_real rv[2];               /* saved reals: op parameters */
+    const int *labels;           /* saved class labels (a copy on the tape) */
+    ad_tensor *in_inline[3];
+};
+
+struct ad_tape {
+    ad__arena arena;
+    ad__node *last;
+    ad_tensor *leaves;           /* leaves that require grad, most recent first */
+    unsigned ntensors;
+    size_t nentries;
+    int grad_enabled;
+    int training;
+    int has_error;
+    ad__node sink;               /* receives saved values when an op is not recorded */
+    ad_real *pack;               /* GEMM packing buffer, kept across resets */
+    size_t pack_cap;
+    char error[320];
+};
+
+AD__PRIVATE void ad__fail(ad_tape *T, const char *fmt, ...)
+{
+    va_list ap;
+    if (!T || T->has_error) return;
+    va_start(ap, fmt);
+    vsnprintf(T->error, sizeof T->error, fmt, ap);
+    va_end(ap);
+    T->has_error = 1;
+}
+
+AUTODIFF_API ad_tape *ad_tape_new(void)
+{
+    ad_tape *T = (ad_tape *)AUTODIFF_MALLOC(sizeof(ad_tape));
+    if (!T) return NULL;
+    memset(T, 0, sizeof *T);
+    T->grad_enabled = 1;
+    T->training = 1;
+    return T;
+}
+
+AUTODIFF_API void ad_tape_free(ad_tape *T)
+{
+    if (!T) return;
+    ad__arena_free(&T->arena);
+    AUTODIFF_FREE(T->pack);
+    AUTODIFF_FREE(T);
+}
+
+AUTODIFF_API void ad_tape_reset(ad_tape *T)
+{
+    if (!T) return;
+    ad__arena_reset(&T->arena);
+    T->last = NULL;
+    T->leaves = NULL;
+    T->ntensors = 0;
+    T->nentries = 0;
+    T->has_error = 0;
+    T->error[0] = 0;
+}
+
+AUTODIFF_API const char *ad_tape_error(const ad_tape *T)
+{
+    if (!T) return "autodiff: no tape (NULL)";
+    return T->has_error ? T->error : NULL;
+}
+
+AUTODIFF_API void ad_tape_clear_error(ad_tape *T)
+{
+    if (!T) return;
+    T->has_error = 0;
+    T->error[0] = 0;
+}
+
+AUTODIFF_API int ad_set_grad_enabled(ad_tape *T, int enabled)
+{
+    int previous;
+    if (!T) return 0;
+    previous = T->grad_enabled;
+    T->grad_enabled = enabled != 0;
+    return previous;
+}
+
+AUTODIFF_API int ad_set_training(ad_tape *T, int training)
+{
+    int previous;
+    if (!T) return 0;
+    previous = T->training;
+    T->training = training != 0;
+    return previous;
+}
+
+AUTODIFF_API int ad_is_training(const ad_tape *T) { return T ? T->training : 0; }
+
+AUTODIFF_API size_t ad_tape_bytes_used(const ad_tape *T) { return T ? T->arena.in_use : 0; }
+AUTODIFF_API size_t ad_tape_bytes_peak(const ad_tape *T) { return T ? T->arena.peak : 0; }
+AUTODIFF_API size_t ad_tape_length(const ad_tape *T) { return T ? T->nentries : 0; }
+
+AD__PRIVATE void *ad__alloc(ad_tape *T, size_t bytes, const char *op)
+{
+    void *p = ad__arena_alloc(&T->arena, bytes);
+    if (!p) ad__fail(T, "%s: out of memory allocating %zu bytes", op, bytes);
+    return p;
+}
+
+/* >>impl:tensor ------------------------------------------------------------------------------ */
+AUTODIFF_API char *ad_shape_str(const ad_tensor *x, char *buf, size_t cap)
+{
+    size_t len = 0;
+    int i;
+    if (!buf || cap == 0) return buf;
+    buf[0] = 0;
+    if (!x) { snprintf(buf, cap, "(null)"); return buf; }
+    len += (size_t)snprintf(buf, cap, "[");
+    for (i = 0; i < x->ndim && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, i ? ",%d" : "%d", x->shape[i]);
+    if (len < cap) snprintf(buf + len, cap - len, "]");
+    return buf;
+}
+
+/* The same for a bare shape. */
+AD__PRIVATE char *ad__dims_str(int ndim, const int *shape, char *buf, size_t cap)
+{
+    ad_tensor t;
+    int i;
+    memset(&t, 0, sizeof t);
+    t.ndim = ndim < 0 ? 0 : (ndim > AD_MAX_DIMS ? AD_MAX_DIMS : ndim);
+    for (i = 0; i < t.ndim; i++) t.shape[i] = shape[i];
+    return ad_shape_str(&t, buf, cap);
+}
+
+/* Checks a user-given shape; on success stores the element count in *size. */
+AD__PRIVATE int ad__check_shape(ad_tape *T, const char *op, int ndim, const int *shape, size_t *size)
+{
+    size_t n = 1;
+    int i;
+    if (ndim < 0 || ndim > AD_MAX_DIMS) {
+        ad__fail(T, "%s: %d dimensions; between 0 and %d are supported", op, ndim, AD_MAX_DIMS);
+        return 0;
+    }
+    if (ndim > 0 && !shape) {
+        ad__fail(T, "%s: shape is NULL for %d dimensions", op, ndim);
+        return 0;
+    }
+    for (i = 0; i < ndim; i++) {
+        if (shape[i] <= 0) {
+            char s[96];
+            ad__fail(T, "%s: shape %s: dimension %d is %d; dimensions must be positive", op,
+                     ad__dims_str(ndim, shape, s, sizeof s), i, shape[i]);
+            return 0;
+        }
+        if (n > ((size_t)-1 / sizeof(ad_real)) / (size_t)shape[i]) {
+            char s[96];
+            ad__fail(T, "%s: shape %s has too many elements", op, ad__dims_str(ndim, shape, s, sizeof s));
+            return 0;
+        }
+        n *= (size_t)shape[i];
+    }
+    *size = n;
+    return 1;
+}
+
+/* A tensor on T with the given shape and uninitialised data (or no data when with_data is 0). */
+AD__PRIVATE ad_tensor *ad__tensor(ad_tape *T, const char *op, int ndim, const int *shape, int with_data)
+{
+    ad_tensor *t;
+    size_t size;
+    if (!ad__check_shape(T, op, ndim, shape, &size)) return NULL;
+    t = (ad_tensor *)ad__alloc(T, sizeof(ad_tensor), op);
+    if (!t) return NULL;
+    memset(t, 0, sizeof *t);
+    if (with_data) {
+        t->data = (ad_real *)ad__alloc(T, size * sizeof(ad_real), op);
+        if (!t->data) return NULL;
+    }
+    t->size = size;
+    t->ndim = ndim;
+    if (ndim > 0) memcpy(t->shape, shape, (size_t)ndim * sizeof(int));
+    t->tape = T;
+    t->id = T->ntensors++;
+    return t;
+}
+
+/* A new tensor shaped like x. */
+AD__PRIVATE ad_tensor *ad__like(ad_tape *T, const char *op, const ad_tensor *x)
+{
+    return ad__tensor(T, op, x->ndim, x->shape, 1);
+}
+
+AD__PRIVATE void ad__make_leaf(ad_tape *T, ad_tensor *t, int requires_grad)
+{
+    if (requires_grad && !t->requires_grad) {
+        t->next_leaf = T->leaves;
+        T->leaves = t;
+    }
+    t->requires_grad = (unsigned char)(requires_grad != 0);
+}
+
+AUTODIFF_API ad_tensor *ad_tensor_new(ad_tape *T, int ndim, const int *shape, const ad_real *data,
+                                      int requires_grad)
+{
+    ad_tensor *t;
+    if (!T) return NULL;
+    t = ad__tensor(T, "ad_tensor_new", ndim, shape, 1);
+    if (!t) return NULL;
+    if (data) memcpy(t->data, data, t->size * sizeof(ad_real));
+    else memset(t->data, 0, t->size * sizeof(ad_real));
+    ad__make_leaf(T, t, requires_grad);
+    return t;
+}
+
+AUTODIFF_API ad_tensor *ad_tensor_view(ad_tape *T, int ndim, const int *shape, ad_real *data,
+                                       ad_real *grad, int requires_grad)
+{
+    ad_tensor *t;
+    if (!T) return NULL;
+    if (!data) {
+        ad__fail(T, "ad_tensor_view: data is NULL");
+        return NULL;
+    }
+    t = ad__tensor(T, "ad_tensor_view", ndim, shape, 0);
+    if (!t) return NULL;
+    t->data = data;
+    t->grad = grad;
+    t->grad_is_external = grad != NULL;
+    ad__make_leaf(T, t, requires_grad);
+    return t;
+}
+
+AUTODIFF_API ad_tensor *ad_full(ad_tape *T, int ndim, const int *shape, ad_real value)
+{
+    ad_tensor *t;
+    size_t i;
+    if (!T) return NULL;
+    t = ad__tensor(T, "ad_full", ndim, shape, 1);
+    if (!t) return NULL;
+    for (i = 0; i < t->size; i++) t->data[i] = value;
+    return t;
+}
+
+AUTODIFF_API ad_tensor *ad_zeros(ad_tape *T, int ndim, const int *shape) { return ad_full(T, ndim, shape, 0); }
+AUTODIFF_API ad_tensor *ad_ones(ad_tape *T, int ndim, const int *shape) { return ad_full(T, ndim, shape, 1); }
+
+AUTODIFF_API ad_tensor *ad_var(ad_tape *T, ad_real value)
+{
+    ad_tensor *t = ad_full(T, 0, NULL, value);
+    if (t) ad__make_leaf(T, t, 1);
+    return t;
+}
+
+AUTODIFF_API ad_tensor *ad_scalar(ad_tape *T, ad_real value) { return ad_full(T, 0, NULL, value); }
+
+AUTODIFF_API ad_tensor *ad_rand(ad_tape *T, int ndim, const int *shape, ad_real lo, ad_real hi,
+                                ad_rng *rng)
+{
+    ad_tensor *t;
+    size_t i;
+    if (!T) return NULL;
+    if (!rng) { ad__fail(T, "ad_rand: rng is NULL"); return NULL; }
+    t = ad__tensor(T, "ad_rand", ndim, shape, 1);
+    if (!t) return NULL;
+    for (i = 0; i < t->size; i++) t->data[i] = (ad_real)(lo + (hi - lo) * ad_rng_uniform(rng));
+    return t;
+}
+
+AUTODIFF_API ad_tensor *ad_randn(ad_tape *T, int ndim, const int *shape, ad_real mean, ad_real std,
+                                 ad_rng *rng)
+{
+    ad_tensor *t;
+    size_t i;
+    if (!T) return NULL;
+    if (!rng) { ad__fail(T, "ad_randn: rng is NULL"); return NULL; }
+    t = ad__tensor(T, "ad_randn", ndim, shape, 1);
+    if (!t) return NULL;
+    for (i = 0; i < t->size; i++) t->data[i] = (ad_real)(mean + std * ad_rng_normal(rng));
+    return t;
+}
+
+AUTODIFF_API void ad_set_requires_grad(ad_tensor *x, int requires_grad)
+{
+    if (!x || x->node) return; /* only leaves */
+    ad__make_leaf(x->tape, x, requires_grad);
+}
+
+AUTODIFF_API ad_real ad_item(const ad_tensor *x) { return x && x->data ? x->data[0] : 0; }
+AUTODIFF_API ad_real ad_grad_item(const ad_tensor *x) { return x && x->grad ? x->grad[0] : 0; }
+
+/* >>impl:rng --------------------------------------------------------------------------------- */
+AD__PRIVATE uint64_t ad__splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+AUTODIFF_API void ad_rng_seed(ad_rng *rng, uint64_t seed)
+{
+    int i;
+    if (!rng) return;
+    for (i = 0; i < 4; i++) rng->s[i] = ad__splitmix64(&seed);
+}
+
+AUTODIFF_API uint64_t ad_rng_next(ad_rng *rng)
+{
+    uint64_t *s = rng->s, result, t;
+    result = s[1] * 5;
+    result = ((result << 7) | (result >> 57)) * 9;
+    t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = (s[3] << 45) | (s[3] >> 19);
+    return result;
+}
+
+AUTODIFF_API uint64_t ad_rng_below(ad_rng *rng, uint64_t n)
+{
+    uint64_t limit, x;
+    if (n == 0) return 0;
+    limit = (uint64_t)0 - ((uint64_t)0 - n) % n; /* largest multiple of n that fits, mod 2^64 */
+    do x = ad_rng_next(rng); while (limit != 0 && x >= limit);
+    return x % n;
+}
+
+AUTODIFF_API double ad_rng_uniform(ad_rng *rng)
+{
+    return (double)(ad_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+AUTODIFF_API double ad_rng_normal(ad_rng *rng)
+{
+    double u1 = 1.0 - ad_rng_uniform(rng); /* (0, 1]: log is finite */
+    double u2 = ad_rng_uniform(rng);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* >>impl:sweep ------------------------------------------------------------------------------- */
+struct ad__sweep {
+    ad_tape *T;
+    ad_tensor **gacc;            /* gradient accumulated so far, by tensor id (NULL: none yet) */
+    unsigned char *owned;        /* 1 when gacc[id] is a buffer nobody else reads */
+    unsigned n;                  /* tensors that existed when the sweep began */
+    int create_graph;
+    int failed;
+};
+
+/* Records out as produced by fn from the inputs if any of them requires grad and recording is
+   on. Returns the entry to save values into (a scratch entry when nothing is recorded), or NULL
+   when memory runs out. */
+AD__PRIVATE ad__node *ad__record(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
+                                 ad_tensor *const *ins, int nin)
+{
+    ad__node *n;
+    int i, needed = 0;
+    if (!T->grad_enabled) return &T->sink;
+    for (i = 0; i < nin; i++)
+        if (ins[i] && ins[i]->requires_grad) needed = 1;
+    if (!needed) return &T->sink;
+    n = (ad__node *)ad__alloc(T, sizeof(ad__node), op);
+    if (!n) return NULL;
+    memset(n, 0, sizeof *n);
+    if (nin <= 3) {
+        n->in = n->in_inline;
+    } else {
+        n->in = (ad_tensor **)ad__alloc(T, (size_t)nin * sizeof(ad_tensor *), op);
+        if (!n->in) return NULL;
+    }
+    for (i = 0; i < nin; i++) n->in[i] = ins[i];
+    n->nin = nin;
+    n->backward = fn;
+    n->out = out;
+    n->prev = T->last;
+    T->last = n;
+    T->nentries++;
+    out->node = n;
+    out->requires_grad = 1;
+    return n;
+}
+
+AD__PRIVATE ad__node *ad__record1(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
+                                  ad_tensor *a)
+{
+    return ad__record(T, op, out, fn, &a, 1);
+}
+
+AD__PRIVATE ad__node *ad__record2(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
+                                  ad_tensor *a, ad_tensor *b)
+{
+    ad_tensor *ins[2];
+    ins[0] = a;
+    ins[1] = b;
+    return ad__record(T, op, out, fn, ins, 2);
+}
+
+/* Does the sweep need a gradient for x? */
+AD__PRIVATE int ad__wants(const ad__sweep *S, const ad_tensor *x)
+{
+    return x->requires_grad && x->id < S->n;
+}
+
+AD__PRIVATE int ad__same_shape(const ad_tensor *a, const ad_tensor *b)
+{
+    return a->ndim == b->ndim && memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(int)) == 0;
+}
+
+AD__PRIVATE void ad__add_into(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) y[i] += x[i];
+}
+
+/* Adds g (x's shape) into x's gradient. fresh says g is a new buffer that nothing else reads,
+   so that a later contribution may be added into it in place. */
+AD__PRIVATE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
+{
+    ad_tape *T = S->T;
+    ad_tensor **slot;
+    if (!g) { S->failed = 1; return; }
+    if (!ad__wants(S, x)) return;
+    AUTODIFF_ASSERT(g->size == x->size);
+    slot = &S->gacc[x->id];
+    if (!*slot) {
+        *slot = g;
+        S->owned[x->id] = (unsigned char)fresh;
+    } else if (S->create_graph) {
+        *slot = ad_add(T, *slot, g);
+        if (!*slot) S->failed = 1;
+    } else {
+        if (!S->owned[x->id]) {
+            ad_tensor *copy = ad__like(T, "ad_backward", x);
+            if (!copy) { S->failed = 1; return; }
+            memcpy(copy->data, (*slot)->data, x->size * sizeof(ad_real));
+            *slot = copy;
+            S->owned[x->id] = 1;
+        }
+        ad__add_into((*slot)->data, g->data, x->size);
+    }
+}
+
+/* Sums or broadcasts g to x's shape, then accumulates it. */
+AD__PRIVATE void ad__accum_to(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
+{
+    if (!g) { S->failed = 1; return; }
+    if (!ad__wants(S, x)) return;
+    if (ad__same_shape(g, x)) ad__accum(S, x, g, fresh);
+    else if (g->size == x->size) ad__accum(S, x, ad_reshape(S->T, g, x->ndim, x->shape), 0);
+    else if (g->size > x->size) ad__accum(S, x, ad_sum_to(S->T, g, x->ndim, x->shape), 1);
+    else ad__accum(S, x, ad_broadcast_to(S->T, g, x->ndim, x->shape), 1);
+}
+
+/* Runs the reverse sweep from y. On return S->gacc holds d y / d t for every tensor t that
+   existed before the sweep and that y depends on. Returns 0 on success. */
+AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create_graph, const char *op)
+{
+    ad__node *n;
+    ad_tensor *seed;
+    int saved_enabled = T->grad_enabled;
+    char s[96];
+    memset(S, 0, sizeof *S);
+    S->T = T;
+    if (!y) return -1;
+    if (y->tape != T) {
+        ad__fail(T, "%s: y belongs to another tape", op);
+        return -1;
+    }
+    if (y->size != 1) {
+        ad__fail(T, "%s: y has shape %s; it must have exactly one element", op,
+                 ad_shape_str(y, s, sizeof s));
+        return -1;
+    }
+    S->n = T->ntensors;
+    S->create_graph = create_graph;
+    S->gacc = (ad_tensor **)ad__alloc(T, (size_t)S->n * sizeof(ad_tensor *), op);
+    S->owned = (unsigned char *)ad__alloc(T, (size_t)S->n, op);
+    seed = ad_full(T, y->ndim, y->shape, 1);
+    if (!S->gacc || !S->owned || !seed) return -1;
+    memset(S->gacc, 0, (size_t)S->n * sizeof(ad_tensor *));
+    memset(S->owned, 0, (size_t)S->n);
+    if (!y->requires_grad) return 0;
+    S->gacc[y->id] = seed;
+    T->grad_enabled = create_graph != 0;
+    for (n = T->last; n && !S->failed; n = n->prev) {
+        ad_tensor *g = n->out->id < S->n ? S->gacc[n->out->id] : NULL;
+        if (g) n->backward(S, n, g);
+    }
+    T->grad_enabled = saved_enabled;
+    if (S->failed) {
+        if (!T->has_error) ad__fail(T, "%s: the backward sweep failed", op);
+        return -1;
+    }
+    return 0;
+}
+
+AUTODIFF_API int ad_backward(ad_tape *T, ad_tensor *y)
+{
+    ad__sweep S;
+    ad_tensor *leaf;
+    if (!T) return -1;
+    if (!y) {
+        ad__fail(T, "ad_backward: y is NULL (an earlier op failed)");
+        return -1;
+    }
+    if (ad__sweep_run(&S, T, y, 0, "ad_backward") != 0) return -1;
+    for (leaf = T->leaves; leaf; leaf = leaf->next_leaf) {
+        ad_tensor *g = leaf->id < S.n ? S.gacc[leaf->id] : NULL;
+        if (!g) continue;
+        if (!leaf->grad) {
+            leaf->grad = (ad_real *)ad__alloc(T, leaf->size * sizeof(ad_real), "ad_backward");
+            if (!leaf->grad) return -1;
+            memset(leaf->grad, 0, leaf->size * sizeof(ad_real));
+        }
+        ad__add_into(leaf->grad, g->data, leaf->size);
+    }
+    return 0;
+}
+
+AUTODIFF_API ad_tensor *ad_grad(ad_tape *T, ad_tensor *y, ad_tensor *x, int create_graph)
+{
+    ad__sweep S;
+    ad_tensor *g;
+    if (!T) return NULL;
+    if (!y || !x) {
+        ad__fail(T, "ad_grad: %s is NULL (an earlier op failed)", y ? "x" : "y");
+        return NULL;
+    }
+    if (x->tape != T) {
+        ad__fail(T, "ad_grad: x belongs to another tape");
+        return NULL;
+    }
+    if (ad__sweep_run(&S, T, y, create_graph, "ad_grad") != 0) return NULL;
+    g = x->id < S.n ? S.gacc[x->id] : NULL;
+    return g ? g : ad_zeros(T, x->ndim, x->shape);
+}
+
+/* >>impl:kernels ----------------------------------------------------------------------------- */
+
+/* How two operands are read while walking an output of a broadcast shape: per dimension the
+   output extent and each operand's stride (0 where the operand is broadcast). Adjacent dimensions
+   that are contiguous in every operand are merged, so the innermost loop is as long as possible. */
+typedef struct ad__walk {
+    int ndim;
+    size_t shape[AD_MAX_DIMS];
+    size_t sa[AD_MAX_DIMS], sb[AD_MAX_DIMS];
+    size_t total;
+} ad__walk;
+
+/* Strides of x aligned at the right against an output with ndim dimensions. */
+AD__PRIVATE void ad__bcast_strides(const int *shape, int ndim, int out_ndim, size_t *stride)
+{
+    size_t s = 1;
+    int i, j;
+    for (i = out_ndim - 1, j = ndim - 1; i >= 0; i--, j--) {
+        if (j < 0 || shape[j] == 1) {
+            stride[i] = 0;
+        } else {
+            stride[i] = s;
+            s *= (size_t)shape[j];
+        }
+    }
+}
+
+AD__PRIVATE void ad__walk_init(ad__walk *w, int ndim, const int *out_shape, const ad_tensor *a,
+                               const ad_tensor *b)
+{
+    size_t sa[AD_MAX_DIMS], sb[AD_MAX_DIMS];
+    int i, k;
+    if (ndim == 0) {
+        w->ndim = 1;
+        w->shape[0] = 1;
+        w->sa[0] = w->sb[0] = 0;
+        w->total = 1;
+        return;
+    }
+    ad__bcast_strides(a->shape, a->ndim, ndim, sa);
+    if (b) ad__bcast_strides(b->shape, b->ndim, ndim, sb);
+    else memset(sb, 0, sizeof sb);
+    w->total = 1;
+    k = -1;
+    for (i = 0; i < ndim; i++) {
+        size_t n = (size_t)out_shape[i];
+        w->total *= n;
+        if (n == 1) continue; /* contributes nothing to any offset */
+        if (k >= 0 && w->sa[k] == sa[i] * n && w->sb[k] == sb[i] * n) {
+            w->shape[k] *= n; /* contiguous with the previous kept dimension in both */
+            w->sa[k] = sa[i];
+            w->sb[k] = sb[i];
+        } else {
+            k++;
+            w->shape[k] = n;
+            w->sa[k] = sa[i];
+            w->sb[k] = sb[i];
+        }
+    }
+    if (k < 0) {
+        k = 0;
+        w->shape[0] = 1;
+        w->sa[0] = w->sb[0] = 0;
+    }
+    w->ndim = k + 1;
+}
+
+/* Advances the outer index (all but the last dimension) and the operand offsets. */
+AD__PRIVATE void ad__walk_next(const ad__walk *w, size_t *idx, size_t *oa, size_t *ob)
+{
+    int d;
+    for (d = w->ndim - 2; d >= 0; d--) {
+        idx[d]++;
+        *oa += w->sa[d];
+        *ob += w->sb[d];
+        if (idx[d] < w->shape[d]) return;
+        *oa -= w->sa[d] * w->shape[d];
+        *ob -= w->sb[d] * w->shape[d];
+        idx[d] = 0;
+    }
+}
+
+enum ad__binary_kind {
+    AD__B_ADD, AD__B_SUB, AD__B_MUL, AD__B_DIV, AD__B_MAX, AD__B_MIN,
+    AD__B_GT_MASK, /* 1 where a > b, 0.5 where equal, 0 elsewhere: maximum's gradient share */
+    AD__B_LT_MASK  /* the same for minimum */
+};
+
+/* One row of a binary op. The strides are 1 (a contiguous row) or 0 (a broadcast value); each
+   combination gets its own loop so that the compiler vectorises all of them. */
+AD__PRIVATE void ad__binary_row(int kind, const ad_real *AD__RESTRICT a, size_t ia,
+                                const ad_real *AD__RESTRICT b, size_t ib, ad_real *AD__RESTRICT y,
+                                size_t n)
+{
+    size_t i;
+#define AD__ROW(EXPR)                                                                   \
+    if (ia && ib) {                                                                     \
+        for (i = 0; i < n; i++) { ad_real x = a[i], z = b[i]; y[i] = (EXPR); }          \
+    } else if (ia) {                                                                    \
+        ad_real z = b[0];                                                               \
+        for (i = 0; i < n; i++) { ad_real x = a[i]; y[i] = (EXPR); }                    \
+    } else if (ib) {                                                                    \
+        ad_real x = a[0];                                                               \
+        for (i = 0; i < n; i++) { ad_real z = b[i]; y[i] = (EXPR); }                    \
+    } else {                                                                            \
+        ad_real x = a[0], z = b[0], v = (EXPR);                                         \
+        for (i = 0; i < n; i++) y[i] = v;                                               \
+    }
+    switch (kind) {
+    case AD__B_ADD: AD__ROW(x + z) break;
+    case AD__B_SUB: AD__ROW(x - z) break;
+    case AD__B_MUL: AD__ROW(x * z) break;
+    case AD__B_DIV: AD__ROW(x / z) break;
+    case AD__B_MAX: AD__ROW(x >= z ? x : z) break;
+    case AD__B_MIN: AD__ROW(x <= z ? x : z) break;
+    case AD__B_GT_MASK: AD__ROW(x > z ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0)) break;
+    case AD__B_LT_MASK: AD__ROW(x < z ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0)) break;
+    default: AUTODIFF_ASSERT(0);
+    }
+#undef AD__ROW
+}
+
+AD__PRIVATE void ad__binary_kernel(int kind, const ad__walk *w, const ad_real *a, const ad_real *b,
+                                   ad_real *y)
+{
+    size_t idx[AD_MAX_DIMS] = {0}, oa = 0, ob = 0, o;
+    size_t inner = w->shape[w->ndim - 1], outer = w->total / inner;
+    size_t ia = w->sa[w->ndim - 1], ib = w->sb[w->ndim - 1];
+    for (o = 0; o < outer; o++) {
+        ad__binary_row(kind, a + oa, ia, b + ob, ib, y + o * inner, inner);
+        ad__walk_next(w, idx, &oa, &ob);
+    }
+}
+
+/* y (output shape) = x broadcast: walk over y's shape reading x with stride sa. */
+AD__PRIVATE void ad__broadcast_kernel(const ad__walk *w, const ad_real *AD__RESTRICT x,
+                                      ad_real *AD__RESTRICT y)
+{
+    size_t idx[AD_MAX_DIMS] = {0}, oa = 0, ob = 0, o, i;
+    size_t inner = w->shape[w->ndim - 1], outer = w->total / inner;
+    size_t ia = w->sa[w->ndim - 1];
+    for (o = 0; o < outer; o++) {
+        ad_real *row = y + o * inner;
+        if (ia) memcpy(row, x + oa, inner * sizeof(ad_real));
+        else for (i = 0; i < inner; i++) row[i] = x[oa];
+        ad__walk_next(w, idx, &oa, &ob);
+    }
+}
+
+/* y (small shape) += x summed over the broadcast dimensions: walk over x's shape with y's
+   strides in sa. */
+AD__PRIVATE void ad__sum_to_kernel(const ad__walk *w, const ad_real *AD__RESTRICT x,
+                                   ad_real *AD__RESTRICT y)
+{
+    size_t idx[AD_MAX_DIMS] = {0}, oa = 0, ob = 0, o, i;
+    size_t inner = w->shape[w->ndim - 1], outer = w->total / inner;
+    size_t ia = w->sa[w->ndim - 1];
+    for (o = 0; o < outer; o++) {
+        const ad_real *row = x + o * inner;
+        if (ia) {
+            ad__add_into(y + oa, row, inner);
+        } else {
+            ad_real s = 0;
+            for (i = 0; i < inner; i++) s += row[i];
+            y[oa] += s;
+        }
+        ad__walk_next(w, idx, &oa, &ob);
+    }
+}
+
+/* Reductions over the middle axis of x viewed as [outer, n, inner]. */
+AD__PRIVATE void ad__reduce_sum(const ad_real *AD__RESTRICT x, ad_real *AD__RESTRICT y, size_t outer,
+                                size_t n, size_t inner, ad_real scale)
+{
+    size_t o, j, i;
+    for (o = 0; o < outer; o++) {
+        const ad_real *src = x + o * n * inner;
+        ad_real *dst = y + o * inner;
+        if (inner == 1) {
+            /* eight partial sums in a fixed order: vectorisable and reproducible */
+            ad_real part[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
+            for (j = 0; j + 8 <= n; j += 8)
+                for (i = 0; i < 8; i++) part[i] += src[j + i];
+            for (; j < n; j++) s += src[j];
+            dst[0] = (((part[0] + part[1]) + (part[2] + part[3])) +
+                      ((part[4] + part[5]) + (part[6] + part[7])) + s) * scale;
+        } else {
+            memcpy(dst, src, inner * sizeof(ad_real));
+            for (j = 1; j < n; j++) ad__add_into(dst, src + j * inner, inner);
+            if (scale != 1)
+                for (i = 0; i < inner; i++) dst[i] *= scale;
+        }
+    }
+}
+
+AD__PRIVATE void ad__reduce_max(const ad_real *AD__RESTRICT x, ad_real *AD__RESTRICT y, size_t outer,
+                                size_t n, size_t inner)
+{
+    size_t o, j, i;
+    for (o = 0; o < outer; o++) {
+        const ad_real *src = x + o * n * inner;
+        ad_real *dst = y + o * inner;
+        memcpy(dst, src, inner * sizeof(ad_real));
+        for (j = 1; j < n; j++)
+            for (i = 0; i < inner; i++)
+                dst[i] = src[j * inner + i] > dst[i] ? src[j * inner + i] : dst[i];
+    }
+}
+
+/* mask = 1 at the first position along the axis where x equals its maximum y, else 0. */
+AD__PRIVATE void ad__argmax_mask(const ad_real *x, const ad_real *y, ad_real *mask, size_t outer,
+                                 size_t n, size_t inner)
+{
+    size_t o, j, i;
+    memset(mask, 0, outer * n * inner * sizeof(ad_real));
+    for (o = 0; o < outer; o++)
+        for (i = 0; i < inner; i++)
+            for (j = 0; j < n; j++) {
+                size_t at = (o * n + j) * inner + i;
+                if (x[at] == y[o * inner + i]) { mask[at] = 1; break; }
+            }
+}
+
+/* Splits a shape around axis into [outer, n, inner]. */
+AD__PRIVATE void ad__split_axis(const ad_tensor *x, int axis, size_t *outer, size_t *n, size_t *inner)
+{
+    int i;
+    *outer = *inner = 1;
+    for (i = 0; i < axis; i++) *outer *= (size_t)x->shape[i];
+    *n = (size_t)x->shape[axis];
+    for (i = axis + 1; i < x->ndim; i++) *inner *= (size_t)x->shape[i];
+}
+
+/* >>impl:gemm -------------------------------------------------------------------------------- */
+/* C = op(A) op(B) (+ C when accumulating), row-major, op() transposing on request. GotoBLAS
+   layout: B is packed into panels of NR columns and A into panels of MR rows, blocked so that
+   a KC x NC panel of B stays in L2/L3 and an MC x KC block of A in L1/L2; the micro-kernel keeps
+   an MR x NR tile of C in registers. The micro-kernel is written with GCC/Clang vector
+   extensions; on x86 a version for AVX-512 and one for AVX2 are compiled with target attributes
+   and chosen at run time, so plain `cc -O2` gets the machine's widest vectors. */
+#define AD__KC 256
+#define AD__MC 144
+#define AD__NC 2048
+#define AD__MR_MAX 12
+#define AD__NR_MAX (64 / (int)sizeof(ad_real) * 2)
+
+typedef void (*ad__microkernel)(int kc, const ad_real *A, const ad_real *B, ad_real *C, ptrdiff_t ldc,
+                                int accumulate);
+typedef struct ad__gemm_kernel {
+    ad__microkernel fn;
+    int mr, nr;
+} ad__gemm_kernel;
+
+#if AD__HAS_VECTOR_EXT
+/* An MR x (NV vectors of VBYTES) micro-kernel. A holds kc columns of MR values, B kc rows of
+   NV * VL values; the tile is added to C (row stride ldc) when accumulate is set. */
+#define AD__DEFINE_KERNEL(NAME, ATTR, VBYTES, MR, NV)                                             \
+    typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                            \
+    static ATTR AD__UNUSED void NAME(int kc, const ad_real *AD__RESTRICT A,                      \
+                                     const ad_real *AD__RESTRICT B, ad_real *C, ptrdiff_t ldc,   \
+                                     int accumulate)                                             \
+    {                                                                                            \
+        enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
+        NAME##_vec c[MR][NV], zero;                                                              \
+        int i, j, k;                                                                             \
+        memset(&zero, 0, sizeof zero);                                                           \
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)                                        \
+        _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) c[i][j] = zero;                        \
+        for (k = 0; k < kc; k++) {                                                               \
+            NAME##_vec b[NV];                                                                    \
+            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++)                                    \
+                memcpy(&b[j], B + (size_t)k * (NV * VL) + j * VL, VBYTES);                       \
+            _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                  \
+                NAME##_vec a = zero + A[(size_t)k * MR + i];                                     \
+                _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) c[i][j] += a * b[j];           \
+            }                                                                                    \
+        }                                                                                        \
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)                                        \
+        _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) {                                      \
+            ad_real *dst = C + i * ldc + j * VL;                                                 \
+            NAME##_vec t = c[i][j];                                                              \
+            if (accumulate) {                                                                    \
+                NAME##_vec old;                                                                  \
+                memcpy(&old, dst, VBYTES);                                                       \
+                t += old;                                                                        \
+            }                                                                                    \
+            memcpy(dst, &t, VBYTES);                                                             \
+        }                                                                                        \
+    }
+AD__DEFINE_KERNEL(ad__kernel_generic, , 16, 6, 2)
+#if AD__X86_DISPATCH
+AD__DEFINE_KERNEL(ad__kernel_avx2, __attribute__((target("avx2,fma"))), 32, 6, 2)
+AD__DEFINE_KERNEL(ad__kernel_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 12, 2)
+#endif
+#undef AD__DEFINE_KERNEL
+#else
+/* Plain C: a 4 x 4 tile. */
+static void ad__kernel_generic(int kc, const ad_real *AD__RESTRICT A, const ad_real *AD__RESTRICT B,
+                               ad_real *C, ptrdiff_t ldc, int accumulate)
+{
+    ad_real c[4][4] = {{0}};
+    int i, j, k;
+    for (k = 0; k < kc; k++)
+        for (i = 0; i < 4; i++)
+            for (j = 0; j < 4; j++) c[i][j] += A[k * 4 + i] * B[k * 4 + j];
+    for (i = 0; i < 4; i++)
+        for (j = 0; j < 4; j++) C[i * ldc + j] = accumulate ? C[i * ldc + j] + c[i][j] : c[i][j];
+}
+#endif
+
+AD__PRIVATE ad__gemm_kernel ad__gemm_pick(void)
+{
+    ad__gemm_kernel k;
+#if AD__X86_DISPATCH
+    if (__builtin_cpu_supports("avx512f")) {
+        k.fn = ad__kernel_avx512;
+        k.mr = 12;
+        k.nr = 2 * 64 / (int)sizeof(ad_real);
+        return k;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        k.fn = ad__kernel_avx2;
+        k.mr = 6;
+        k.nr = 2 * 32 / (int)sizeof(ad_real);
+        return k;
+    }
+#endif
+    k.fn = ad__kernel_generic;
+#if AD__HAS_VECTOR_EXT
+    k.mr = 6;
+    k.nr = 2 * 16 / (int)sizeof(ad_real);
+#else
+    k.mr = 4;
+    k.nr = 4;
+#endif
+    return k;
+}
+
+/* Packs rows i0..i0+mc-1, columns k0..k0+kc-1 of op(A) into panels of mr rows (zero-padded). */
+AD__PRIVATE void ad__pack_a(int ta, const ad_real *A, ptrdiff_t lda, int i0, int mc, int k0, int kc,
+                            int mr, ad_real *AD__RESTRICT dst)
+{
+    int p, r, k;
+    for (p = 0; p < mc; p += mr, dst += (size_t)mr * kc) {
+        int rows = mc - p < mr ? mc - p : mr;
+        if (!ta) {
+            for (r = 0; r < rows; r++) {
+                const ad_real *src = A + (ptrdiff_t)(i0 + p + r) * lda + k0;
+                for (k = 0; k < kc; k++) dst[(size_t)k * mr + r] = src[k];
+            }
+        } else {
+            for (k = 0; k < kc; k++) {
+                const ad_real *src = A + (ptrdiff_t)(k0 + k) * lda + i0 + p;
+                for (r = 0; r < rows; r++) dst[(size_t)k * mr + r] = src[r];
+            }
+        }
+        for (r = rows; r < mr; r++)
+            for (k = 0; k < kc; k++) dst[(size_t)k * mr + r] = 0;
+    }
+}
+
+/* Packs rows k0..k0+kc-1, columns j0..j0+nc-1 of op(B) into panels of nr columns. */
+AD__PRIVATE void ad__pack_b(int tb, const ad_real *B, ptrdiff_t ldb, int k0, int kc, int j0, int nc,
+                            int nr, ad_real *AD__RESTRICT dst)
+{
+    int p, c, k;
+    for (p = 0; p < nc; p += nr, dst += (size_t)nr * kc) {
+        int cols = nc - p < nr ? nc - p : nr;
+        if (!tb) {
+            for (k = 0; k < kc; k++) {
+                const ad_real *src = B + (ptrdiff_t)(k0 + k) * ldb + j0 + p;
+                ad_real *d = dst + (size_t)k * nr;
+                for (c = 0; c < cols; c++) d[c] = src[c];
+                for (; c < nr; c++) d[c] = 0;
+            }
+        } else {
+            for (c = 0; c < cols; c++) {
+                const ad_real *src = B + (ptrdiff_t)(j0 + p + c) * ldb + k0;
+                for (k = 0; k < kc; k++) dst[(size_t)k * nr + c] = src[k];
+            }
+            for (; c < nr; c++)
+                for (k = 0; k < kc; k++) dst[(size_t)k * nr + c] = 0;
+        }
+    }
+}
+
+/* Small products: plain loops, no packing. */
+AD__PRIVATE void ad__gemm_small(int ta, int tb, int M, int N, int K, const ad_real *A, ptrdiff_t lda,
+                                const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
+{
+    int i, j, k;
+    for (i = 0; i < M; i++) {
+        ad_real *c = C + (ptrdiff_t)i * ldc;
+        if (!accumulate)
+            for (j = 0; j < N; j++) c[j] = 0;
+        for (k = 0; k < K; k++) {
+            ad_real a = ta ? A[(ptrdiff_t)k * lda + i] : A[(ptrdiff_t)i * lda + k];
+            if (!tb) {
+                const ad_real *b = B + (ptrdiff_t)k * ldb;
+                for (j = 0; j < N; j++) c[j] += a * b[j];
+            } else {
+                for (j = 0; j < N; j++) c[j] += a * B[(ptrdiff_t)j * ldb + k];
+            }
+        }
+    }
+}
+
+/* Returns 0, or -1 when the packing buffer cannot be allocated. */
+AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const ad_real *A, ptrdiff_t lda,
+                         const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
+{
+    ad__gemm_kernel ker;
+    ad_real *pa, *pb;
+    size_t need;
+    int jc, pc, ic, jr, ir;
+    if (M <= 0 || N <= 0) return 0;
+    if (K <= 0) {
+        if (!accumulate)
+            for (ic = 0; ic < M; ic++) memset(C + (ptrdiff_t)ic * ldc, 0, (size_t)N * sizeof(ad_real));
+        return 0;
+    }
+    if ((double)M * N * K < 8192.0 || M < 4 || N < 4) {
+        ad__gemm_small(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+        return 0;
+    }
+    ker = ad__gemm_pick();
+    need = (size_t)AD__MC * AD__KC + (size_t)AD__KC * (AD__NC + AD__NR_MAX) + 2 * AD__ALIGN;
+    if (T->pack_cap < need) {
+        ad_real *p = (ad_real *)AUTODIFF_REALLOC(T->pack, need * sizeof(ad_real));
+        if (!p) return -1;
+        T->pack = p;
+        T->pack_cap = need;
+    }
+    pa = (ad_real *)(((uintptr_t)T->pack + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
+    pb = pa + (size_t)AD__MC * AD__KC;
+    for (jc = 0; jc < N; jc += AD__NC) {
+        int nc = N - jc < AD__NC ? N - jc : AD__NC;
+        for (pc = 0; pc < K; pc += AD__KC) {
+            int kc = K - pc < AD__KC ? K - pc : AD__KC;
+            int acc = accumulate || pc > 0;
+            ad__pack_b(tb, B, ldb, pc, kc, jc, nc, ker.nr, pb);
+            for (ic = 0; ic < M; ic += AD__MC) {
+                int mc = M - ic < AD__MC ? M - ic : AD__MC;
+                ad__pack_a(ta, A, lda, ic, mc, pc, kc, ker.mr, pa);
+                for (jr = 0; jr < nc; jr += ker.nr) {
+                    int nr = nc - jr < ker.nr ? nc - jr : ker.nr;
+                    const ad_real *bp = pb + (size_t)jr * kc;
+                    for (ir = 0; ir < mc; ir += ker.mr) {
+                        int mr = mc - ir < ker.mr ? mc - ir : ker.mr;
+                        const ad_real *ap = pa + (size_t)ir * kc;
+                        ad_real *c = C + (ptrdiff_t)(ic + ir) * ldc + jc + jr;
+                        if (mr == ker.mr && nr == ker.nr) {
+                            ker.fn(kc, ap, bp, c, ldc, acc);
+                        } else {
+                            ad_real tile[AD__MR_MAX * AD__NR_MAX];
+                            int i, j;
+                            ker.fn(kc, ap, bp, tile, ker.nr, 0);
+                            for (i = 0; i < mr; i++)
+                                for (j = 0; j < nr; j++)
+                                    c[(ptrdiff_t)i * ldc + j] = acc ? c[(ptrdiff_t)i * ldc + j] + tile[i * ker.nr + j]
+                                                                    : tile[i * ker.nr + j];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* >>ops:elementwise -------------------------------------------------------------------------- */
+/* One table of unary functions. Each kind has its forward loop in ad__unary_kernel and its
+   derivative, written with the library's own ops, in ad__unary_backward. */
+enum ad__unary_kind {
+    AD__U_NEG, AD__U_EXP, AD__U_LOG, AD__U_SIN, AD__U_COS, AD__U_TANH, AD__U_SIGMOID, AD__U_RELU,
+    AD__U_LEAKY_RELU, AD__U_GELU, AD__U_GELU_GRAD, AD__U_SQRT, AD__U_ABS, AD__U_SQUARE, AD__U_POW,
+    AD__U_CLAMP, AD__U_AFFINE
+};
+static const char *const ad__unary_names[] = {
+    "ad_neg", "ad_exp", "ad_log", "ad_sin", "ad_cos", "ad_tanh", "ad_sigmoid", "ad_relu",
+    "ad_leaky_relu", "ad_gelu", "ad_gelu (derivative)", "ad_sqrt", "ad_abs", "ad_square", "ad_pow",
+    "ad_clamp", "ad_affine"
+};
+
+#define AD__INV_SQRT2 0.70710678118654752440
+#define AD__INV_SQRT_2PI 0.39894228040143267794
+
+AD__PRIVATE void ad__unary_kernel(int kind, const ad_real *AD__RESTRICT x, ad_real *AD__RESTRICT y,
+                                  size_t n, ad_real p0, ad_real p1)
+{
+    size_t i;
+    switch (kind) {
+    case AD__U_NEG: for (i = 0; i < n; i++) y[i] = -x[i]; break;
+    case AD__U_EXP: for (i = 0; i < n; i++) y[i] = AD__F(exp)(x[i]); break;
+    case AD__U_LOG: for (i = 0; i < n; i++) y[i] = AD__F(log)(x[i]); break;
+    case AD__U_SIN: for (i = 0; i < n; i++) y[i] = AD__F(sin)(x[i]); break;
+    case AD__U_COS: for (i = 0; i < n; i++) y[i] = AD__F(cos)(x[i]); break;
+    case AD__U_TANH: for (i = 0; i < n; i++) y[i] = AD__F(tanh)(x[i]); break;
+    case AD__U_SIGMOID:
+        /* written so that exp never overflows */
+        for (i = 0; i < n; i++) {
+            ad_real e = AD__F(exp)(-AD__F(fabs)(x[i]));
+            y[i] = x[i] >= 0 ? 1 / (1 + e) : e / (1 + e);
+        }
+        break;
+    case AD__U_RELU: for (i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
+    case AD__U_LEAKY_RELU: for (i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : p0 * x[i]; break;
+    case AD__U_GELU:
+        for (i = 0; i < n; i++)
+            y[i] = (ad_real)0.5 * x[i] * (1 + AD__F(erf)(x[i] * (ad_real)AD__INV_SQRT2));
+        break;
+    case AD__U_GELU_GRAD: /* Phi(x) + x phi(x) */
+        for (i = 0; i < n; i++)
+            y[i] = (ad_real)0.5 * (1 + AD__F(erf)(x[i] * (ad_real)AD__INV_SQRT2)) +
+                   x[i] * (ad_real)AD__INV_SQRT_2PI * AD__F(exp)((ad_real)-0.5 * x[i] * x[i]);
+        break;
+    case AD__U_SQRT: for (i = 0; i < n; i++) y[i] = AD__F(sqrt)(x[i]); break;
+    case AD__U_ABS: for (i = 0; i < n; i++) y[i] = AD__F(fabs)(x[i]); break;
+    case AD__U_SQUARE: for (i = 0; i < n; i++) y[i] = x[i] * x[i]; break;
+    case AD__U_POW: for (i = 0; i < n; i++) y[i] = AD__F(pow)(x[i], p0); break;
+    case AD__U_CLAMP:
+        for (i = 0; i < n; i++) y[i] = x[i] < p0 ? p0 : (x[i] > p1 ? p1 : x[i]);
+        break;
+    case AD__U_AFFINE: for (i = 0; i < n; i++) y[i] = p0 * x[i] + p1; break;
+    default: AUTODIFF_ASSERT(0);
+    }
+}
+
+AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g);
+AD__PRIVATE ad_tensor *ad__mask_grad(ad_tape *T, ad_tensor *g, ad_tensor *x, int kind, ad_real p0,
+                                     ad_real p1);
+
+AD__PRIVATE ad_tensor *ad__unary(ad_tape *T, ad_tensor *a, int kind, ad_real p0, ad_real p1)
+{
+    const char *op = ad__unary_names[kind];
+    ad_tensor *y;
+    ad__node *n;
+    if (!T || !a) return NULL;
+    if (a->tape != T) { ad__fail(T, "%s: the input belongs to another tape", op); return NULL; }
+    y = ad__like(T, op, a);
+    if (!y) return NULL;
+    ad__unary_kernel(kind, a->data, y->data, a->size, p0, p1);
+    n = ad__record1(T, op, y, ad__unary_backward, a);
+    if (!n) return NULL;
+    n->iv[0] = kind;
+    n->rv[0] = p0;
+    n->rv[1] = p1;
+    return y;
+}
+
+AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0], *y = n->out, *d = NULL, *x2;
+    ad_real p0 = n->rv[0], p1 = n->rv[1];
+    switch (n->iv[0]) {
+    case AD__U_NEG: d = ad_neg(T, g); break;
+    case AD__U_EXP: d = ad_mul(T, g, y); break;
+    case AD__U_LOG: d = ad_div(T, g, x); break;
+    case AD__U_SIN: d = ad_mul(T, g, ad_cos(T, x)); break;
+    case AD__U_COS: d = ad_mul(T, g, ad_neg(T, ad_sin(T, x))); break;
+    case AD__U_TANH: d = ad_mul(T, g, ad_rsub_scalar(T, 1, ad_square(T, y))); break;
+    case AD__U_SIGMOID: d = ad_mul(T, g, ad_mul(T, y, ad_rsub_scalar(T, 1, y))); break;
+    case AD__U_RELU:
+    case AD__U_LEAKY_RELU:
+    case AD__U_ABS:
+    case AD__U_CLAMP: d = ad__mask_grad(T, g, x, n->iv[0], p0, p1); break;
+    case AD__U_GELU: d = ad_mul(T, g, ad__unary(T, x, AD__U_GELU_GRAD, 0, 0)); break;
+    case AD__U_GELU_GRAD: /* d/dx [Phi(x) + x phi(x)] = phi(x) (2 - x^2) */
+        x2 = ad_square(T, x);
+        d = ad_mul(T, g, ad_mul(T, ad_exp(T, ad_affine(T, x2, (ad_real)-0.5,
+                                                        (ad_real)log(AD__INV_SQRT_2PI))),
+                                ad_rsub_scalar(T, 2, x2)));
+        break;
+    case AD__U_SQRT: d = ad_div(T, g, ad_mul_scalar(T, y, 2)); break;
+    case AD__U_SQUARE: d = ad_mul(T, g, ad_mul_scalar(T, x, 2)); break;
+    case AD__U_POW: d = ad_mul(T, g, ad_mul_scalar(T, ad_pow(T, x, p0 - 1), p0)); break;
+    case AD__U_AFFINE:
+        if (p0 == 1) { ad__accum(S, x, g, 0); return; }
+        d = ad_mul_scalar(T, g, p0);
+        break;
+    default: AUTODIFF_ASSERT(0);
+    }
+    ad__accum(S, x, d, 1);
+}
+
+/* g times the derivative of a piecewise-linear function at x (relu, leaky_relu, abs, clamp).
+   The derivative is constant between kinks, so this op's own gradient reaches g only. */
+AD__PRIVATE void ad__mask_grad_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad__accum(S, n->in[0], ad__mask_grad(S->T, g, n->in[1], n->iv[0], n->rv[0], n->rv[1]), 1);
+}
+
+AD__PRIVATE ad_tensor *ad__mask_grad(ad_tape *T, ad_tensor *g, ad_tensor *x, int kind, ad_real p0,
+                                     ad_real p1)
+{
+    ad_tensor *y;
+    ad__node *n;
+    const ad_real *AD__RESTRICT xv, *AD__RESTRICT gv;
+    ad_real *AD__RESTRICT yv;
+    size_t i, size;
+    if (!g || !x) return NULL;
+    y = ad__like(T, ad__unary_names[kind], x);
+    if (!y) return NULL;
+    xv = x->data;
+    gv = g->data;
+    yv = y->data;
+    size = x->size;
+    switch (kind) {
+    case AD__U_RELU: for (i = 0; i < size; i++) yv[i] = xv[i] > 0 ? gv[i] : 0; break;
+    case AD__U_LEAKY_RELU: for (i = 0; i < size; i++) yv[i] = xv[i] > 0 ? gv[i] : p0 * gv[i]; break;
+    case AD__U_ABS:
+        for (i = 0; i < size; i++) yv[i] = xv[i] > 0 ? gv[i] : (xv[i] < 0 ? -gv[i] : 0);
+        break;
+    case AD__U_CLAMP:
+        for (i = 0; i < size; i++) yv[i] = xv[i] >= p0 && xv[i] <= p1 ? gv[i] : 0;
+        break;
+    default: AUTODIFF_ASSERT(0);
+    }
+    n = ad__record2(T, ad__unary_names[kind], y, ad__mask_grad_backward, g, x);
+    if (!n) return NULL;
+    n->iv[0] = kind;
+    n->rv[0] = p0;
+    n->rv[1] = p1;
+    return y;
+}
+
+AUTODIFF_API ad_tensor *ad_neg(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_NEG, 0, 0); }
+AUTODIFF_API ad_tensor *ad_exp(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_EXP, 0, 0); }
+AUTODIFF_API ad_tensor *ad_log(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_LOG, 0, 0); }
+AUTODIFF_API ad_tensor *ad_sin(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_SIN, 0, 0); }
+AUTODIFF_API ad_tensor *ad_cos(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_COS, 0, 0); }
+AUTODIFF_API ad_tensor *ad_tanh(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_TANH, 0, 0); }
+AUTODIFF_API ad_tensor *ad_sigmoid(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_SIGMOID, 0, 0); }
+AUTODIFF_API ad_tensor *ad_relu(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_RELU, 0, 0); }
+AUTODIFF_API ad_tensor *ad_leaky_relu(ad_tape *T, ad_tensor *a, ad_real slope)
+{
+    return ad__unary(T, a, AD__U_LEAKY_RELU, slope, 0);
+}
+AUTODIFF_API ad_tensor *ad_gelu(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_GELU, 0, 0); }
+AUTODIFF_API ad_tensor *ad_sqrt(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_SQRT, 0, 0); }
+AUTODIFF_API ad_tensor *ad_abs(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_ABS, 0, 0); }
+AUTODIFF_API ad_tensor *ad_square(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_SQUARE, 0, 0); }
+AUTODIFF_API ad_tensor *ad_pow(ad_tape *T, ad_tensor *a, ad_real p) { return ad__unary(T, a, AD__U_POW, p, 0); }
+AUTODIFF_API ad_tensor *ad_clamp(ad_tape *T, ad_tensor *a, ad_real lo, ad_real hi)
+{
+    if (T && a && !(lo <= hi)) {
+        ad__fail(T, "ad_clamp: lower bound %g is above upper bound %g", (double)lo, (double)hi);
+        return NULL;
+    }
+    return ad__unary(T, a, AD__U_CLAMP, lo, hi);
+}
+AUTODIFF_API ad_tensor *ad_affine(ad_tape *T, ad_tensor *a, ad_real scale, ad_real shift)
+{
+    return ad__unary(T, a, AD__U_AFFINE, scale, shift);
+}
+AUTODIFF_API ad_tensor *ad_add_scalar(ad_tape *T, ad_tensor *a, ad_real s) { return ad_affine(T, a, 1, s); }
+AUTODIFF_API ad_tensor *ad_sub_scalar(ad_tape *T, ad_tensor *a, ad_real s) { return ad_affine(T, a, 1, -s); }
+AUTODIFF_API ad_tensor *ad_rsub_scalar(ad_tape *T, ad_real s, ad_tensor *a) { return ad_affine(T, a, -1, s); }
+AUTODIFF_API ad_tensor *ad_mul_scalar(ad_tape *T, ad_tensor *a, ad_real s) { return ad_affine(T, a, s, 0); }
+AUTODIFF_API ad_tensor *ad_div_scalar(ad_tape *T, ad_tensor *a, ad_real s)
+{
+    if (T && a && s == 0) {
+        ad__fail(T, "ad_div_scalar: division by zero");
+        return NULL;
+    }
+    return ad_affine(T, a, 1 / s, 0);
+}
+AUTODIFF_API ad_tensor *ad_maximum_scalar(ad_tape *T, ad_tensor *a, ad_real s)
+{
+    return ad__unary(T, a, AD__U_CLAMP, s, (ad_real)HUGE_VAL);
+}
+AUTODIFF_API ad_tensor *ad_minimum_scalar(ad_tape *T, ad_tensor *a, ad_real s)
+{
+    return ad__unary(T, a, AD__U_CLAMP, (ad_real)-HUGE_VAL, s);
+}
+
+/* >>ops:binary ------------------------------------------------------------------------------- */
+static const char *const ad__binary_names[] = {
+    "ad_add", "ad_sub", "ad_mul", "ad_div", "ad_maximum", "ad_minimum", "ad_maximum", "ad_minimum"
+};
+
+/* NumPy broadcasting of two shapes into out; 0 with the tape's error set when they clash. */
+AD__PRIVATE int ad__broadcast_shape(ad_tape *T, const char *op, const ad_tensor *a, const ad_tensor *b,
+                                    int *ndim, int *out)
+{
+    int n = a->ndim > b->ndim ? a->ndim : b->ndim, i;
+    for (i = 0; i < n; i++) {
+        int da = i < n - a->ndim ? 1 : a->shape[i - (n - a->ndim)];
+        int db = i < n - b->ndim ? 1 : b->shape[i - (n - b->ndim)];
+        if (da != db && da != 1 && db != 1) {
+            char sa[96], sb[96];
+            ad__fail(T, "%s: shapes %s and %s cannot be broadcast (dimension %d: %d vs %d)", op,
+                     ad_shape_str(a, sa, sizeof sa), ad_shape_str(b, sb, sizeof sb), i, da, db);
+            return 0;
+        }
+        out[i] = da == 1 ? db : da;
+    }
+    *ndim = n;
+    return 1;
+}
+
+AD__PRIVATE int ad__check_pair(ad_tape *T, const char *op, const ad_tensor *a, const ad_tensor *b)
+{
+    if (a->tape != T || b->tape != T) {
+        ad__fail(T, "%s: an input belongs to another tape", op);
+        return 0;
+    }
+    return 1;
+}
+
+/* Computes kind(a, b) with broadcasting; records it when record is set. */
+AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record);
+
+AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *a = n->in[0], *b = n->in[1], *y = n->out, *m;
+    int wa = ad__wants(S, a), wb = ad__wants(S, b);
+    switch (n->iv[0]) {
+    case AD__B_ADD:
+        if (wa) ad__accum_to(S, a, g, 0);
+        if (wb) ad__accum_to(S, b, g, 0);
+        break;
+    case AD__B_SUB:
+        if (wa) ad__accum_to(S, a, g, 0);
+        if (wb) ad__accum_to(S, b, ad_neg(T, g), 1);
+        break;
+    case AD__B_MUL:
+        if (wa) ad__accum_to(S, a, ad_mul(T, g, b), 1);
+        if (wb) ad__accum_to(S, b, ad_mul(T, g, a), 1);
+        break;
+    case AD__B_DIV: /* d(a/b)/db = -a/b^2 = -y/b */
+        if (wa) ad__accum_to(S, a, ad_div(T, g, b), 1);
+        if (wb) ad__accum_to(S, b, ad_neg(T, ad_div(T, ad_mul(T, g, y), b)), 1);
+        break;
+    case AD__B_MAX:
+    case AD__B_MIN:
+        /* the share of a is a constant mask; b gets the rest */
+        m = ad__binary(T, a, b, n->iv[0] == AD__B_MAX ? AD__B_GT_MASK : AD__B_LT_MASK, 0);
+        if (wa) ad__accum_to(S, a, ad_mul(T, g, m), 1);
+        if (wb) ad__accum_to(S, b, ad_sub(T, g, ad_mul(T, g, m)), 1);
+        break;
+    default: AUTODIFF_ASSERT(0);
+    }
+}
+
+AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record)
+{
+    const char *op = ad__binary_names[kind];
+    int shape[AD_MAX_DIMS], ndim;
+    ad__walk w;
+    ad_tensor *y;
+    ad__node *n;
+    if (!T || !a || !b) return NULL;
+    if (!ad__check_pair(T, op, a, b) || !ad__broadcast_shape(T, op, a, b, &ndim, shape)) return NULL;
+    y = ad__tensor(T, op, ndim, shape, 1);
+    if (!y) return NULL;
+    if (a->size == y->size && b->size == y->size) {
+        ad__binary_row(kind, a->data, 1, b->data, 1, y->data, y->size);
+    } else {
+        ad__walk_init(&w, ndim, shape, a, b);
+        ad__binary_kernel(kind, &w, a->data, b->data, y->data);
+    }
+    if (!record) return y;
+    n = ad__record2(T, op, y, ad__binary_backward, a, b);
+    if (!n) return NULL;
+    n->iv[0] = kind;
+    return y;
+}
+
+AUTODIFF_API ad_tensor *ad_add(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_ADD, 1); }
+AUTODIFF_API ad_tensor *ad_sub(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_SUB, 1); }
+AUTODIFF_API ad_tensor *ad_mul(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_MUL, 1); }
+AUTODIFF_API ad_tensor *ad_div(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_DIV, 1); }
+AUTODIFF_API ad_tensor *ad_maximum(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_MAX, 1); }
+AUTODIFF_API ad_tensor *ad_minimum(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_MIN, 1); }
+
+/* >>ops:reduce ------------------------------------------------------------------------------- */
+enum ad__reduce_kind { AD__R_SUM, AD__R_MAX };
+
+/* Resolves a possibly negative axis; -1 with the tape's error set when out of range. */
+AD__PRIVATE int ad__axis(ad_tape *T, const char *op, const ad_tensor *a, int axis)
+{
+    int r = axis < 0 ? axis + a->ndim : axis;
+    if (r < 0 || r >= a->ndim) {
+        char s[96];
+        ad__fail(T, "%s: axis %d is out of range for shape %s", op, axis, ad_shape_str(a, s, sizeof s));
+        return -1;
+    }
+    return r;
+}
+
+AD__PRIVATE void ad__reduce_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0], *mask;
+    int axis = n->iv[1], kshape[AD_MAX_DIMS], kndim = x->ndim, i;
+    ad_real scale = n->rv[0];
+    size_t outer, len, inner;
+    /* the output's shape with the reduced axis (or all axes) kept as 1 */
+    for (i = 0; i < x->ndim; i++) kshape[i] = (axis < 0 || i == axis) ? 1 : x->shape[i];
+    g = ad_reshape(T, g, kndim, kshape);
+    if (n->iv[0] == AD__R_SUM) {
+        if (scale != 1) g = ad_mul_scalar(T, g, scale);
+        ad__accum_to(S, x, g, scale != 1);
+        return;
+    }
+    /* max: the gradient goes to the first maximal element */
+    if (!g) { S->failed = 1; return; }
+    mask = ad__like(T, "ad_max", x);
+    if (!mask) { S->failed = 1; return; }
+    if (axis < 0) { outer = 1; len = x->size; inner = 1; }
+    else ad__split_axis(x, axis, &outer, &len, &inner);
+    ad__argmax_mask(x->data, n->out->data, mask->data, outer, len, inner);
+    ad__accum(S, x, ad_mul(T, ad_broadcast_to(T, g, x->ndim, x->shape), mask), 1);
+}
+
+/* axis < 0 reduces everything into a scalar. */
+AD__PRIVATE ad_tensor *ad__reduce(ad_tape *T, ad_tensor *a, int kind, int axis, int keepdim, int mean,
+                                  const char *op)
+{
+    int shape[AD_MAX_DIMS], ndim = 0, i;
+    size_t outer, n, inner;
+    ad_real scale;
+    ad_tensor *y;
+    ad__node *node;
+    if (!T || !a) return NULL;
+    if (a->tape != T) { ad__fail(T, "%s: the input belongs to another tape", op); return NULL; }
+    if (axis < 0) {
+        outer = 1; n = a->size; inner = 1;
+    } else {
+        ad__split_axis(a, axis, &outer, &n, &inner);
+        for (i = 0; i < a->ndim; i++) {
+            if (i != axis) shape[ndim++] = a->shape[i];
+            else if (keepdim) shape[ndim++] = 1;
+        }
+    }
+    scale = mean ? (ad_real)(1.0 / (double)n) : 1;
+    y = ad__tensor(T, op, ndim, shape, 1);
+    if (!y) return NULL;
+    if (kind == AD__R_SUM) ad__reduce_sum(a->data, y->data, outer, n, inner, scale);
+    else ad__reduce_max(a->data, y->data, outer, n, inner);
+    node = ad__record1(T, op, y, ad__reduce_backward, a);
+    if (!node) return NULL;
+    node->iv[0] = kind;
+    node->iv[1] = axis;
+    node->rv[0] = scale;
+    return y;
+}
+
+AD__PRIVATE ad_tensor *ad__reduce_axis(ad_tape *T, ad_tensor *a, int kind, int axis, int keepdim, int mean,
+                                       const char *op)
+{
+    if (!T || !a) return NULL;
+    axis = ad__axis(T, op, a, axis);
+    if (axis < 0) return NULL;
+    return ad__reduce(T, a, kind, axis, keepdim, mean, op);
+}
+
+AUTODIFF_API ad_tensor *ad_sum(ad_tape *T, ad_tensor *a) { return ad__reduce(T, a, AD__R_SUM, -1, 0, 0, "ad_sum"); }
+AUTODIFF_API ad_tensor *ad_mean(ad_tape *T, ad_tensor *a) { return ad__reduce(T, a, AD__R_SUM, -1, 0, 1, "ad_mean"); }
+AUTODIFF_API ad_tensor *ad_max(ad_tape *T, ad_tensor *a) { return ad__reduce(T, a, AD__R_MAX, -1, 0, 0, "ad_max"); }
+AUTODIFF_API ad_tensor *ad_sum_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim)
+{
+    return ad__reduce_axis(T, a, AD__R_SUM, axis, keepdim, 0, "ad_sum_axis");
+}
+AUTODIFF_API ad_tensor *ad_mean_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim)
+{
+    return ad__reduce_axis(T, a, AD__R_SUM, axis, keepdim, 1, "ad_mean_axis");
+}
+AUTODIFF_API ad_tensor *ad_max_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim)
+{
+    return ad__reduce_axis(T, a, AD__R_MAX, axis, keepdim, 0, "ad_max_axis");
+}
+
+/* >>ops:shape -------------------------------------------------------------------------------- */
+AD__PRIVATE void ad__reshape_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tensor *x = n->in[0];
+    ad__accum(S, x, ad_reshape(S->T, g, x->ndim, x->shape), 0);
+}
+
+AUTODIFF_API ad_tensor *ad_reshape(ad_tape *T, ad_tensor *a, int ndim, const int *shape)
+{
+    int resolved[AD_MAX_DIMS], i, infer = -1;
+    size_t known = 1;
+    ad_tensor *y;
+    char sa[96], sb[96];
+    if (!T || !a) return NULL;
+    if (a->tape != T) { ad__fail(T, "ad_reshape: the input belongs to another tape"); return NULL; }
+    if (ndim < 0 || ndim > AD_MAX_DIMS || (ndim > 0 && !shape)) {
+        ad__fail(T, "ad_reshape: %d dimensions; between 0 and %d are supported", ndim, AD_MAX_DIMS);
+        return NULL;
+    }
+    for (i = 0; i < ndim; i++) {
+        resolved[i] = shape[i];
+        if (shape[i] == -1 && infer < 0) { infer = i; continue; }
+        if (shape[i] <= 0) {
+            ad__fail(T, "ad_reshape: %s to %s: dimension %d is %d", ad_shape_str(a, sa, sizeof sa),
+                     ad__dims_str(ndim, shape, sb, sizeof sb), i, shape[i]);
+            return NULL;
+        }
+        known *= (size_t)shape[i];
+    }
+    if (infer >= 0 && known > 0 && a->size % known == 0 && a->size / known <= INT_MAX)
+        resolved[infer] = (int)(a->size / known);
+    if ((infer >= 0 && (a->size % known != 0)) || (infer < 0 && known != a->size)) {
+        ad__fail(T, "ad_reshape: %s to %s: %zu elements do not fit", ad_shape_str(a, sa, sizeof sa),
+                 ad__dims_str(ndim, shape, sb, sizeof sb), a->size);
+        return NULL;
+    }
+    y = ad__tensor(T, "ad_reshape", ndim, resolved, 0);
+    if (!y) return NULL;
+    y->data = a->data;
+    if (!ad__record1(T, "ad_reshape", y, ad__reshape_backward, a)) return NULL;
+    return y;
+}
+
+AUTODIFF_API ad_tensor *ad_flatten(ad_tape *T, ad_tensor *a)
+{
+    int shape[2];
+    if (!T || !a) return NULL;
+    if (a->ndim < 1) {
+        ad__fail(T, "ad_flatten: a scalar has no batch dimension");
+        return NULL;
+    }
+    shape[0] = a->shape[0];
+    shape[1] = (int)(a->size / (size_t)a->shape[0]);
+    return ad_reshape(T, a, 2, shape);
+}
+
+/* y = x with axes permuted: y axis i is x axis perm[i]. */
+AD__PRIVATE void ad__permute_kernel(const ad_tensor *x, const int *perm, ad_real *AD__RESTRICT y)
+{
+    size_t xstride[AD_MAX_DIMS], s = 1, idx[AD_MAX_DIMS] = {0}, shape[AD_MAX_DIMS], stride[AD_MAX_DIMS];
+    size_t off = 0, o, i, inner, inner_stride, outer;
+    int d, nd = x->ndim;
+    for (d = nd - 1; d >= 0; d--) { xstride[d] = s; s *= (size_t)x->shape[d]; }
+    for (d = 0; d < nd; d++) { shape[d] = (size_t)x->shape[perm[d]]; stride[d] = xstride[perm[d]]; }
+    inner = nd ? shape[nd - 1] : 1;
+    inner_stride = nd ? stride[nd - 1] : 0;
+    outer = x->size / inner;
+    for (o = 0; o < outer; o++) {
+        const ad_real *src = x->data + off;
+        ad_real *dst = y + o * inner;
+        for (i = 0; i < inner; i++) dst[i] = src[i * inner_stride];
+        for (d = nd - 2; d >= 0; d--) {
+            idx[d]++;
+            off += stride[d];
+            if (idx[d] < shape[d]) break;
+            off -= stride[d] * shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+AD__PRIVATE void ad__permute_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    int inverse[AD_MAX_DIMS], d;
+    for (d = 0; d < n->in[0]->ndim; d++) inverse[n->iv[d]] = d;
+    ad__accum(S, n->in[0], ad_permute(S->T, g, inverse), 1);
+}
+
+AUTODIFF_API ad_tensor *ad_permute(ad_tape *T, ad_tensor *a, const int *perm)
+{
+    int shape[AD_MAX_DIMS], seen[AD_MAX_DIMS] = {0}, d;
+    ad_tensor *y;
+    ad__node *n;
+    if (!T || !a) return NULL;
+    if (a->tape != T) { ad__fail(T, "ad_permute: the input belongs to another tape"); return NULL; }
+    if (a->ndim > 0 && !perm) { ad__fail(T, "ad_permute: perm is NULL"); return NULL; }
+    for (d = 0; d < a->ndim; d++) {
+        if (perm[d] < 0 || perm[d] >= a->ndim || seen[perm[d]]) {
+            char s[96];
+            ad__fail(T, "ad_permute: shape %s: perm[%d] = %d is not a permutation of 0..%d",
+                     ad_shape_str(a, s, sizeof s), d, perm[d], a->ndim - 1);
+            return NULL;
+        }
+        seen[perm[d]] = 1;
+        shape[d] = a->shape[perm[d]];
+    }
+    y = ad__tensor(T, "ad_permute", a->ndim, shape, 1);
+    if (!y) return NULL;
+    ad__permute_kernel(a, perm, y->data);
+    n = ad__record1(T, "ad_permute", y, ad__permute_backward, a);
+    if (!n) return NULL;
+    for (d = 0; d < a->ndim; d++) n->iv[d] = perm[d];
+    return y;
+}
+
+AUTODIFF_API ad_tensor *ad_transpose(ad_tape *T, ad_tensor *a, int axis0, int axis1)
+{
+    int perm[AD_MAX_DIMS], d, t;
+    if (!T || !a) return NULL;
+    axis0 = ad__axis(T, "ad_transpose", a, axis0);
+    if (axis0 < 0) return NULL;
+    axis1 = ad__axis(T, "ad_transpose", a, axis1);
+    if (axis1 < 0) return NULL;
+    for (d = 0; d < a->ndim; d++) perm[d] = d;
+    t = perm[axis0];
+    perm[axis0] = perm[axis1];
+    perm[axis1] = t;
+    return ad_permute(T, a, perm);
+}
+
+/* Copies small (viewed as [outer, n, inner]) into big's axis range [start, start+n) of extent
+   total, or the reverse when gather is set. */
+AD__PRIVATE void ad__axis_copy(ad_real *big, ad_real *small, size_t outer, size_t n, size_t inner,
+                               size_t start, size_t total, int gather)
+{
+    size_t o, block = n * inner;
+    for (o = 0; o < outer; o++) {
+        ad_real *b = big + (o * total + start) * inner, *s = small + o * block;
+        if (gather) memcpy(s, b, block * sizeof(ad_real));
+        else memcpy(b, s, block * sizeof(ad_real));
+    }
+}
+
+AD__PRIVATE ad_tensor *ad__pad_axis(ad_tape *T, ad_tensor *g, int axis, int start, int total);
+
+AD__PRIVATE void ad__slice_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tensor *x = n->in[0];
+    ad__accum(S, x, ad__pad_axis(S->T, g, n->iv[0], n->iv[1], x->shape[n->iv[0]]), 1);
+}
+
+AUTODIFF_API ad_tensor *ad_slice(ad_tape *T, ad_tensor *a, int axis, int start, int end)
+{
+    int shape[AD_MAX_DIMS], len, ax;
+    size_t outer, n, inner;
+    ad_tensor *y;
+    ad__node *node;
+    if (!T || !a) return NULL;
+    ax = ad__axis(T, "ad_slice", a, axis);
+    if (ax < 0) return NULL;
+    len = a->shape[ax];
+    if (start < 0) start += len;
+    if (end < 0) end += len;
+    if (start < 0 || end > len || start >= end) {
+        char s[96];
+        ad__fail(T, "ad_slice: shape %s, axis %d: range [%d, %d) is empty or outside 0..%d",
+                 ad_shape_str(a, s, sizeof s), axis, start, end, len);
+        return NULL;
+    }
+    memcpy(shape, a->shape, sizeof shape);
+    shape[ax] = end - start;
+    y = ad__tensor(T, "ad_slice", a->ndim, shape, 1);
+    if (!y) return NULL;
+    ad__split_axis(y, ax, &outer, &n, &inner);
+    ad__axis_copy(a->data, y->data, outer, n, inner, (size_t)start, (size_t)len, 1);
+    node = ad__record1(T, "ad_slice", y, ad__slice_backward, a);
+    if (!node) return NULL;
+    node->iv[0] = ax;
+    node->iv[1] = start;
+    return y;
+}
+
+/* g placed at [start, start + g's extent) along axis inside zeros of extent total: the gradient
+   of a slice. Its own gradient is the slice back. */
+AD__PRIVATE void ad__pad_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tensor *x = n->in[0];
+    int ax = n->iv[0], start = n->iv[1];
+    ad__accum(S, x, ad_slice(S->T, g, ax, start, start + x->shape[ax]), 1);
+}
+
+AD__PRIVATE ad_tensor *ad__pad_axis(ad_tape *T, ad_tensor *g, int axis, int start, int total)
+{
+    int shape[AD_MAX_DIMS];
+    size_t outer, n, inner;
+    ad_tensor *y;
+    ad__node *node;
+    if (!g) return NULL;
+    memcpy(shape, g->shape, sizeof shape);
+    shape[axis] = total;
+    y = ad__tensor(T, "ad_slice", g->ndim, shape, 1);
+    if (!y) return NULL;
+    memset(y->data, 0, y->size * sizeof(ad_real));
+    ad__split_axis(g, axis, &outer, &n, &inner);
+    ad__axis_copy(y->data, g->data, outer, n, inner, (size_t)start, (size_t)total, 0);
+    node = ad__record1(T, "ad_slice", y, ad__pad_backward, g);
+    if (!node) return NULL;
+    node->iv[0] = axis;
+    node->iv[1] = start;
+    return y;
+}
+
+AD__PRIVATE void ad__concat_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    int i, ax = n->iv[0], start = 0;
+    for (i = 0; i < n->nin; i++) {
+        ad_tensor *x = n->in[i];
+        if (ad__wants(S, x)) ad__accum(S, x, ad_slice(S->T, g, ax, start, start + x->shape[ax]), 1);
+        start += x->shape[ax];
+    }
+}
+
+AUTODIFF_API ad_tensor *ad_concat(ad_tape *T, ad_tensor *const *xs, int n, int axis)
+{
+    int shape[AD_MAX_DIMS], i, d, ax;
+    size_t total = 0, start = 0, outer, len, inner;
+    ad_tensor *y;
+    ad__node *node;
+    if (!T) return NULL;
+    if (!xs || n < 1) { ad__fail(T, "ad_concat: no tensors given"); return NULL; }
+    for (i = 0; i < n; i++)
+        if (!xs[i]) return NULL;
+    ax = ad__axis(T, "ad_concat", xs[0], axis);
+    if (ax < 0) return NULL;
+    for (i = 0; i < n; i++) {
+        const ad_tensor *x = xs[i];
+        int ok = x->tape == T && x->ndim == xs[0]->ndim;
+        for (d = 0; ok && d < x->ndim; d++)
+            if (d != ax && x->shape[d] != xs[0]->shape[d]) ok = 0;
+        if (!ok) {
+            char s0[96], si[96];
+            ad__fail(T, "ad_concat: along axis %d, tensor %d has shape %s, which does not match %s",
+                     axis, i, ad_shape_str(x, si, sizeof si), ad_shape_str(xs[0], s0, sizeof s0));
+            return NULL;
+        }
+        total += (size_t)x->shape[ax];
+    }
+    if (total > INT_MAX) { ad__fail(T, "ad_concat: result too large"); return NULL; }
+    memcpy(shape, xs[0]->shape, sizeof shape);
+    shape[ax] = (int)total;
+    y = ad__tensor(T, "ad_concat", xs[0]->ndim, shape, 1);
+    if (!y) return NULL;
+    for (i = 0; i < n; i++) {
+        ad__split_axis(xs[i], ax, &outer, &len, &inner);
+        ad__axis_copy(y->data, xs[i]->data, outer, len, inner, start, total, 0);
+        start += len;
+    }
+    node = ad__record(T, "ad_concat", y, ad__concat_backward, xs, n);
+    if (!node) return NULL;
+    node->iv[0] = ax;
+    return y;
+}
+
+/* Can shape small broadcast to shape big (NumPy rules)? */
+AD__PRIVATE int ad__broadcastable(int small_ndim, const int *small, int big_ndim, const int *big)
+{
+    int i;
+    if (small_ndim > big_ndim) return 0;
+    for (i = 1; i <= small_ndim; i++)
+        if (small[small_ndim - i] != 1 && small[small_ndim - i] != big[big_ndim - i]) return 0;
+    return 1;
+}
+
+AD__PRIVATE void ad__broadcast_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tensor *x = n->in[0];
+    ad__accum(S, x, ad_sum_to(S->T, g, x->ndim, x->shape), 1);
+}
+
+AUTODIFF_API ad_tensor *ad_broadcast_to(ad_tape *T, ad_tensor *a, int ndim, const int *shape)
+{
+    ad_tensor *y;
+    ad__walk w;
+    size_t size;
+    if (!T || !a) return NULL;
+    if (!ad__check_shape(T, "ad_broadcast_to", ndim, shape, &size)) return NULL;
+    if (!ad__broadcastable(a->ndim, a->shape, ndim, shape)) {
+        char sa[96], sb[96];
+        ad__fail(T, "ad_broadcast_to: shape %s cannot be broadcast to %s", ad_shape_str(a, sa, sizeof sa),
+                 ad__dims_str(ndim, shape, sb, sizeof sb));
+        return NULL;
+    }
+    y = ad__tensor(T, "ad_broadcast_to", ndim, shape, 1);
+    if (!y) return NULL;
+    ad__walk_init(&w, ndim, shape, a, NULL);
+    ad__broadcast_kernel(&w, a->data, y->data);
+    if (!ad__record1(T, "ad_broadcast_to", y, ad__broadcast_backward, a)) return NULL;
+    return y;
+}
+
+AD__PRIVATE void ad__sum_to_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tensor *x = n->in[0];
+    ad__accum(S, x, ad_broadcast_to(S->T, g, x->ndim, x->shape), 1);
+}
+
+AUTODIFF_API ad_tensor *ad_sum_to(ad_tape *T, ad_tensor *a, int ndim, const int *shape)
+{
+    ad_tensor *y;
+    ad__walk w;
+    size_t size;
+    if (!T || !a) return NULL;
+    if (!ad__check_shape(T, "ad_sum_to", ndim, shape, &size)) return NULL;
+    if (!ad__broadcastable(ndim, shape, a->ndim, a->shape)) {
+        char sa[96], sb[96];
+        ad__fail(T, "ad_sum_to: shape %s cannot be summed to %s", ad_shape_str(a, sa, sizeof sa),
+                 ad__dims_str(ndim, shape, sb, sizeof sb));
+        return NULL;
+    }
+    y = ad__tensor(T, "ad_sum_to", ndim, shape, 1);
+    if (!y) return NULL;
+    memset(y->data, 0, y->size * sizeof(ad_real));
+    ad__walk_init(&w, a->ndim, a->shape, y, NULL);
+    ad__sum_to_kernel(&w, a->data, y->data);
+    if (!ad__record1(T, "ad_sum_to", y, ad__sum_to_backward, a)) return NULL;
+    return y;
+}
+
+/* >>ops:linalg ------------------------------------------------------------------------------- */
+AD__PRIVATE void ad__matmul_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *a = n->in[0], *b = n->in[1];
+    int ta = n->iv[0], tb = n->iv[1];
+    /* C = op(A) op(B): dA = g op(B)^T (transposed back when A was), dB = op(A)^T g likewise */
+    if (ad__wants(S, a))
+        ad__accum_to(S, a, ta ? ad_matmul_t(T, b, g, tb, 1) : ad_matmul_t(T, g, b, 0, !tb), 1);
+    if (ad__wants(S, b))
+        ad__accum_to(S, b, tb ? ad_matmul_t(T, g, a, 1, ta) : ad_matmul_t(T, a, g, !ta, 0), 1);
+}
+
+AUTODIFF_API ad_tensor *ad_matmul_t(ad_tape *T, ad_tensor *a, ad_tensor *b, int trans_a, int trans_b)
+{
+    const char *op = (trans_a || trans_b) ? "ad_matmul_t" : "ad_matmul";
+    int shape[AD_MAX_DIMS], nd, m, k, k2, n, i, batch = 1;
+    ad_tensor *y, *big;
+    ad__node *node;
+    size_t sa, sb;
+    char s1[96], s2[96];
+    if (!T || !a || !b) return NULL;
+    if (!ad__check_pair(T, op, a, b)) return NULL;
+    trans_a = trans_a != 0;
+    trans_b = trans_b != 0;
+    if (a->ndim < 2 || b->ndim < 2) {
+        ad__fail(T, "%s: %s x %s: both operands need at least 2 dimensions", op,
+                 ad_shape_str(a, s1, sizeof s1), ad_shape_str(b, s2, sizeof s2));
+        return NULL;
+    }
+    m = a->shape[a->ndim - 2 + trans_a];
+    k = a->shape[a->ndim - 1 - trans_a];
+    k2 = b->shape[b->ndim - 2 + trans_b];
+    n = b->shape[b->ndim - 1 - trans_b];
+    if (k != k2) {
+        ad__fail(T, "%s: %s%s x %s%s: inner dimensions %d and %d differ", op, ad_shape_str(a, s1, sizeof s1),
+                 trans_a ? "^T" : "", ad_shape_str(b, s2, sizeof s2), trans_b ? "^T" : "", k, k2);
+        return NULL;
+    }
+    if (a->ndim > 2 && b->ndim > 2 &&
+        (a->ndim != b->ndim || memcmp(a->shape, b->shape, (size_t)(a->ndim - 2) * sizeof(int)) != 0)) {
+        ad__fail(T, "%s: %s x %s: batch dimensions differ", op, ad_shape_str(a, s1, sizeof s1),
+                 ad_shape_str(b, s2, sizeof s2));
+        return NULL;
+    }
+    if (a->ndim > 2 && b->ndim == 2 && !trans_a) {
+        /* a batch of rows times one matrix is one tall product */
+        int flat[2], out[AD_MAX_DIMS];
+        flat[0] = (int)(a->size / (size_t)k);
+        flat[1] = k;
+        memcpy(out, a->shape, sizeof out);
+        out[a->ndim - 1] = n;
+        return ad_reshape(T, ad_matmul_t(T, ad_reshape(T, a, 2, flat), b, 0, trans_b), a->ndim, out);
+    }
+    big = a->ndim >= b->ndim ? a : b;
+    nd = big->ndim;
+    for (i = 0; i < nd - 2; i++) {
+        shape[i] = big->shape[i];
+        batch *= big->shape[i];
+    }
+    shape[nd - 2] = m;
+    shape[nd - 1] = n;
+    y = ad__tensor(T, op, nd, shape, 1);
+    if (!y) return NULL;
+    sa = a->ndim > 2 ? (size_t)m * k : 0;
+    sb = b->ndim > 2 ? (size_t)k * n : 0;
+    for (i = 0; i < batch; i++) {
+        if (ad__gemm(T, trans_a, trans_b, m, n, k, a->data + i * sa, a->shape[a->ndim - 1],
+                     b->data + i * sb, b->shape[b->ndim - 1], y->data + (size_t)i * m * n, n, 0) != 0) {
+            ad__fail(T, "%s: out of memory for the packing buffer", op);
+            return NULL;
+        }
+    }
+    node = ad__record2(T, op, y, ad__matmul_backward, a, b);
+    if (!node) return NULL;
+    node->iv[0] = trans_a;
+    node->iv[1] = trans_b;
+    return y;
+}
+
+AUTODIFF_API ad_tensor *ad_matmul(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad_matmul_t(T, a, b, 0, 0); }
+
+AD__PRIVATE void ad__linear_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0], *W = n->in[1], *b = n->in[2];
+    if (ad__wants(S, x)) ad__accum(S, x, ad_matmul_t(T, g, W, 0, 1), 1);
+    if (ad__wants(S, W)) ad__accum(S, W, ad_matmul_t(T, x, g, 1, 0), 1);
+    if (b && ad__wants(S, b)) ad__accum_to(S, b, g, 0);
+}
+
+AUTODIFF_API ad_tensor *ad_linear(ad_tape *T, ad_tensor *x, ad_tensor *W, ad_tensor *b)
+{
+    int shape[2], in, out, rows, r;
+    ad_tensor *y, *ins[3];
+    char s1[96], s2[96];
+    if (!T || !x || !W) return NULL;
+    if (!ad__check_pair(T, "ad_linear", x, W) || (b && !ad__check_pair(T, "ad_linear", x, b))) return NULL;
+    if (W->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != W->shape[0]) {
+        ad__fail(T, "ad_linear: x %s and W %s: W must be [in, out] with in = x's last dimension",
+                 ad_shape_str(x, s1, sizeof s1), ad_shape_str(W, s2, sizeof s2));
+        return NULL;
+    }
+    in = W->shape[0];
+    out = W->shape[1];
+    if (b && !(b->ndim == 1 && b->shape[0] == out)) {
+        ad__fail(T, "ad_linear: W %s and b %s: b must be [%d]", ad_shape_str(W, s1, sizeof s1),
+                 ad_shape_str(b, s2, sizeof s2), out);
+        return NULL;
+    }
+    if (x->ndim != 2) {
+        /* any leading dimensions are rows */
+        int flat[2], full[AD_MAX_DIMS];
+        flat[0] = (int)(x->size / (size_t)in);
+        flat[1] = in;
+        memcpy(full, x->shape, sizeof full);
+        full[x->ndim - 1] = out;
+        return ad_reshape(T, ad_linear(T, ad_reshape(T, x, 2, flat), W, b), x->ndim, full);
+    }
+    rows = x->shape[0];
+    shape[0] = rows;
+    shape[1] = out;
+    y = ad__tensor(T, "ad_linear", 2, shape, 1);
+    if (!y) return NULL;
+    if (b)
+        for (r = 0; r < rows; r++) memcpy(y->data + (size_t)r * out, b->data, (size_t)out * sizeof(ad_real));
+    if (ad__gemm(T, 0, 0, rows, out, in, x->data, in, W->data, out, y->data, out, b != NULL) != 0) {
+        ad__fail(T, "ad_linear: out of memory for the packing buffer");
+        return NULL;
+    }
+    ins[0] = x;
+    ins[1] = W;
+    ins[2] = b;
+    if (!ad__record(T, "ad_linear", y, ad__linear_backward, ins, b ? 3 : 2)) return NULL;
+    return y;
+}
+
+/* >>ops:nn ----------------------------------------------------------------------------------- */
+/* Softmax (or log-softmax) along the middle axis of x viewed as [outer, n, inner]. */
+AD__PRIVATE void ad__softmax_kernel(const ad_real *x, ad_real *y, size_t outer, size_t n, size_t inner,
+                                    int log_form)
+{
+    size_t o, i, j;
+    for (o = 0; o < outer; o++)
+        for (i = 0; i < inner; i++) {
+            const ad_real *src = x + o * n * inner + i;
+            ad_real *dst = y + o * n * inner + i;
+            ad_real m = src[0], s = 0;
+            for (j = 1; j < n; j++) m = src[j * inner] > m ? src[j * inner] : m;
+            for (j = 0; j < n; j++) {
+                dst[j * inner] = src[j * inner] - m;
+                s += AD__F(exp)(dst[j * inner]);
+            }
+            if (log_form) {
+                ad_real ls = AD__F(log)(s);
+                for (j = 0; j < n; j++) dst[j * inner] -= ls;
+            } else {
+                ad_real inv = 1 / s;
+                for (j = 0; j < n; j++) dst[j * inner] = AD__F(exp)(dst[j * inner]) * inv;
+            }
+        }
+}
+
+AD__PRIVATE void ad__softmax_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *y = n->out, *gy;
+    int axis = n->iv[0];
+    if (n->iv[1]) {
+        /* log-softmax: g - softmax * sum(g) */
+        ad__accum(S, n->in[0], ad_sub(T, g, ad_mul(T, ad_exp(T, y), ad_sum_axis(T, g, axis, 1))), 1);
+    } else {
+        /* softmax: y * g - y * sum(y * g) */
+        gy = ad_mul(T, g, y);
+        ad__accum(S, n->in[0], ad_sub(T, gy, ad_mul(T, y, ad_sum_axis(T, gy, axis, 1))), 1);
+    }
+}
+
+AD__PRIVATE ad_tensor *ad__softmax(ad_tape *T, ad_tensor *a, int axis, int log_form)
+{
+    const char *op = log_form ? "ad_log_softmax" : "ad_softmax";
+    size_t outer, n, inner;
+    ad_tensor *y;
+    ad__node *node;
+    if (!T || !a) return NULL;
+    if (a->tape != T) { ad__fail(T, "%s: the input belongs to another tape", op); return NULL; }
+    axis = ad__axis(T, op, a, axis);
+    if (axis < 0) return NULL;
+    y = ad__like(T, op, a);
+    if (!y) return NULL;
+    ad__split_axis(a, axis, &outer, &n, &inner);
+    ad__softmax_kernel(a->data, y->data, outer, n, inner, log_form);
+    node = ad__record1(T, op, y, ad__softmax_backward, a);
+    if (!node) return NULL;
+    node->iv[0] = axis;
+    node->iv[1] = log_form;
+    return y;
+}
+
+AUTODIFF_API ad_tensor *ad_softmax(ad_tape *T, ad_tensor *a, int axis) { return ad__softmax(T, a, axis, 0); }
+AUTODIFF_API ad_tensor *ad_log_softmax(ad_tape *T, ad_tensor *a, int axis) { return ad__softmax(T, a, axis, 1); }
+
+/* >>ops:loss --------------------------------------------------------------------------------- */
+/* A [N, C] constant with 1 at (i, labels[i]). */
+AD__PRIVATE ad_tensor *ad__one_hot(ad_tape *T, const int *labels, int rows, int classes)
+{
+    int shape[2], i;
+    ad_tensor *t;
+    shape[0] = rows;
+    shape[1] = classes;
+    t = ad_zeros(T, 2, shape);
+    if (!t) return NULL;
+    for (i = 0; i < rows; i++) t->data[(size_t)i * classes + labels[i]] = 1;
+    return t;
+}
+
+AD__PRIVATE ad_tensor *ad__xent_grad(ad_tape *T, ad_tensor *logits, ad_tensor *g, const int *labels);
+
+/* The cross-entropy gradient (softmax - one_hot) * g / N is itself an op: its derivative with
+   respect to the logits is the softmax Jacobian, and with respect to g the gradient divided
+   by g. Both are written with ops, so cross-entropy has second derivatives. */
+AD__PRIVATE void ad__xent_grad_backward(ad__sweep *S, ad__node *n, ad_tensor *v)
+{
+    ad_tape *T = S->T;
+    ad_tensor *logits = n->in[0], *g = n->in[1], *p, *s, *pv;
+    ad_real inv_rows = (ad_real)1 / (ad_real)logits->shape[0];
+    p = ad_softmax(T, logits, 1);
+    if (ad__wants(S, logits)) {
+        s = ad_mul_scalar(T, g, inv_rows);
+        pv = ad_mul(T, p, v);
+        ad__accum(S, logits, ad_mul(T, ad_sub(T, pv, ad_mul(T, p, ad_sum_axis(T, pv, 1, 1))), s), 1);
+    }
+    if (ad__wants(S, g)) {
+        ad_tensor *onehot = ad__one_hot(T, n->labels, logits->shape[0], logits->shape[1]);
+        ad_tensor *dg = ad_mul_scalar(T, ad_sum(T, ad_mul(T, v, ad_sub(T, p, onehot))), inv_rows);
+        ad__accum_to(S, g, dg, 1);
+    }
+}
+
+AD__PRIVATE ad_tensor *ad__xent_grad(ad_tape *T, ad_tensor *logits, ad_tensor *g, const int *labels)
+{
+    int rows, classes, i;
+    ad_real scale;
+    ad_tensor *y;
+    ad__node *node;
+    if (!logits || !g) return NULL;
+    rows = logits->shape[0];
+    classes = logits->shape[1];
+    scale = g->data[0] / (ad_real)rows;
+    y = ad__like(T, "ad_cross_entropy", logits);
+    if (!y) return NULL;
+    ad__softmax_kernel(logits->data, y->data, (size_t)rows, (size_t)classes, 1, 0);
+    for (i = 0; i < rows; i++) {
+        ad_real *row = y->data + (size_t)i * classes;
+        int j;
+        row[labels[i]] -= 1;
+        for (j = 0; j < classes; j++) row[j] *= scale;
+    }
+    node = ad__record2(T, "ad_cross_entropy", y, ad__xent_grad_backward, logits, g);
+    if (!node) return NULL;
+    node->labels = labels;
+    return y;
+}
+
+AD__PRIVATE void ad__xent_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad__accum(S, n->in[0], ad__xent_grad(S->T, n->in[0], g, n->labels), 1);
+}
+
+AUTODIFF_API ad_tensor *ad_cross_entropy(ad_tape *T, ad_tensor *logits, const int *labels)
+{
+    int rows, classes, i;
+    int *saved;
+    double total = 0;
+    ad_tensor *y;
+    ad__node *node;
+    char s[96];
+    if (!T || !logits) return NULL;
+    if (logits->tape != T) { ad__fail(T, "ad_cross_entropy: logits belong to another tape"); return NULL; }
+    if (logits->ndim != 2) {
+        ad__fail(T, "ad_cross_entropy: logits %s must be [N, C]", ad_shape_str(logits, s, sizeof s));
+        return NULL;
+    }
+    if (!labels) { ad__fail(T, "ad_cross_entropy: labels is NULL"); return NULL; }
+    rows = logits->shape[0];
+    classes = logits->shape[1];
+    for (i = 0; i < rows; i++)
+        if (labels[i] < 0 || labels[i] >= classes) {
+            ad__fail(T, "ad_cross_entropy: logits %s: label %d of row %d is outside 0..%d",
+                     ad_shape_str(logits, s, sizeof s), labels[i], i, classes - 1);
+            return NULL;
+        }
+    y = ad__tensor(T, "ad_cross_entropy", 0, NULL, 1);
+    if (!y) return NULL;
+    for (i = 0; i < rows; i++) {
+        const ad_real *row = logits->data + (size_t)i * classes;
+        ad_real m = row[0], sum = 0;
+        int j;
+        for (j = 1; j < classes; j++) m = row[j] > m ? row[j] : m;
+        for (j = 0; j < classes; j++) sum += AD__F(exp)(row[j] - m);
+        total += (double)(m + AD__F(log)(sum) - row[labels[i]]);
+    }
+    y->data[0] = (ad_real)(total / rows);
+    node = ad__record1(T, "ad_cross_entropy", y, ad__xent_backward, logits);
+    if (!node) return NULL;
+    if (node != &T->sink) {
+        saved = (int *)ad__alloc(T, (size_t)rows * sizeof(int), "ad_cross_entropy");
+        if (!saved) return NULL;
+        memcpy(saved, labels, (size_t)rows * sizeof(int));
+        node->labels = saved;
+    }
+    return y;
+}
+
+/* Both losses below need equal shapes. */
+AD__PRIVATE int ad__check_same(ad_tape *T, const char *op, const ad_tensor *a, const ad_tensor *b)
+{
+    char sa[96], sb[96];
+    if (!ad__check_pair(T, op, a, b)) return 0;
+    if (ad__same_shape(a, b)) return 1;
+    ad__fail(T, "%s: shapes %s and %s differ; they must be equal", op, ad_shape_str(a, sa, sizeof sa),
+             ad_shape_str(b, sb, sizeof sb));
+    return 0;
+}
+
+AUTODIFF_API ad_tensor *ad_mse(ad_tape *T, ad_tensor *pred, ad_tensor *target)
+{
+    if (!T || !pred || !target) return NULL;
+    if (!ad__check_same(T, "ad_mse", pred, target)) return NULL;
+    return ad_mean(T, ad_square(T, ad_sub(T, pred, target)));
+}
+
+AD__PRIVATE void ad__bce_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0], *t = n->in[1];
+    ad_tensor *s = ad_mul_scalar(T, g, (ad_real)1 / (ad_real)x->size);
+    /* d/dx = sigmoid(x) - t, d/dt = -x, each times g / N */
+    if (ad__wants(S, x)) ad__accum(S, x, ad_mul(T, ad_sub(T, ad_sigmoid(T, x), t), s), 1);
+    if (ad__wants(S, t)) ad__accum(S, t, ad_mul(T, ad_neg(T, x), s), 1);
+}
+
+AUTODIFF_API ad_tensor *ad_bce_with_logits(ad_tape *T, ad_tensor *logits, ad_tensor *targets)
+{
+    double total = 0;
+    size_t i;
+    ad_tensor *y;
+    if (!T || !logits || !targets) return NULL;
+    if (!ad__check_same(T, "ad_bce_with_logits", logits, targets)) return NULL;
+    y = ad__tensor(T, "ad_bce_with_logits", 0, NULL, 1);
+    if (!y) return NULL;
+    for (i = 0; i < logits->size; i++) {
+        ad_real x = logits->data[i], t = targets->data[i];
+        /* max(x, 0) - x t + log(1 + e^-|x|): never overflows */
+        total += (double)((x > 0 ? x : 0) - x * t + AD__F(log1p)(AD__F(exp)(-AD__F(fabs)(x))));
+    }
+    y->data[0] = (ad_real)(total / (double)logits->size);
+    if (!ad__record2(T, "ad_bce_with_logits", y, ad__bce_backward, logits, targets)) return NULL;
+    return y;
+}
+
+/* >>impl:extensions */
+
+#endif /* AUTODIFF_IMPLEMENTATION_DONE */
+#endif /* AUTODIFF_IMPLEMENTATION */
+
+/* >>license
+------------------------------------------------------------------------------------------------
+This software is available under 2 licenses -- choose whichever you prefer.
+------------------------------------------------------------------------------------------------
+ALTERNATIVE A - MIT License
+Copyright (c) 2026 the autodiff.h authors
+Permission is hereby granted, free of charge, to any person obtaining a copy of this software and
+associated documentation files (the "Software"), to deal in the Software without restriction,
+including without limitation the rights to use, copy, modify, merge, publish, distribute,
+sublicense, and/or sell copies of the Software, and to permit persons to whom the Software is
+furnished to do so, subject to the following conditions:
+The above copyright notice and this permission notice shall be included in all copies or
+substantial portions of the Software.
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT
+NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND
+NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES
+OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN
+CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+------------------------------------------------------------------------------------------------
+ALTERNATIVE B - Public Domain (www.unlicense.org)
+This is free and unencumbered software released into the public domain.
+Anyone is free to copy, modify, publish, use, compile, sell, or distribute this software, either in
+source code form or as a compiled binary, for any purpose, commercial or non-commercial, and by any
+means.
+In jurisdictions that recognize copyright laws, the author or authors of this software dedicate any
+and all copyright interest in the software to the public domain. We make this dedication for the
+benefit of the public at large and to the detriment of our heirs and successors. We intend this
+dedication to be an overt act of relinquishment in perpetuity of all present and future rights to
+this software under copyright law.
+------------------------------------------------------------------------------------------------
+*/
