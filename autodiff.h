@@ -186,6 +186,13 @@ AUTODIFF_API size_t ad_tape_bytes_used(const ad_tape *T);
 AUTODIFF_API size_t ad_tape_bytes_peak(const ad_tape *T);
 /* Number of entries recorded since the last reset. */
 AUTODIFF_API size_t ad_tape_length(const ad_tape *T);
+/* Threads that the tape's large kernels (matrix products) may use, counting the caller.
+   0 restores the default: the environment variable AUTODIFF_THREADS when set, else the number
+   of online processors. 1 runs everything on the calling thread. Results are bitwise the same
+   for every count. Workers are started on first use and stopped by ad_tape_free; a program
+   that runs several tapes on threads of its own should give each tape its share of the cores. */
+AUTODIFF_API void ad_set_threads(ad_tape *T, int nthreads);
+AUTODIFF_API int ad_get_threads(const ad_tape *T);
 
 /* >>api:tensor ------------------------------------------------------------------------------ */
 
@@ -420,30 +427,44 @@ AD__PRIVATE ad__chunk *ad__chunk_new(size_t cap)
     return c;
 }
 
-/* Bump allocation. When the current chunk is full the next kept chunk is reused if it is big
-   enough, otherwise a new chunk is linked in after the current one; data never moves. */
-AD__PRIVATE void *ad__arena_alloc(ad__arena *A, size_t bytes)
+/* Moves to the next kept chunk if it can hold bytes, otherwise links a new chunk in after the
+   current one; data never moves. Returns 0 when memory runs out. */
+AD__PRIVATE int ad__arena_advance(ad__arena *A, size_t bytes)
 {
-    void *p;
-    if (bytes > (size_t)-1 - AD__ALIGN) return NULL;
-    bytes = (bytes + AD__ALIGN - 1) & ~(size_t)(AD__ALIGN - 1);
-    if (!A->cur || A->cur->cap - A->cur->used < bytes) {
-        ad__chunk *next = A->cur ? A->cur->next : A->head;
-        if (!next || next->cap < bytes) {
-            ad__chunk *fresh = ad__chunk_new(bytes > AD__CHUNK_BYTES ? bytes : AD__CHUNK_BYTES);
-            if (!fresh) return NULL;
-            fresh->next = next;
-            if (A->cur) A->cur->next = fresh; else A->head = fresh;
-            next = fresh;
-        }
-        A->cur = next;
-        A->cur->used = 0;
+    ad__chunk *next = A->cur ? A->cur->next : A->head;
+    if (!next || next->cap < bytes) {
+        ad__chunk *fresh = ad__chunk_new(bytes > AD__CHUNK_BYTES ? bytes : AD__CHUNK_BYTES);
+        if (!fresh) return 0;
+        fresh->next = next;
+        if (A->cur) A->cur->next = fresh; else A->head = fresh;
+        next = fresh;
     }
-    p = A->cur->base + A->cur->used;
-    A->cur->used += bytes;
-    A->in_use += bytes;
+    A->cur = next;
+    A->cur->used = 0;
+    return 1;
+}
+
+/* Bump allocation of bytes at the given alignment (a power of two, at most AD__ALIGN). */
+AD__PRIVATE void *ad__arena_alloc(ad__arena *A, size_t bytes, size_t align)
+{
+    ad__chunk *c = A->cur;
+    size_t start, end;
+    if (bytes > (size_t)-1 / 2) return NULL;
+    bytes = (bytes + 15) & ~(size_t)15;
+    if (c) {
+        start = (c->used + align - 1) & ~(align - 1);
+        end = start + bytes;
+    }
+    if (!c || end > c->cap) {
+        if (!ad__arena_advance(A, bytes)) return NULL;
+        c = A->cur;
+        start = 0;
+        end = bytes;
+    }
+    A->in_use += end - c->used;
     if (A->in_use > A->peak) A->peak = A->in_use;
-    return p;
+    c->used = end;
+    return c->base + start;
 }
 
 AD__PRIVATE void ad__arena_reset(ad__arena *A)
@@ -462,6 +483,127 @@ AD__PRIVATE void ad__arena_free(ad__arena *A)
     }
     A->head = A->cur = NULL;
 }
+
+/* >>impl:threads ----------------------------------------------------------------------------- */
+/* A fork-join pool: ad__parallel runs fn(ctx, task, thread) for task = 0..ntasks-1 on the workers
+   and the caller, and returns when all are done. Which thread runs which task varies; callers
+   make every task write its own outputs, so results never depend on the thread count. */
+typedef void (*ad__task_fn)(void *ctx, int task, int thread);
+
+#if defined(AUTODIFF_NO_THREADS) || !(defined(__unix__) || defined(__APPLE__))
+#define AD__THREADS 0
+#else
+#define AD__THREADS 1
+#include <pthread.h>
+#include <unistd.h>
+#endif
+
+#if AD__THREADS
+typedef struct ad__pool {
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    pthread_t *workers;
+    int nworkers;
+    ad__task_fn fn;
+    void *ctx;
+    int ntasks, next_task, unfinished;
+    unsigned generation;
+    int stop;
+} ad__pool;
+
+typedef struct ad__worker_arg {
+    ad__pool *pool;
+    int thread;
+} ad__worker_arg;
+
+/* Takes and runs tasks of the current job until none is left. Called with mu held. */
+AD__PRIVATE void ad__pool_drain(ad__pool *P, int thread)
+{
+    while (P->next_task < P->ntasks) {
+        int task = P->next_task++;
+        pthread_mutex_unlock(&P->mu);
+        P->fn(P->ctx, task, thread);
+        pthread_mutex_lock(&P->mu);
+        if (--P->unfinished == 0) pthread_cond_signal(&P->done);
+    }
+}
+
+AD__PRIVATE void *ad__worker_main(void *arg)
+{
+    ad__pool *P = ((ad__worker_arg *)arg)->pool;
+    int thread = ((ad__worker_arg *)arg)->thread;
+    unsigned seen = 0;
+    AUTODIFF_FREE(arg);
+    pthread_mutex_lock(&P->mu);
+    for (;;) {
+        while (!P->stop && P->generation == seen) pthread_cond_wait(&P->wake, &P->mu);
+        if (P->stop) break;
+        seen = P->generation;
+        ad__pool_drain(P, thread);
+    }
+    pthread_mutex_unlock(&P->mu);
+    return NULL;
+}
+
+AD__PRIVATE void ad__pool_free(struct ad__pool *P)
+{
+    int i;
+    if (!P) return;
+    pthread_mutex_lock(&P->mu);
+    P->stop = 1;
+    pthread_cond_broadcast(&P->wake);
+    pthread_mutex_unlock(&P->mu);
+    for (i = 0; i < P->nworkers; i++) pthread_join(P->workers[i], NULL);
+    pthread_mutex_destroy(&P->mu);
+    pthread_cond_destroy(&P->wake);
+    pthread_cond_destroy(&P->done);
+    AUTODIFF_FREE(P->workers);
+    AUTODIFF_FREE(P);
+}
+
+/* A pool with nworkers threads besides the caller; NULL when threads cannot be made. */
+AD__PRIVATE ad__pool *ad__pool_new(int nworkers)
+{
+    ad__pool *P = (ad__pool *)AUTODIFF_MALLOC(sizeof(ad__pool));
+    int i;
+    if (!P) return NULL;
+    memset(P, 0, sizeof *P);
+    P->workers = (pthread_t *)AUTODIFF_MALLOC((size_t)nworkers * sizeof(pthread_t));
+    if (!P->workers) { AUTODIFF_FREE(P); return NULL; }
+    pthread_mutex_init(&P->mu, NULL);
+    pthread_cond_init(&P->wake, NULL);
+    pthread_cond_init(&P->done, NULL);
+    for (i = 0; i < nworkers; i++) {
+        ad__worker_arg *arg = (ad__worker_arg *)AUTODIFF_MALLOC(sizeof(ad__worker_arg));
+        if (!arg) break;
+        arg->pool = P;
+        arg->thread = i + 1;
+        if (pthread_create(&P->workers[i], NULL, ad__worker_main, arg) != 0) {
+            AUTODIFF_FREE(arg);
+            break;
+        }
+        P->nworkers++;
+    }
+    if (P->nworkers == 0) {
+        ad__pool_free(P);
+        return NULL;
+    }
+    return P;
+}
+
+AD__PRIVATE int ad__default_threads(void)
+{
+    const char *env = getenv("AUTODIFF_THREADS");
+    long n = env ? strtol(env, NULL, 10) : 0;
+    if (n < 1) n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    return n > 256 ? 256 : (int)n;
+}
+#else
+struct ad__pool;
+AD__PRIVATE void ad__pool_free(struct ad__pool *P) { (void)P; }
+AD__PRIVATE int ad__default_threads(void) { return 1; }
+#endif
 
 /* >>impl:tape -------------------------------------------------------------------------------- */
 typedef struct ad__sweep ad__sweep;
@@ -491,8 +633,10 @@ struct ad_tape {
     int training;
     int has_error;
     ad__node sink;               /* receives saved values when an op is not recorded */
-    ad_real *pack;               /* GEMM packing buffer, kept across resets */
+    ad_real *pack;               /* GEMM packing buffers, one per thread, kept across resets */
     size_t pack_cap;
+    int nthreads;                /* 0 until first asked: then the default */
+    struct ad__pool *pool;
     char error[320];
 };
 
@@ -520,6 +664,7 @@ AUTODIFF_API void ad_tape_free(ad_tape *T)
 {
     if (!T) return;
     ad__arena_free(&T->arena);
+    ad__pool_free(T->pool);
     AUTODIFF_FREE(T->pack);
     AUTODIFF_FREE(T);
 }
@@ -573,9 +718,69 @@ AUTODIFF_API size_t ad_tape_bytes_used(const ad_tape *T) { return T ? T->arena.i
 AUTODIFF_API size_t ad_tape_bytes_peak(const ad_tape *T) { return T ? T->arena.peak : 0; }
 AUTODIFF_API size_t ad_tape_length(const ad_tape *T) { return T ? T->nentries : 0; }
 
+AUTODIFF_API void ad_set_threads(ad_tape *T, int nthreads)
+{
+    if (!T) return;
+    if (nthreads < 0) nthreads = 0;
+    if (nthreads > 256) nthreads = 256;
+    if (T->pool && nthreads != T->nthreads) {
+        ad__pool_free(T->pool);
+        T->pool = NULL;
+    }
+    T->nthreads = nthreads;
+}
+
+AUTODIFF_API int ad_get_threads(const ad_tape *T)
+{
+    if (!T) return 1;
+    return T->nthreads ? T->nthreads : ad__default_threads();
+}
+
+/* Runs fn over ntasks tasks on up to the tape's thread count; serially when threads are off,
+   when there is one task, or when the workers cannot be started. Returns the number of threads
+   that may have run tasks (so callers can size per-thread scratch before calling). */
+AD__PRIVATE int ad__thread_count(ad_tape *T)
+{
+    if (!T->nthreads) T->nthreads = ad__default_threads();
+#if AD__THREADS
+    if (T->nthreads > 1 && !T->pool) {
+        T->pool = ad__pool_new(T->nthreads - 1);
+        if (!T->pool) T->nthreads = 1;
+    }
+    return T->pool ? T->pool->nworkers + 1 : 1;
+#else
+    return 1;
+#endif
+}
+
+AD__PRIVATE void ad__parallel(ad_tape *T, ad__task_fn fn, void *ctx, int ntasks)
+{
+#if AD__THREADS
+    ad__pool *P = T->pool;
+    if (P && ntasks > 1) {
+        pthread_mutex_lock(&P->mu);
+        P->fn = fn;
+        P->ctx = ctx;
+        P->ntasks = ntasks;
+        P->next_task = 0;
+        P->unfinished = ntasks;
+        P->generation++;
+        pthread_cond_broadcast(&P->wake);
+        ad__pool_drain(P, 0);
+        while (P->unfinished > 0) pthread_cond_wait(&P->done, &P->mu);
+        pthread_mutex_unlock(&P->mu);
+        return;
+    }
+#endif
+    {
+        int task;
+        for (task = 0; task < ntasks; task++) fn(ctx, task, 0);
+    }
+}
+
 AD__PRIVATE void *ad__alloc(ad_tape *T, size_t bytes, const char *op)
 {
-    void *p = ad__arena_alloc(&T->arena, bytes);
+    void *p = ad__arena_alloc(&T->arena, bytes, AD__ALIGN);
     if (!p) ad__fail(T, "%s: out of memory allocating %zu bytes", op, bytes);
     return p;
 }
@@ -637,24 +842,32 @@ AD__PRIVATE int ad__check_shape(ad_tape *T, const char *op, int ndim, const int 
     return 1;
 }
 
-/* A tensor on T with the given shape and uninitialised data (or no data when with_data is 0). */
+/* A tensor on T with the given shape and uninitialised data (or no data when with_data is 0).
+   The header and the data are one arena block; the data starts on a 64-byte boundary. */
+#define AD__HEADER_BYTES ((sizeof(ad_tensor) + AD__ALIGN - 1) & ~(size_t)(AD__ALIGN - 1))
 AD__PRIVATE ad_tensor *ad__tensor(ad_tape *T, const char *op, int ndim, const int *shape, int with_data)
 {
     ad_tensor *t;
-    size_t size;
-    if (!ad__check_shape(T, op, ndim, shape, &size)) return NULL;
-    t = (ad_tensor *)ad__alloc(T, sizeof(ad_tensor), op);
-    if (!t) return NULL;
-    memset(t, 0, sizeof *t);
-    if (with_data) {
-        t->data = (ad_real *)ad__alloc(T, size * sizeof(ad_real), op);
-        if (!t->data) return NULL;
+    size_t size = 1;
+    int i;
+    if (ndim == 0) {
+        size = 1;
+    } else if (!ad__check_shape(T, op, ndim, shape, &size)) {
+        return NULL;
     }
+    t = (ad_tensor *)ad__alloc(T, AD__HEADER_BYTES + (with_data ? size * sizeof(ad_real) : 0), op);
+    if (!t) return NULL;
+    t->data = with_data ? (ad_real *)((unsigned char *)t + AD__HEADER_BYTES) : NULL;
+    t->grad = NULL;
     t->size = size;
     t->ndim = ndim;
-    if (ndim > 0) memcpy(t->shape, shape, (size_t)ndim * sizeof(int));
+    for (i = 0; i < ndim; i++) t->shape[i] = shape[i];
     t->tape = T;
+    t->node = NULL;
+    t->next_leaf = NULL;
     t->id = T->ntensors++;
+    t->requires_grad = 0;
+    t->grad_is_external = 0;
     return t;
 }
 
@@ -836,9 +1049,12 @@ AD__PRIVATE ad__node *ad__record(ad_tape *T, const char *op, ad_tensor *out, ad_
     for (i = 0; i < nin; i++)
         if (ins[i] && ins[i]->requires_grad) needed = 1;
     if (!needed) return &T->sink;
-    n = (ad__node *)ad__alloc(T, sizeof(ad__node), op);
-    if (!n) return NULL;
-    memset(n, 0, sizeof *n);
+    n = (ad__node *)ad__arena_alloc(&T->arena, sizeof(ad__node), 16);
+    if (!n) {
+        ad__fail(T, "%s: out of memory recording the operation", op);
+        return NULL;
+    }
+    n->labels = NULL;
     if (nin <= 3) {
         n->in = n->in_inline;
     } else {
@@ -880,7 +1096,11 @@ AD__PRIVATE int ad__wants(const ad__sweep *S, const ad_tensor *x)
 
 AD__PRIVATE int ad__same_shape(const ad_tensor *a, const ad_tensor *b)
 {
-    return a->ndim == b->ndim && memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(int)) == 0;
+    int i;
+    if (a->ndim != b->ndim) return 0;
+    for (i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
 }
 
 AD__PRIVATE void ad__add_into(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, size_t n)
@@ -1419,34 +1639,13 @@ AD__PRIVATE void ad__gemm_small(int ta, int tb, int M, int N, int K, const ad_re
     }
 }
 
-/* Returns 0, or -1 when the packing buffer cannot be allocated. */
-AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const ad_real *A, ptrdiff_t lda,
-                         const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
+/* The product for one block of C with one thread's packing buffers pa (AD__MC x AD__KC) and
+   pb (AD__KC x AD__NC). */
+AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int tb, int M, int N,
+                                 int K, const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
+                                 ad_real *C, ptrdiff_t ldc, int accumulate)
 {
-    ad__gemm_kernel ker;
-    ad_real *pa, *pb;
-    size_t need;
     int jc, pc, ic, jr, ir;
-    if (M <= 0 || N <= 0) return 0;
-    if (K <= 0) {
-        if (!accumulate)
-            for (ic = 0; ic < M; ic++) memset(C + (ptrdiff_t)ic * ldc, 0, (size_t)N * sizeof(ad_real));
-        return 0;
-    }
-    if ((double)M * N * K < 8192.0 || M < 4 || N < 4) {
-        ad__gemm_small(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
-        return 0;
-    }
-    ker = ad__gemm_pick();
-    need = (size_t)AD__MC * AD__KC + (size_t)AD__KC * (AD__NC + AD__NR_MAX) + 2 * AD__ALIGN;
-    if (T->pack_cap < need) {
-        ad_real *p = (ad_real *)AUTODIFF_REALLOC(T->pack, need * sizeof(ad_real));
-        if (!p) return -1;
-        T->pack = p;
-        T->pack_cap = need;
-    }
-    pa = (ad_real *)(((uintptr_t)T->pack + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
-    pb = pa + (size_t)AD__MC * AD__KC;
     for (jc = 0; jc < N; jc += AD__NC) {
         int nc = N - jc < AD__NC ? N - jc : AD__NC;
         for (pc = 0; pc < K; pc += AD__KC) {
@@ -1466,18 +1665,99 @@ AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const 
                         if (mr == ker.mr && nr == ker.nr) {
                             ker.fn(kc, ap, bp, c, ldc, acc);
                         } else {
+                            /* an edge tile: computed whole into a scratch tile, partly stored */
                             ad_real tile[AD__MR_MAX * AD__NR_MAX];
                             int i, j;
                             ker.fn(kc, ap, bp, tile, ker.nr, 0);
-                            for (i = 0; i < mr; i++)
-                                for (j = 0; j < nr; j++)
-                                    c[(ptrdiff_t)i * ldc + j] = acc ? c[(ptrdiff_t)i * ldc + j] + tile[i * ker.nr + j]
-                                                                    : tile[i * ker.nr + j];
+                            for (i = 0; i < mr; i++) {
+                                ad_real *row = c + (ptrdiff_t)i * ldc;
+                                const ad_real *t = tile + i * ker.nr;
+                                if (acc)
+                                    for (j = 0; j < nr; j++) row[j] += t[j];
+                                else
+                                    for (j = 0; j < nr; j++) row[j] = t[j];
+                            }
                         }
                     }
                 }
             }
         }
+    }
+}
+
+/* One stripe of C per task: rows [r0, r1) or columns [c0, c1) of the whole product. */
+typedef struct ad__gemm_job {
+    ad__gemm_kernel ker;
+    ad_real *pack;
+    size_t pack_stride;
+    int ta, tb, M, N, K, by_rows, stripe;
+    const ad_real *A, *B;
+    ptrdiff_t lda, ldb, ldc;
+    ad_real *C;
+    int accumulate;
+} ad__gemm_job;
+
+AD__PRIVATE void ad__gemm_task(void *ctx, int task, int thread)
+{
+    const ad__gemm_job *j = (const ad__gemm_job *)ctx;
+    ad_real *pa = j->pack + (size_t)thread * j->pack_stride, *pb = pa + (size_t)AD__MC * AD__KC;
+    int lo = task * j->stripe, len;
+    if (j->by_rows) {
+        len = j->M - lo < j->stripe ? j->M - lo : j->stripe;
+        ad__gemm_serial(j->ker, pa, pb, j->ta, j->tb, len, j->N, j->K,
+                        j->ta ? j->A + lo : j->A + (ptrdiff_t)lo * j->lda, j->lda, j->B, j->ldb,
+                        j->C + (ptrdiff_t)lo * j->ldc, j->ldc, j->accumulate);
+    } else {
+        len = j->N - lo < j->stripe ? j->N - lo : j->stripe;
+        ad__gemm_serial(j->ker, pa, pb, j->ta, j->tb, j->M, len, j->K, j->A, j->lda,
+                        j->tb ? j->B + (ptrdiff_t)lo * j->ldb : j->B + lo, j->ldb, j->C + lo, j->ldc,
+                        j->accumulate);
+    }
+}
+
+/* Returns 0, or -1 when the packing buffers cannot be allocated. Large products are split into
+   stripes of C, one per thread; each element of C is computed by the same sequence of
+   operations whatever the split, so results are identical for any thread count. */
+AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const ad_real *A, ptrdiff_t lda,
+                         const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
+{
+    ad__gemm_job job;
+    size_t per_thread, need;
+    int threads, i;
+    if (M <= 0 || N <= 0) return 0;
+    if (K <= 0) {
+        if (!accumulate)
+            for (i = 0; i < M; i++) memset(C + (ptrdiff_t)i * ldc, 0, (size_t)N * sizeof(ad_real));
+        return 0;
+    }
+    if ((double)M * N * K < 8192.0 || M < 4 || N < 4) {
+        ad__gemm_small(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+        return 0;
+    }
+    job.ker = ad__gemm_pick();
+    threads = (double)M * N * K >= 131072.0 ? ad__thread_count(T) : 1;
+    /* a whole number of 64-byte lines per thread, so every thread's buffers stay aligned */
+    per_thread = (size_t)AD__MC * AD__KC + (size_t)AD__KC * (AD__NC + AD__NR_MAX);
+    need = per_thread * (size_t)threads + AD__ALIGN;
+    if (T->pack_cap < need) {
+        ad_real *p = (ad_real *)AUTODIFF_REALLOC(T->pack, need * sizeof(ad_real));
+        if (!p) return -1;
+        T->pack = p;
+        T->pack_cap = need;
+    }
+    job.pack = (ad_real *)(((uintptr_t)T->pack + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
+    job.pack_stride = per_thread;
+    job.ta = ta; job.tb = tb; job.M = M; job.N = N; job.K = K;
+    job.A = A; job.B = B; job.C = C;
+    job.lda = lda; job.ldb = ldb; job.ldc = ldc;
+    job.accumulate = accumulate;
+    /* split along the longer side of C, in whole register tiles */
+    job.by_rows = M >= N;
+    {
+        int unit = job.by_rows ? job.ker.mr : job.ker.nr, len = job.by_rows ? M : N;
+        int tiles = (len + unit - 1) / unit, per = (tiles + threads - 1) / threads;
+        job.stripe = per * unit;
+        ad__parallel(T, ad__gemm_task, &job, (len + job.stripe - 1) / job.stripe);
     }
     return 0;
 }
@@ -1767,13 +2047,18 @@ AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int ki
     ad_tensor *y;
     ad__node *n;
     if (!T || !a || !b) return NULL;
-    if (!ad__check_pair(T, op, a, b) || !ad__broadcast_shape(T, op, a, b, &ndim, shape)) return NULL;
-    y = ad__tensor(T, op, ndim, shape, 1);
+    if (!ad__check_pair(T, op, a, b)) return NULL;
+    if (ad__same_shape(a, b)) {
+        y = ad__tensor(T, op, a->ndim, a->shape, 1);
+    } else {
+        if (!ad__broadcast_shape(T, op, a, b, &ndim, shape)) return NULL;
+        y = ad__tensor(T, op, ndim, shape, 1);
+    }
     if (!y) return NULL;
     if (a->size == y->size && b->size == y->size) {
         ad__binary_row(kind, a->data, 1, b->data, 1, y->data, y->size);
     } else {
-        ad__walk_init(&w, ndim, shape, a, b);
+        ad__walk_init(&w, y->ndim, y->shape, a, b);
         ad__binary_kernel(kind, &w, a->data, b->data, y->data);
     }
     if (!record) return y;
