@@ -75,6 +75,9 @@
        AUTODIFF_REALLOC(p,sz) realloc
        AUTODIFF_FREE(p)       free
        AUTODIFF_ASSERT(c)     assert      internal invariants only, never user input
+       AUTODIFF_NO_THREADS    off         the implementation file: no thread pool
+       AUTODIFF_NO_DISPATCH   off         the implementation file: no run-time choice of
+                                          AVX2/AVX-512 kernels on x86 (the compiler's default)
        AD_MAX_DIMS            8           every file
 
    >>memory
@@ -93,6 +96,14 @@
    >>threads
    All state lives in explicit objects; there are no globals. Different tapes may be used from
    different threads at the same time. One tape must not be used by two threads at once.
+   Large matrix products split their output into stripes computed by a small pool of POSIX
+   threads that each tape starts on first use (plain `cc` on Linux needs no flag; glibc older
+   than 2.34 needs -lpthread). ad_set_threads(T, n) sets the count; the default is the
+   environment variable AUTODIFF_THREADS, else the number of online processors. Every output
+   element is computed by the same operations in the same order whatever the split, so results
+   are bitwise identical for any thread count. A program that runs tapes on threads of its own
+   should divide the cores between them (ad_set_threads(T, cores / its threads)) so the machine
+   is not oversubscribed. Define AUTODIFF_NO_THREADS to build without threads.
 
    >>limits
    No strided views (transposes are done by kernels or copies), no sparse tensors, no GPU, no
