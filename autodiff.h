@@ -1148,6 +1148,30 @@ AD__PRIVATE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
     }
 }
 
+/* Where a fused backward kernel writes x's gradient directly: the buffer that holds x's
+   gradient so far, with *add set (add into it), or a new buffer, with *add clear (assign).
+   Only for sweeps that do not record (create_graph off). NULL when memory runs out. */
+AD__PRIVATE ad_real *ad__grad_target(ad__sweep *S, ad_tensor *x, int *add)
+{
+    ad_tensor **slot = &S->gacc[x->id];
+    if (*slot && !S->owned[x->id]) {
+        ad_tensor *copy = ad__like(S->T, "ad_backward", x);
+        if (!copy) { S->failed = 1; return NULL; }
+        memcpy(copy->data, (*slot)->data, x->size * sizeof(ad_real));
+        *slot = copy;
+        S->owned[x->id] = 1;
+    }
+    if (*slot) {
+        *add = 1;
+        return (*slot)->data;
+    }
+    *slot = ad__like(S->T, "ad_backward", x);
+    if (!*slot) { S->failed = 1; return NULL; }
+    S->owned[x->id] = 1;
+    *add = 0;
+    return (*slot)->data;
+}
+
 /* Sums or broadcasts g to x's shape, then accumulates it. */
 AD__PRIVATE void ad__accum_to(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
 {
@@ -1853,11 +1877,71 @@ AD__PRIVATE ad_tensor *ad__unary(ad_tape *T, ad_tensor *a, int kind, ad_real p0,
     return y;
 }
 
+/* d y / d x of one element, from x and y = f(x): the local derivative that the fused backward
+   multiplies into g when the gradient is not recorded. ad__unary_backward below writes the
+   same derivatives with ops for recorded (create_graph) sweeps; the second-order tests compare
+   the two. */
+AD__PRIVATE ad_real ad__unary_local(int kind, ad_real x, ad_real y, ad_real p0, ad_real p1)
+{
+    switch (kind) {
+    case AD__U_NEG: return -1;
+    case AD__U_EXP: return y;
+    case AD__U_LOG: return 1 / x;
+    case AD__U_SIN: return AD__F(cos)(x);
+    case AD__U_COS: return -AD__F(sin)(x);
+    case AD__U_TANH: return 1 - y * y;
+    case AD__U_SIGMOID: return y * (1 - y);
+    case AD__U_RELU: return x > 0 ? (ad_real)1 : (ad_real)0;
+    case AD__U_LEAKY_RELU: return x > 0 ? (ad_real)1 : p0;
+    case AD__U_GELU:
+        return (ad_real)0.5 * (1 + AD__F(erf)(x * (ad_real)AD__INV_SQRT2)) +
+               x * (ad_real)AD__INV_SQRT_2PI * AD__F(exp)((ad_real)-0.5 * x * x);
+    case AD__U_GELU_GRAD: return (ad_real)AD__INV_SQRT_2PI * AD__F(exp)((ad_real)-0.5 * x * x) * (2 - x * x);
+    case AD__U_SQRT: return (ad_real)0.5 / y;
+    case AD__U_ABS: return x > 0 ? (ad_real)1 : (x < 0 ? (ad_real)-1 : (ad_real)0);
+    case AD__U_SQUARE: return 2 * x;
+    case AD__U_POW: return p0 * AD__F(pow)(x, p0 - 1);
+    case AD__U_CLAMP: return x >= p0 && x <= p1 ? (ad_real)1 : (ad_real)0;
+    case AD__U_AFFINE: return p0;
+    default: AUTODIFF_ASSERT(0); return 0;
+    }
+}
+
+/* dx (+)= g * f'(x) in one pass, for sweeps that do not record. The common kinds get loops of
+   their own so that they vectorise; the rest go through the table. */
+AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, const ad_real *AD__RESTRICT g)
+{
+    const ad_tensor *x = n->in[0], *y = n->out;
+    const ad_real *AD__RESTRICT xv = x->data, *AD__RESTRICT yv = y->data;
+    ad_real p0 = n->rv[0], p1 = n->rv[1], *AD__RESTRICT d;
+    size_t i, size = x->size;
+    int add, kind = n->iv[0];
+    d = ad__grad_target(S, n->in[0], &add);
+    if (!d) return;
+#define AD__FUSED(EXPR)                                                    \
+    if (add) for (i = 0; i < size; i++) d[i] += g[i] * (EXPR);            \
+    else for (i = 0; i < size; i++) d[i] = g[i] * (EXPR);
+    switch (kind) {
+    case AD__U_RELU: AD__FUSED(xv[i] > 0 ? (ad_real)1 : (ad_real)0) break;
+    case AD__U_TANH: AD__FUSED(1 - yv[i] * yv[i]) break;
+    case AD__U_SIGMOID: AD__FUSED(yv[i] * (1 - yv[i])) break;
+    case AD__U_EXP: AD__FUSED(yv[i]) break;
+    case AD__U_SQUARE: AD__FUSED(2 * xv[i]) break;
+    case AD__U_AFFINE: AD__FUSED(p0) break;
+    default: AD__FUSED(ad__unary_local(kind, xv[i], yv[i], p0, p1)) break;
+    }
+#undef AD__FUSED
+}
+
 AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tape *T = S->T;
     ad_tensor *x = n->in[0], *y = n->out, *d = NULL, *x2;
     ad_real p0 = n->rv[0], p1 = n->rv[1];
+    if (!S->create_graph) {
+        ad__unary_backward_fused(S, n, g->data);
+        return;
+    }
     switch (n->iv[0]) {
     case AD__U_NEG: d = ad_neg(T, g); break;
     case AD__U_EXP: d = ad_mul(T, g, y); break;
@@ -2017,11 +2101,64 @@ AD__PRIVATE int ad__check_pair(ad_tape *T, const char *op, const ad_tensor *a, c
 /* Computes kind(a, b) with broadcasting; records it when record is set. */
 AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record);
 
+/* Local derivatives of one element: d y / d a and d y / d b at a = x, b = z, y = x op z. */
+AD__PRIVATE void ad__binary_local(int kind, ad_real x, ad_real z, ad_real y, ad_real *da, ad_real *db)
+{
+    ad_real m;
+    switch (kind) {
+    case AD__B_ADD: *da = 1; *db = 1; break;
+    case AD__B_SUB: *da = 1; *db = -1; break;
+    case AD__B_MUL: *da = z; *db = x; break;
+    case AD__B_DIV: *da = 1 / z; *db = -y / z; break;
+    case AD__B_MAX:
+    case AD__B_MIN:
+        m = (kind == AD__B_MAX ? x > z : x < z) ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0);
+        *da = m;
+        *db = 1 - m;
+        break;
+    default: AUTODIFF_ASSERT(0); *da = *db = 0;
+    }
+}
+
+/* One input's gradient in one pass when nothing was broadcast; for sweeps that do not record. */
+AD__PRIVATE void ad__binary_backward_fused(ad__sweep *S, ad__node *n, const ad_real *AD__RESTRICT g, int which)
+{
+    const ad_real *AD__RESTRICT av = n->in[0]->data, *AD__RESTRICT bv = n->in[1]->data;
+    const ad_real *AD__RESTRICT yv = n->out->data;
+    ad_real *AD__RESTRICT d, da, db;
+    size_t i, size = n->out->size;
+    int add, kind = n->iv[0];
+    d = ad__grad_target(S, n->in[which], &add);
+    if (!d) return;
+#define AD__FUSED(EXPR)                                                    \
+    if (add) for (i = 0; i < size; i++) d[i] += (EXPR);                   \
+    else for (i = 0; i < size; i++) d[i] = (EXPR);
+    switch (kind * 2 + which) {
+    case AD__B_ADD * 2: case AD__B_ADD * 2 + 1: case AD__B_SUB * 2: AD__FUSED(g[i]) break;
+    case AD__B_SUB * 2 + 1: AD__FUSED(-g[i]) break;
+    case AD__B_MUL * 2: AD__FUSED(g[i] * bv[i]) break;
+    case AD__B_MUL * 2 + 1: AD__FUSED(g[i] * av[i]) break;
+    case AD__B_DIV * 2: AD__FUSED(g[i] / bv[i]) break;
+    case AD__B_DIV * 2 + 1: AD__FUSED(-g[i] * yv[i] / bv[i]) break;
+    default:
+        for (i = 0; i < size; i++) {
+            ad__binary_local(kind, av[i], bv[i], yv[i], &da, &db);
+            d[i] = (add ? d[i] : 0) + g[i] * (which ? db : da);
+        }
+    }
+#undef AD__FUSED
+}
+
 AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tape *T = S->T;
     ad_tensor *a = n->in[0], *b = n->in[1], *y = n->out, *m;
     int wa = ad__wants(S, a), wb = ad__wants(S, b);
+    if (!S->create_graph && a->size == y->size && b->size == y->size) {
+        if (wa) ad__binary_backward_fused(S, n, g->data, 0);
+        if (wb) ad__binary_backward_fused(S, n, g->data, 1);
+        return;
+    }
     switch (n->iv[0]) {
     case AD__B_ADD:
         if (wa) ad__accum_to(S, a, g, 0);
