@@ -1513,8 +1513,8 @@ AD__PRIVATE void ad__split_axis(const ad_tensor *x, int axis, size_t *outer, siz
 #define AD__MR_MAX 12
 #define AD__NR_MAX (64 / (int)sizeof(ad_real) * 2)
 
-typedef void (*ad__microkernel)(int kc, const ad_real *A, const ad_real *B, ad_real *C, ptrdiff_t ldc,
-                                int accumulate);
+typedef void (*ad__microkernel)(int kc, const ad_real *A, const ad_real *B, ptrdiff_t ldb, ad_real *C,
+                                ptrdiff_t ldc, int accumulate);
 typedef struct ad__gemm_kernel {
     ad__microkernel fn;
     int mr, nr;
@@ -1522,12 +1522,13 @@ typedef struct ad__gemm_kernel {
 
 #if AD__HAS_VECTOR_EXT
 /* An MR x (NV vectors of VBYTES) micro-kernel. A holds kc columns of MR values, B kc rows of
-   NV * VL values; the tile is added to C (row stride ldc) when accumulate is set. */
+   NV * VL values, ldb apart (a packed panel, or B itself); the tile is added to C (row stride
+   ldc) when accumulate is set. */
 #define AD__DEFINE_KERNEL(NAME, ATTR, VBYTES, MR, NV)                                             \
     typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                            \
     static ATTR AD__UNUSED void NAME(int kc, const ad_real *AD__RESTRICT A,                      \
-                                     const ad_real *AD__RESTRICT B, ad_real *C, ptrdiff_t ldc,   \
-                                     int accumulate)                                             \
+                                     const ad_real *AD__RESTRICT B, ptrdiff_t ldb, ad_real *C,   \
+                                     ptrdiff_t ldc, int accumulate)                              \
     {                                                                                            \
         enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
         NAME##_vec c[MR][NV], zero;                                                              \
@@ -1538,7 +1539,7 @@ typedef struct ad__gemm_kernel {
         for (k = 0; k < kc; k++) {                                                               \
             NAME##_vec b[NV];                                                                    \
             _Pragma("GCC unroll 16") for (j = 0; j < NV; j++)                                    \
-                memcpy(&b[j], B + (size_t)k * (NV * VL) + j * VL, VBYTES);                       \
+                memcpy(&b[j], B + (ptrdiff_t)k * ldb + j * VL, VBYTES);                         \
             _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                  \
                 NAME##_vec a = zero + A[(size_t)k * MR + i];                                     \
                 _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) c[i][j] += a * b[j];           \
@@ -1559,32 +1560,35 @@ typedef struct ad__gemm_kernel {
 AD__DEFINE_KERNEL(ad__kernel_generic, , 16, 6, 2)
 #if AD__X86_DISPATCH
 AD__DEFINE_KERNEL(ad__kernel_avx2, __attribute__((target("avx2,fma"))), 32, 6, 2)
-AD__DEFINE_KERNEL(ad__kernel_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 12, 2)
+AD__DEFINE_KERNEL(ad__kernel_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 2)
+AD__DEFINE_KERNEL(ad__kernel_avx512_narrow, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 1)
 #endif
 #undef AD__DEFINE_KERNEL
 #else
 /* Plain C: a 4 x 4 tile. */
 static void ad__kernel_generic(int kc, const ad_real *AD__RESTRICT A, const ad_real *AD__RESTRICT B,
-                               ad_real *C, ptrdiff_t ldc, int accumulate)
+                               ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
 {
     ad_real c[4][4] = {{0}};
     int i, j, k;
     for (k = 0; k < kc; k++)
         for (i = 0; i < 4; i++)
-            for (j = 0; j < 4; j++) c[i][j] += A[k * 4 + i] * B[k * 4 + j];
+            for (j = 0; j < 4; j++) c[i][j] += A[k * 4 + i] * B[k * ldb + j];
     for (i = 0; i < 4; i++)
         for (j = 0; j < 4; j++) C[i * ldc + j] = accumulate ? C[i * ldc + j] + c[i][j] : c[i][j];
 }
 #endif
 
-AD__PRIVATE ad__gemm_kernel ad__gemm_pick(void)
+/* The widest micro-kernel this processor runs; a one-vector-wide one for narrow products. */
+AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
 {
     ad__gemm_kernel k;
 #if AD__X86_DISPATCH
     if (__builtin_cpu_supports("avx512f")) {
-        k.fn = ad__kernel_avx512;
-        k.mr = 12;
-        k.nr = 2 * 64 / (int)sizeof(ad_real);
+        int narrow = N <= 64 / (int)sizeof(ad_real);
+        k.fn = narrow ? ad__kernel_avx512_narrow : ad__kernel_avx512;
+        k.mr = 8;
+        k.nr = (narrow ? 1 : 2) * 64 / (int)sizeof(ad_real);
         return k;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -1594,6 +1598,7 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(void)
         return k;
     }
 #endif
+    (void)N;
     k.fn = ad__kernel_generic;
 #if AD__HAS_VECTOR_EXT
     k.mr = 6;
@@ -1675,35 +1680,39 @@ AD__PRIVATE void ad__gemm_small(int ta, int tb, int M, int N, int K, const ad_re
 }
 
 /* The product for one block of C with one thread's packing buffers pa (AD__MC x AD__KC) and
-   pb (AD__KC x AD__NC). */
+   pb (AD__KC x AD__NC). When op(A) has few rows, each element of B is used only a few times, so
+   packing B would cost more than it saves: the micro-kernel then reads B's rows in place (when B
+   is not transposed), and only a last, partial panel is packed. */
 AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int tb, int M, int N,
                                  int K, const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
                                  ad_real *C, ptrdiff_t ldc, int accumulate)
 {
-    int jc, pc, ic, jr, ir;
+    int jc, pc, ic, jr, ir, direct = !tb && M <= AD__MC;
     for (jc = 0; jc < N; jc += AD__NC) {
         int nc = N - jc < AD__NC ? N - jc : AD__NC;
+        int full = direct ? nc / ker.nr * ker.nr : 0; /* columns read in place */
         for (pc = 0; pc < K; pc += AD__KC) {
             int kc = K - pc < AD__KC ? K - pc : AD__KC;
             int acc = accumulate || pc > 0;
-            ad__pack_b(tb, B, ldb, pc, kc, jc, nc, ker.nr, pb);
+            if (full < nc) ad__pack_b(tb, B, ldb, pc, kc, jc + full, nc - full, ker.nr, pb);
             for (ic = 0; ic < M; ic += AD__MC) {
                 int mc = M - ic < AD__MC ? M - ic : AD__MC;
                 ad__pack_a(ta, A, lda, ic, mc, pc, kc, ker.mr, pa);
                 for (jr = 0; jr < nc; jr += ker.nr) {
                     int nr = nc - jr < ker.nr ? nc - jr : ker.nr;
-                    const ad_real *bp = pb + (size_t)jr * kc;
+                    const ad_real *bp = jr < full ? B + (ptrdiff_t)pc * ldb + jc + jr : pb + (size_t)(jr - full) * kc;
+                    ptrdiff_t bstride = jr < full ? ldb : ker.nr;
                     for (ir = 0; ir < mc; ir += ker.mr) {
                         int mr = mc - ir < ker.mr ? mc - ir : ker.mr;
                         const ad_real *ap = pa + (size_t)ir * kc;
                         ad_real *c = C + (ptrdiff_t)(ic + ir) * ldc + jc + jr;
                         if (mr == ker.mr && nr == ker.nr) {
-                            ker.fn(kc, ap, bp, c, ldc, acc);
+                            ker.fn(kc, ap, bp, bstride, c, ldc, acc);
                         } else {
                             /* an edge tile: computed whole into a scratch tile, partly stored */
                             ad_real tile[AD__MR_MAX * AD__NR_MAX];
                             int i, j;
-                            ker.fn(kc, ap, bp, tile, ker.nr, 0);
+                            ker.fn(kc, ap, bp, bstride, tile, ker.nr, 0);
                             for (i = 0; i < mr; i++) {
                                 ad_real *row = c + (ptrdiff_t)i * ldc;
                                 const ad_real *t = tile + i * ker.nr;
@@ -1769,7 +1778,7 @@ AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const 
         ad__gemm_small(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
         return 0;
     }
-    job.ker = ad__gemm_pick();
+    job.ker = ad__gemm_pick(N);
     threads = (double)M * N * K >= 131072.0 ? ad__thread_count(T) : 1;
     /* a whole number of 64-byte lines per thread, so every thread's buffers stay aligned */
     per_thread = (size_t)AD__MC * AD__KC + (size_t)AD__KC * (AD__NC + AD__NR_MAX);
@@ -2734,7 +2743,7 @@ AUTODIFF_API ad_tensor *ad_matmul(ad_tape *T, ad_tensor *a, ad_tensor *b) { retu
 AD__PRIVATE void ad__linear_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tape *T = S->T;
-    ad_tensor *x = n->in[0], *W = n->in[1], *b = n->in[2];
+    ad_tensor *x = n->in[0], *W = n->in[1], *b = n->nin > 2 ? n->in[2] : NULL;
     if (ad__wants(S, x)) ad__accum(S, x, ad_matmul_t(T, g, W, 0, 1), 1);
     if (ad__wants(S, W)) ad__accum(S, W, ad_matmul_t(T, x, g, 1, 0), 1);
     if (b && ad__wants(S, b)) ad__accum_to(S, b, g, 0);
