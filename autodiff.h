@@ -1183,9 +1183,28 @@ AD__PRIVATE void ad__accum_to(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fres
     else ad__accum(S, x, ad_broadcast_to(S->T, g, x->ndim, x->shape), 1);
 }
 
+/* Makes the gradient buffers that leaves already have the accumulators of the sweep, so that
+   contributions are added into them in place (ad_backward's += semantics without a temporary
+   and a final pass). y itself keeps the ordinary seed. */
+AD__PRIVATE int ad__sweep_into_leaves(ad__sweep *S, const ad_tensor *y)
+{
+    ad_tensor *leaf, *view;
+    for (leaf = S->T->leaves; leaf; leaf = leaf->next_leaf) {
+        if (!leaf->grad || leaf == y || leaf->id >= S->n) continue;
+        view = ad__tensor(S->T, "ad_backward", leaf->ndim, leaf->shape, 0);
+        if (!view) return -1;
+        view->data = leaf->grad;
+        S->gacc[leaf->id] = view;
+        S->owned[leaf->id] = 1;
+    }
+    return 0;
+}
+
 /* Runs the reverse sweep from y. On return S->gacc holds d y / d t for every tensor t that
-   existed before the sweep and that y depends on. Returns 0 on success. */
-AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create_graph, const char *op)
+   existed before the sweep and that y depends on (added to the leaves' own gradient buffers
+   when into_leaves is set). Returns 0 on success. */
+AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create_graph, int into_leaves,
+                              const char *op)
 {
     ad__node *n;
     ad_tensor *seed;
@@ -1212,6 +1231,7 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     memset(S->gacc, 0, (size_t)S->n * sizeof(ad_tensor *));
     memset(S->owned, 0, (size_t)S->n);
     if (!y->requires_grad) return 0;
+    if (into_leaves && ad__sweep_into_leaves(S, y) != 0) return -1;
     S->gacc[y->id] = seed;
     T->grad_enabled = create_graph != 0;
     for (n = T->last; n && !S->failed; n = n->prev) {
@@ -1235,16 +1255,19 @@ AUTODIFF_API int ad_backward(ad_tape *T, ad_tensor *y)
         ad__fail(T, "ad_backward: y is NULL (an earlier op failed)");
         return -1;
     }
-    if (ad__sweep_run(&S, T, y, 0, "ad_backward") != 0) return -1;
+    if (ad__sweep_run(&S, T, y, 0, 1, "ad_backward") != 0) return -1;
     for (leaf = T->leaves; leaf; leaf = leaf->next_leaf) {
         ad_tensor *g = leaf->id < S.n ? S.gacc[leaf->id] : NULL;
-        if (!g) continue;
-        if (!leaf->grad) {
+        if (!g || g->data == leaf->grad) continue; /* none, or already added in place */
+        if (leaf->grad) {
+            ad__add_into(leaf->grad, g->data, leaf->size);
+        } else if (S.owned[leaf->id]) {
+            leaf->grad = g->data; /* a buffer of this sweep that nothing else uses */
+        } else {
             leaf->grad = (ad_real *)ad__alloc(T, leaf->size * sizeof(ad_real), "ad_backward");
             if (!leaf->grad) return -1;
-            memset(leaf->grad, 0, leaf->size * sizeof(ad_real));
+            memcpy(leaf->grad, g->data, leaf->size * sizeof(ad_real));
         }
-        ad__add_into(leaf->grad, g->data, leaf->size);
     }
     return 0;
 }
@@ -1262,7 +1285,7 @@ AUTODIFF_API ad_tensor *ad_grad(ad_tape *T, ad_tensor *y, ad_tensor *x, int crea
         ad__fail(T, "ad_grad: x belongs to another tape");
         return NULL;
     }
-    if (ad__sweep_run(&S, T, y, create_graph, "ad_grad") != 0) return NULL;
+    if (ad__sweep_run(&S, T, y, create_graph, 0, "ad_grad") != 0) return NULL;
     g = x->id < S.n ? S.gacc[x->id] : NULL;
     return g ? g : ad_zeros(T, x->ndim, x->shape);
 }
@@ -2740,10 +2763,34 @@ AUTODIFF_API ad_tensor *ad_matmul_t(ad_tape *T, ad_tensor *a, ad_tensor *b, int 
 
 AUTODIFF_API ad_tensor *ad_matmul(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad_matmul_t(T, a, b, 0, 0); }
 
+/* dx = g W^T, dW = x^T g, db = column sums of g, each computed straight into (or added onto)
+   the input's gradient buffer; for sweeps that do not record. */
+AD__PRIVATE void ad__linear_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tensor *x = n->in[0], *W = n->in[1], *b = n->nin > 2 ? n->in[2] : NULL;
+    int rows = x->shape[0], in = W->shape[0], out = W->shape[1], add, r;
+    ad_real *d;
+    if (ad__wants(S, x) && (d = ad__grad_target(S, x, &add)) != NULL &&
+        ad__gemm(S->T, 0, 1, rows, in, out, g->data, out, W->data, out, d, in, add) != 0)
+        S->failed = 1;
+    if (ad__wants(S, W) && (d = ad__grad_target(S, W, &add)) != NULL &&
+        ad__gemm(S->T, 1, 0, in, out, rows, x->data, in, g->data, out, d, out, add) != 0)
+        S->failed = 1;
+    if (b && ad__wants(S, b) && (d = ad__grad_target(S, b, &add)) != NULL) {
+        if (!add) memset(d, 0, (size_t)out * sizeof(ad_real));
+        for (r = 0; r < rows; r++) ad__add_into(d, g->data + (size_t)r * out, (size_t)out);
+    }
+    if (S->failed && !S->T->has_error) ad__fail(S->T, "ad_linear: out of memory in the backward sweep");
+}
+
 AD__PRIVATE void ad__linear_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tape *T = S->T;
     ad_tensor *x = n->in[0], *W = n->in[1], *b = n->nin > 2 ? n->in[2] : NULL;
+    if (!S->create_graph) {
+        ad__linear_backward_fused(S, n, g);
+        return;
+    }
     if (ad__wants(S, x)) ad__accum(S, x, ad_matmul_t(T, g, W, 0, 1), 1);
     if (ad__wants(S, W)) ad__accum(S, W, ad_matmul_t(T, x, g, 1, 0), 1);
     if (b && ad__wants(S, b)) ad__accum_to(S, b, g, 0);
