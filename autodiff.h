@@ -347,6 +347,214 @@ AUTODIFF_API double ad_rng_uniform(ad_rng *rng);
 /* Standard normal (Box-Muller). */
 AUTODIFF_API double ad_rng_normal(ad_rng *rng);
 
+/* >>api:params --------------------------------------------------------------------------------
+   A parameter store holds named parameters that outlive every tape. All values sit in one
+   contiguous buffer and all gradients in a second one, parameter after parameter in the order
+   they were added, so an optimizer step, a checkpoint or an MPI_Allreduce of the gradients is one
+   pass over one array (ad_params_values, ad_params_grads, ad_params_scalars).
+
+   A parameter is known by its index, the handle ad_params_add returns (0, 1, 2, ... in the order
+   of adding). Adding a parameter may move the buffers, so keep handles, not pointers: pointers
+   from ad_params_info, ad_params_values and ad_params_grads, and tensors made by ad_param, stay
+   valid until the next ad_params_add. Add every parameter before training starts.
+
+   Errors (duplicate names, bad shapes, out of memory, refused checkpoints, bad optimizer
+   settings) leave a message on the store, read with ad_params_error; the first one sticks until
+   ad_params_clear_error. Nothing aborts.
+
+   Threads: a store and its optimizer must not be used by two threads at once. Tapes on several
+   threads may read one store through ad_param, but their ad_backward calls all add into its one
+   gradient buffer: run those one at a time, or give each thread its own store and sum the
+   gradient buffers. */
+typedef struct ad_params ad_params;
+
+/* Longest parameter name, in bytes. */
+#define AD_PARAM_NAME_MAX 1024
+
+/* How ad_params_add fills a new parameter. A zero ad_init (or NULL) means zeros. The fields
+   follow torch.nn.init's names:
+       kind                     a                        b                gain
+       AD_INIT_ZEROS            -                        -                -
+       AD_INIT_CONSTANT         the value                -                -
+       AD_INIT_UNIFORM          low bound                high bound       -    (a = b = 0: [0, 1))
+       AD_INIT_NORMAL           mean                     std (0: 1)       -
+       AD_INIT_XAVIER_UNIFORM   -                        -                0: 1
+       AD_INIT_XAVIER_NORMAL    -                        -                0: 1
+       AD_INIT_KAIMING_UNIFORM  negative slope of the    -                0: sqrt(2 / (1 + a^2))
+       AD_INIT_KAIMING_NORMAL   leaky relu that follows (0 for relu)      (sqrt(2) for relu)
+   Uniform draws lie in [low, high). Xavier (Glorot): uniform in +-gain * sqrt(6 / (fan_in +
+   fan_out)), or normal with std gain * sqrt(2 / (fan_in + fan_out)). Kaiming (He, fan_in mode):
+   std = gain / sqrt(fan_in); the uniform form draws in +-sqrt(3) * std.
+   Fans (ad_init_fans): a 2-D weight is [in, out] as ad_linear's W (y = x W), so fan_in =
+   shape[0] and fan_out = shape[1]; a weight with 3 or more dimensions is a convolution's
+   [out, in/groups, k1, k2, ...], so fan_in = shape[1] * k1 * k2 * ... and fan_out = shape[0] *
+   k1 * k2 * ...; 1-D [n]: both n; 0-D: both 1.
+   Values come from the store's ad_rng (seeded by ad_params_new): one ad_rng_uniform or
+   ad_rng_normal per element, in order, computed in double and rounded to ad_real. The same seed
+   and the same sequence of calls give the same numbers on every platform (normals go through
+   the C library's log and cos). */
+typedef enum ad_init_kind {
+    AD_INIT_ZEROS = 0,
+    AD_INIT_CONSTANT,
+    AD_INIT_UNIFORM,
+    AD_INIT_NORMAL,
+    AD_INIT_XAVIER_UNIFORM,
+    AD_INIT_XAVIER_NORMAL,
+    AD_INIT_KAIMING_UNIFORM,
+    AD_INIT_KAIMING_NORMAL
+} ad_init_kind;
+
+typedef struct ad_init {
+    ad_init_kind kind;
+    double a, b;   /* see the table above */
+    double gain;   /* 0: the default of the kind */
+} ad_init;
+
+/* One parameter, as ad_params_info describes it. Pointers are valid until the next add. */
+typedef struct ad_param_info {
+    const char *name;
+    int ndim;
+    const int *shape;
+    size_t size;     /* number of scalars */
+    size_t offset;   /* index of its first scalar in the flat buffers */
+    ad_real *value;  /* ad_params_values(P) + offset */
+    ad_real *grad;   /* ad_params_grads(P) + offset */
+} ad_param_info;
+
+/* A new, empty store whose initialisers draw from an ad_rng seeded with seed. Returns NULL only
+   when memory runs out. */
+AUTODIFF_API ad_params *ad_params_new(uint64_t seed);
+/* Frees the store and everything in it. NULL is allowed. Free its optimizers first or after;
+   an optimizer must not be used once its store is freed. */
+AUTODIFF_API void ad_params_free(ad_params *P);
+/* The first error recorded on the store, or NULL while there is none. */
+AUTODIFF_API const char *ad_params_error(const ad_params *P);
+AUTODIFF_API void ad_params_clear_error(ad_params *P);
+/* Adds a parameter named name (unique, 1..AD_PARAM_NAME_MAX bytes) with ndim dimensions (0..
+   AD_MAX_DIMS) of the given positive sizes, filled by init (NULL: zeros); its gradient starts at
+   zero. Returns its handle (index), or -1 with the store's error set. */
+AUTODIFF_API int ad_params_add(ad_params *P, const char *name, int ndim, const int *shape,
+                               const ad_init *init);
+/* Refills parameter id by init (NULL: zeros) with the next numbers of the store's rng.
+   Returns 0, or -1 with the store's error set. */
+AUTODIFF_API int ad_params_init(ad_params *P, int id, const ad_init *init);
+/* The fans of a weight of this shape, by the convention described at ad_init. */
+AUTODIFF_API void ad_init_fans(int ndim, const int *shape, double *fan_in, double *fan_out);
+/* The handle of the parameter named name, or -1 when there is none. */
+AUTODIFF_API int ad_params_find(const ad_params *P, const char *name);
+/* Number of parameters, and of scalars in all of them (the length of the flat buffers). */
+AUTODIFF_API int ad_params_count(const ad_params *P);
+AUTODIFF_API size_t ad_params_scalars(const ad_params *P);
+/* Describes parameter id; all fields are zero (name NULL) when there is no such parameter. */
+AUTODIFF_API ad_param_info ad_params_info(ad_params *P, int id);
+/* The flat value and gradient buffers (ad_params_scalars long), or NULL when empty. */
+AUTODIFF_API ad_real *ad_params_values(ad_params *P);
+AUTODIFF_API ad_real *ad_params_grads(ad_params *P);
+/* Sets every gradient in the store to zero. */
+AUTODIFF_API void ad_params_zero_grad(ad_params *P);
+/* Marks parameter id as trained (1, the default) or frozen (0): optimizers leave frozen values
+   alone; checkpoints keep them. Frozen entries suit state that is not learned by gradient,
+   such as batch norm's running statistics. Returns 0, or -1 with the store's error set. */
+AUTODIFF_API int ad_params_set_trainable(ad_params *P, int id, int trainable);
+/* Parameter id as a leaf on T that requires grad: its values are the store's (not copied) and
+   ad_backward adds its gradient into the store's gradient buffer. Returns NULL with T's error
+   set when P is NULL or id is not a parameter. */
+AUTODIFF_API ad_tensor *ad_param(ad_tape *T, ad_params *P, int id);
+
+/* >>api:optim ---------------------------------------------------------------------------------
+   Optimizers update a whole store from its gradients with PyTorch's semantics (torch.optim.SGD,
+   Adam, AdamW, without amsgrad / maximize). Their state (momentum, m, v) lives in flat buffers
+   parallel to the store's. Make the optimizer after adding every parameter. Errors go to the
+   store's message. */
+typedef enum ad_optim_kind { AD_OPTIM_SGD = 0, AD_OPTIM_ADAM, AD_OPTIM_ADAMW } ad_optim_kind;
+
+/* Optimizer settings; a zero field takes the default shown.
+       field         default                  used by
+       kind          AD_OPTIM_SGD
+       lr            1e-3                     all
+       momentum      0 (none)                 SGD
+       dampening     0                        SGD
+       nesterov      0 (off)                  SGD; needs momentum > 0 and dampening 0
+       weight_decay  0; AdamW: 1e-2           SGD and Adam add weight_decay * p to the gradient;
+                                              AdamW multiplies p by 1 - lr * weight_decay
+       beta1, beta2  0.9, 0.999               Adam, AdamW
+       eps           1e-8                     Adam, AdamW
+   Because zero means "default", lr, beta1, beta2, eps and AdamW's weight_decay cannot be set to
+   exactly 0 here (AdamW without decay is Adam; ad_optim_set_lr accepts 0). */
+typedef struct ad_optim_desc {
+    ad_optim_kind kind;
+    double lr;
+    double momentum, dampening;
+    int nesterov;
+    double weight_decay;
+    double beta1, beta2, eps;
+} ad_optim_desc;
+
+typedef struct ad_optim ad_optim;
+
+/* An optimizer for every parameter of P (desc NULL: all defaults). Returns NULL when the
+   settings are invalid or memory runs out, with P's error set. */
+AUTODIFF_API ad_optim *ad_optim_new(ad_params *P, const ad_optim_desc *desc);
+AUTODIFF_API void ad_optim_free(ad_optim *O);
+/* Updates every parameter from the store's gradients (which it leaves as they are). Returns 0,
+   or -1 with the store's error set (parameters were added after the optimizer was made). */
+AUTODIFF_API int ad_optim_step(ad_optim *O);
+/* The learning rate used by the next step; set it before each step to follow a schedule.
+   A negative or non-finite lr is refused with the store's error set. */
+AUTODIFF_API void ad_optim_set_lr(ad_optim *O, double lr);
+AUTODIFF_API double ad_optim_lr(const ad_optim *O);
+/* Steps taken so far (restored by ad_checkpoint_load). */
+AUTODIFF_API uint64_t ad_optim_steps(const ad_optim *O);
+/* The settings in use, with the defaults filled in (all zero for NULL). */
+AUTODIFF_API ad_optim_desc ad_optim_settings(const ad_optim *O);
+
+/* Scales every gradient of P by max_norm / (norm + 1e-6) when that is below 1, as PyTorch's
+   clip_grad_norm_, where norm is the L2 norm of all gradients together, computed in double.
+   Returns that norm from before clipping; a non-finite norm is returned and nothing is scaled.
+   Returns -1 with the store's error set when max_norm is negative or NaN. */
+AUTODIFF_API double ad_clip_grad_norm(ad_params *P, double max_norm);
+
+/* Learning-rate schedules: pure functions of the step, to pass to ad_optim_set_lr.
+   Step decay: lr0 * gamma^floor(epoch / step_size) (lr0 when step_size <= 0 or epoch <= 0). */
+AUTODIFF_API double ad_lr_step_decay(double lr0, int64_t step_size, double gamma, int64_t epoch);
+/* Linear warmup, then cosine decay: lr0 * (step + 1) / warmup_steps for step < warmup_steps
+   (reaching lr0 at the last warmup step), then min_lr + (lr0 - min_lr) * (1 + cos(pi * t)) / 2
+   with t = (step - warmup_steps) / (total_steps - warmup_steps), and min_lr from total_steps on.
+   A negative step counts as 0. */
+AUTODIFF_API double ad_lr_cosine(double lr0, double min_lr, int64_t warmup_steps, int64_t total_steps,
+                                 int64_t step);
+
+/* >>api:checkpoint ----------------------------------------------------------------------------
+   A checkpoint holds every parameter's name, shape and values and, optionally, an optimizer's
+   kind, settings, step count and state, in the little-endian format described at
+   >>impl:checkpoint. Loading validates the whole file against the store (and optimizer) before
+   it changes anything: a truncated, corrupt, foreign or mismatched file is refused with the
+   reason in the store's error, and the parameters and optimizer stay bit for bit as they were.
+   Loading restores values, and with an optimizer its settings (lr included), step count and
+   state; gradients are not touched. A file written with an optimizer may be loaded without one.
+   Every function returns 0 on success and -1 (store's error set) on failure. */
+
+/* Bytes of a checkpoint of P with optimizer O (may be NULL), or 0 when P is NULL or the size
+   does not fit in a size_t. */
+AUTODIFF_API size_t ad_checkpoint_size(const ad_params *P, const ad_optim *O);
+/* Writes the checkpoint into buf, which must hold ad_checkpoint_size(P, O) bytes. */
+AUTODIFF_API int ad_checkpoint_save_memory(void *buf, size_t cap, ad_params *P, const ad_optim *O);
+/* Loads a checkpoint from len bytes at data into P and, when not NULL, O. */
+AUTODIFF_API int ad_checkpoint_load_memory(const void *data, size_t len, ad_params *P, ad_optim *O);
+#ifndef AUTODIFF_NO_STDIO
+/* Saves atomically: writes path.tmp-<random> and renames it over path, so path holds either the
+   old or the new checkpoint, never a part of one (not flushed to the disk itself: no fsync; on
+   Windows the old file is removed just before the rename). */
+AUTODIFF_API int ad_checkpoint_save(const char *path, ad_params *P, const ad_optim *O);
+/* Reads the whole file (at most the size of the largest checkpoint this store can accept) and
+   loads it as ad_checkpoint_load_memory does. */
+AUTODIFF_API int ad_checkpoint_load(const char *path, ad_params *P, ad_optim *O);
+/* A new store holding the parameters of a checkpoint file (names, shapes, values; optimizer
+   state is skipped), for programs that only run a trained model. Returns NULL on failure with
+   the reason in err (errlen bytes, always terminated; may be NULL). */
+AUTODIFF_API ad_params *ad_params_load(const char *path, char *err, size_t errlen);
+#endif
+
 /* >>api:extensions */
 
 #ifdef __cplusplus
@@ -369,6 +577,7 @@ AUTODIFF_API double ad_rng_normal(ad_rng *rng);
 #error "autodiff.h: define all of AUTODIFF_MALLOC, AUTODIFF_REALLOC and AUTODIFF_FREE, or none"
 #endif
 
+#include <errno.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -376,6 +585,7 @@ AUTODIFF_API double ad_rng_normal(ad_rng *rng);
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifndef AUTODIFF_ASSERT
 #include <assert.h>
@@ -928,19 +1138,24 @@ AUTODIFF_API ad_tensor *ad_tensor_view(ad_tape *T, int ndim, const int *shape, a
     return t;
 }
 
-AUTODIFF_API ad_tensor *ad_full(ad_tape *T, int ndim, const int *shape, ad_real value)
+/* A constant filled with value; errors name op, the function the caller called. */
+AD__PRIVATE ad_tensor *ad__full(ad_tape *T, const char *op, int ndim, const int *shape, ad_real value)
 {
     ad_tensor *t;
     size_t i;
     if (!T) return NULL;
-    t = ad__tensor(T, "ad_full", ndim, shape, 1);
+    t = ad__tensor(T, op, ndim, shape, 1);
     if (!t) return NULL;
     for (i = 0; i < t->size; i++) t->data[i] = value;
     return t;
 }
 
-AUTODIFF_API ad_tensor *ad_zeros(ad_tape *T, int ndim, const int *shape) { return ad_full(T, ndim, shape, 0); }
-AUTODIFF_API ad_tensor *ad_ones(ad_tape *T, int ndim, const int *shape) { return ad_full(T, ndim, shape, 1); }
+AUTODIFF_API ad_tensor *ad_full(ad_tape *T, int ndim, const int *shape, ad_real value)
+{
+    return ad__full(T, "ad_full", ndim, shape, value);
+}
+AUTODIFF_API ad_tensor *ad_zeros(ad_tape *T, int ndim, const int *shape) { return ad__full(T, "ad_zeros", ndim, shape, 0); }
+AUTODIFF_API ad_tensor *ad_ones(ad_tape *T, int ndim, const int *shape) { return ad__full(T, "ad_ones", ndim, shape, 1); }
 
 AUTODIFF_API ad_tensor *ad_var(ad_tape *T, ad_real value)
 {
@@ -2511,6 +2726,7 @@ AUTODIFF_API ad_tensor *ad_slice(ad_tape *T, ad_tensor *a, int axis, int start, 
     ad_tensor *y;
     ad__node *node;
     if (!T || !a) return NULL;
+    if (a->tape != T) { ad__fail(T, "ad_slice: the input belongs to another tape"); return NULL; }
     ax = ad__axis(T, "ad_slice", a, axis);
     if (ax < 0) return NULL;
     len = a->shape[ax];
@@ -2589,7 +2805,11 @@ AUTODIFF_API ad_tensor *ad_concat(ad_tape *T, ad_tensor *const *xs, int n, int a
     if (ax < 0) return NULL;
     for (i = 0; i < n; i++) {
         const ad_tensor *x = xs[i];
-        int ok = x->tape == T && x->ndim == xs[0]->ndim;
+        int ok = x->ndim == xs[0]->ndim;
+        if (x->tape != T) {
+            ad__fail(T, "ad_concat: tensor %d belongs to another tape", i);
+            return NULL;
+        }
         for (d = 0; ok && d < x->ndim; d++)
             if (d != ax && x->shape[d] != xs[0]->shape[d]) ok = 0;
         if (!ok) {
@@ -2638,6 +2858,7 @@ AUTODIFF_API ad_tensor *ad_broadcast_to(ad_tape *T, ad_tensor *a, int ndim, cons
     ad__walk w;
     size_t size;
     if (!T || !a) return NULL;
+    if (a->tape != T) { ad__fail(T, "ad_broadcast_to: the input belongs to another tape"); return NULL; }
     if (!ad__check_shape(T, "ad_broadcast_to", ndim, shape, &size)) return NULL;
     if (!ad__broadcastable(a->ndim, a->shape, ndim, shape)) {
         char sa[96], sb[96];
@@ -2665,6 +2886,7 @@ AUTODIFF_API ad_tensor *ad_sum_to(ad_tape *T, ad_tensor *a, int ndim, const int 
     ad__walk w;
     size_t size;
     if (!T || !a) return NULL;
+    if (a->tape != T) { ad__fail(T, "ad_sum_to: the input belongs to another tape"); return NULL; }
     if (!ad__check_shape(T, "ad_sum_to", ndim, shape, &size)) return NULL;
     if (!ad__broadcastable(ndim, shape, a->ndim, a->shape)) {
         char sa[96], sb[96];
@@ -3065,6 +3287,1111 @@ AUTODIFF_API ad_tensor *ad_bce_with_logits(ad_tape *T, ad_tensor *logits, ad_ten
     if (!ad__record2(T, "ad_bce_with_logits", y, ad__bce_backward, logits, targets)) return NULL;
     return y;
 }
+
+/* >>impl:params ------------------------------------------------------------------------------ */
+#define AD__PARAMS_MAX (1 << 24) /* parameters in one store */
+
+typedef struct ad__param {
+    char *name;
+    size_t namelen;
+    size_t offset, size; /* in scalars, into the flat buffers */
+    int ndim;
+    int shape[AD_MAX_DIMS];
+    int frozen;          /* left alone by optimizers */
+} ad__param;
+
+struct ad_params {
+    ad_real *value, *grad;       /* nscalars in use, cap allocated, both */
+    size_t nscalars, cap;
+    ad__param *items;
+    int n, items_cap;
+    ad_rng rng;                  /* the initialisers' random numbers */
+    uint64_t saves;              /* checkpoints written: part of temporary file names */
+    int has_error;
+    char error[320];
+};
+
+AD__PRIVATE void ad__pfail(ad_params *P, const char *fmt, ...)
+{
+    va_list ap;
+    if (!P || P->has_error) return;
+    va_start(ap, fmt);
+    vsnprintf(P->error, sizeof P->error, fmt, ap);
+    va_end(ap);
+    P->has_error = 1;
+}
+
+AD__PRIVATE int ad__train_finite(double x) { return x == x && x - x == 0; }
+
+AUTODIFF_API ad_params *ad_params_new(uint64_t seed)
+{
+    ad_params *P = (ad_params *)AUTODIFF_MALLOC(sizeof(ad_params));
+    if (!P) return NULL;
+    memset(P, 0, sizeof *P);
+    ad_rng_seed(&P->rng, seed);
+    return P;
+}
+
+AUTODIFF_API void ad_params_free(ad_params *P)
+{
+    int i;
+    if (!P) return;
+    for (i = 0; i < P->n; i++) AUTODIFF_FREE(P->items[i].name);
+    AUTODIFF_FREE(P->items);
+    AUTODIFF_FREE(P->value);
+    AUTODIFF_FREE(P->grad);
+    AUTODIFF_FREE(P);
+}
+
+AUTODIFF_API const char *ad_params_error(const ad_params *P)
+{
+    if (!P) return "autodiff: no parameter store (NULL)";
+    return P->has_error ? P->error : NULL;
+}
+
+AUTODIFF_API void ad_params_clear_error(ad_params *P)
+{
+    if (!P) return;
+    P->has_error = 0;
+    P->error[0] = 0;
+}
+
+AUTODIFF_API int ad_params_find(const ad_params *P, const char *name)
+{
+    int i;
+    if (!P || !name) return -1;
+    for (i = 0; i < P->n; i++)
+        if (strcmp(P->items[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* Checks a new parameter's name and shape; on success stores its number of scalars in *size. */
+AD__PRIVATE int ad__params_check(ad_params *P, const char *name, int ndim, const int *shape, size_t *size)
+{
+    size_t n = 1, limit = (size_t)-1 / sizeof(ad_real) - P->nscalars, len = name ? strlen(name) : 0;
+    char s[96];
+    int i;
+    if (len == 0 || len > AD_PARAM_NAME_MAX) {
+        ad__pfail(P, "ad_params_add: name \"%.40s\" is %zu bytes long; 1 to %d are allowed", name ? name : "",
+                  len, AD_PARAM_NAME_MAX);
+        return 0;
+    }
+    if (ad_params_find(P, name) >= 0) {
+        ad__pfail(P, "ad_params_add: a parameter named \"%.200s\" already exists", name);
+        return 0;
+    }
+    if (P->n >= AD__PARAMS_MAX) {
+        ad__pfail(P, "ad_params_add: \"%.200s\": the store already holds %d parameters", name, P->n);
+        return 0;
+    }
+    if (ndim < 0 || ndim > AD_MAX_DIMS || (ndim > 0 && !shape)) {
+        ad__pfail(P, "ad_params_add: \"%.200s\": %d dimensions%s; 0 to %d with a shape are supported", name,
+                  ndim, shape ? "" : " and no shape", AD_MAX_DIMS);
+        return 0;
+    }
+    for (i = 0; i < ndim; i++) {
+        if (shape[i] <= 0 || n > limit / (size_t)shape[i]) {
+            ad__pfail(P, "ad_params_add: \"%.200s\": shape %s: %s", name, ad__dims_str(ndim, shape, s, sizeof s),
+                      shape[i] <= 0 ? "dimensions must be positive" : "too many scalars");
+            return 0;
+        }
+        n *= (size_t)shape[i];
+    }
+    *size = n;
+    return 1;
+}
+
+/* Checks an initialiser's kind and numbers. */
+AD__PRIVATE int ad__init_check(ad_params *P, const char *op, const ad_init *init)
+{
+    const char *why = NULL;
+    if (!init) return 1;
+    if ((int)init->kind < (int)AD_INIT_ZEROS || (int)init->kind > (int)AD_INIT_KAIMING_NORMAL)
+        why = "unknown kind";
+    else if (!ad__train_finite(init->a) || !ad__train_finite(init->b) || !ad__train_finite(init->gain))
+        why = "a, b and gain must be finite";
+    else if (init->kind == AD_INIT_UNIFORM && init->a > init->b)
+        why = "the low bound a is above the high bound b";
+    else if (init->kind == AD_INIT_NORMAL && init->b < 0)
+        why = "the standard deviation b is negative";
+    else if (init->gain < 0)
+        why = "the gain is negative";
+    if (why) ad__pfail(P, "%s: initialiser (kind %d, a %g, b %g, gain %g): %s", op, (int)init->kind, init->a,
+                       init->b, init->gain, why);
+    return why == NULL;
+}
+
+/* Makes room for one more parameter of `more` scalars. */
+AD__PRIVATE int ad__params_reserve(ad_params *P, size_t more)
+{
+    size_t limit = (size_t)-1 / sizeof(ad_real), need = P->nscalars + more, cap;
+    if (P->n == P->items_cap) {
+        int icap = P->items_cap ? 2 * P->items_cap : 16;
+        ad__param *items = (ad__param *)AUTODIFF_REALLOC(P->items, (size_t)icap * sizeof(ad__param));
+        if (!items) return 0;
+        P->items = items;
+        P->items_cap = icap;
+    }
+    if (need > P->cap) {
+        ad_real *value, *grad;
+        cap = P->cap < limit / 2 ? 2 * P->cap : limit;
+        if (cap < need) cap = need;
+        value = (ad_real *)AUTODIFF_REALLOC(P->value, cap * sizeof(ad_real));
+        if (!value) return 0;
+        P->value = value;
+        grad = (ad_real *)AUTODIFF_REALLOC(P->grad, cap * sizeof(ad_real));
+        if (!grad) return 0;
+        P->grad = grad;
+        P->cap = cap;
+    }
+    return 1;
+}
+
+AUTODIFF_API int ad_params_add(ad_params *P, const char *name, int ndim, const int *shape,
+                               const ad_init *init)
+{
+    ad__param *p;
+    size_t size, len;
+    char *copy;
+    if (!P) return -1;
+    if (!ad__params_check(P, name, ndim, shape, &size) || !ad__init_check(P, "ad_params_add", init)) return -1;
+    len = strlen(name);
+    copy = (char *)AUTODIFF_MALLOC(len + 1);
+    if (!copy || !ad__params_reserve(P, size)) {
+        AUTODIFF_FREE(copy);
+        ad__pfail(P, "ad_params_add: \"%.200s\": out of memory for %zu scalars", name, size);
+        return -1;
+    }
+    memcpy(copy, name, len + 1);
+    p = &P->items[P->n];
+    memset(p, 0, sizeof *p);
+    p->name = copy;
+    p->namelen = len;
+    p->offset = P->nscalars;
+    p->size = size;
+    p->ndim = ndim;
+    if (ndim > 0) memcpy(p->shape, shape, (size_t)ndim * sizeof(int));
+    memset(P->grad + p->offset, 0, size * sizeof(ad_real));
+    P->nscalars += size;
+    P->n++;
+    ad_params_init(P, P->n - 1, init);
+    return P->n - 1;
+}
+
+AUTODIFF_API void ad_init_fans(int ndim, const int *shape, double *fan_in, double *fan_out)
+{
+    double in = 1, out = 1, field = 1;
+    int i;
+    if (!shape) ndim = 0;
+    if (ndim == 1) {
+        in = out = shape[0];
+    } else if (ndim == 2) {
+        in = shape[0];
+        out = shape[1];
+    } else if (ndim >= 3) {
+        for (i = 2; i < ndim; i++) field *= shape[i];
+        in = shape[1] * field;
+        out = shape[0] * field;
+    }
+    if (fan_in) *fan_in = in;
+    if (fan_out) *fan_out = out;
+}
+
+AD__PRIVATE void ad__fill_uniform(ad_real *x, size_t n, double lo, double hi, ad_rng *rng)
+{
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = (ad_real)(lo + (hi - lo) * ad_rng_uniform(rng));
+}
+
+AD__PRIVATE void ad__fill_normal(ad_real *x, size_t n, double mean, double std, ad_rng *rng)
+{
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = (ad_real)(mean + std * ad_rng_normal(rng));
+}
+
+/* Fills a parameter's values from init (already checked). */
+AD__PRIVATE void ad__init_fill(ad__param *p, ad_real *x, const ad_init *init, ad_rng *rng)
+{
+    double fan_in, fan_out, gain = init->gain, bound;
+    size_t i;
+    ad_init_fans(p->ndim, p->shape, &fan_in, &fan_out);
+    switch (init->kind) {
+    case AD_INIT_CONSTANT:
+        for (i = 0; i < p->size; i++) x[i] = (ad_real)init->a;
+        break;
+    case AD_INIT_UNIFORM:
+        if (init->a == 0 && init->b == 0) ad__fill_uniform(x, p->size, 0, 1, rng);
+        else ad__fill_uniform(x, p->size, init->a, init->b, rng);
+        break;
+    case AD_INIT_NORMAL:
+        ad__fill_normal(x, p->size, init->a, init->b == 0 ? 1 : init->b, rng);
+        break;
+    case AD_INIT_XAVIER_UNIFORM:
+        bound = (gain == 0 ? 1 : gain) * sqrt(6.0 / (fan_in + fan_out));
+        ad__fill_uniform(x, p->size, -bound, bound, rng);
+        break;
+    case AD_INIT_XAVIER_NORMAL:
+        ad__fill_normal(x, p->size, 0, (gain == 0 ? 1 : gain) * sqrt(2.0 / (fan_in + fan_out)), rng);
+        break;
+    case AD_INIT_KAIMING_UNIFORM:
+    case AD_INIT_KAIMING_NORMAL:
+        if (gain == 0) gain = sqrt(2.0 / (1.0 + init->a * init->a));
+        if (init->kind == AD_INIT_KAIMING_NORMAL) ad__fill_normal(x, p->size, 0, gain / sqrt(fan_in), rng);
+        else ad__fill_uniform(x, p->size, -sqrt(3.0) * gain / sqrt(fan_in), sqrt(3.0) * gain / sqrt(fan_in), rng);
+        break;
+    default:
+        memset(x, 0, p->size * sizeof(ad_real));
+    }
+}
+
+AUTODIFF_API int ad_params_init(ad_params *P, int id, const ad_init *init)
+{
+    ad_init zeros;
+    if (!P) return -1;
+    if (id < 0 || id >= P->n) {
+        ad__pfail(P, "ad_params_init: no parameter %d; the store has %d", id, P->n);
+        return -1;
+    }
+    if (!ad__init_check(P, "ad_params_init", init)) return -1;
+    memset(&zeros, 0, sizeof zeros);
+    ad__init_fill(&P->items[id], P->value + P->items[id].offset, init ? init : &zeros, &P->rng);
+    return 0;
+}
+
+AUTODIFF_API int ad_params_count(const ad_params *P) { return P ? P->n : 0; }
+AUTODIFF_API size_t ad_params_scalars(const ad_params *P) { return P ? P->nscalars : 0; }
+AUTODIFF_API ad_real *ad_params_values(ad_params *P) { return P && P->nscalars ? P->value : NULL; }
+AUTODIFF_API ad_real *ad_params_grads(ad_params *P) { return P && P->nscalars ? P->grad : NULL; }
+
+AUTODIFF_API ad_param_info ad_params_info(ad_params *P, int id)
+{
+    ad_param_info info;
+    memset(&info, 0, sizeof info);
+    if (P && id >= 0 && id < P->n) {
+        const ad__param *p = &P->items[id];
+        info.name = p->name;
+        info.ndim = p->ndim;
+        info.shape = p->shape;
+        info.size = p->size;
+        info.offset = p->offset;
+        info.value = P->value + p->offset;
+        info.grad = P->grad + p->offset;
+    }
+    return info;
+}
+
+AUTODIFF_API int ad_params_set_trainable(ad_params *P, int id, int trainable)
+{
+    if (!P) return -1;
+    if (id < 0 || id >= P->n) {
+        ad__pfail(P, "ad_params_set_trainable: no parameter %d (the store has %d)", id, P->n);
+        return -1;
+    }
+    P->items[id].frozen = !trainable;
+    return 0;
+}
+
+AUTODIFF_API void ad_params_zero_grad(ad_params *P)
+{
+    if (P && P->nscalars) memset(P->grad, 0, P->nscalars * sizeof(ad_real));
+}
+
+AUTODIFF_API ad_tensor *ad_param(ad_tape *T, ad_params *P, int id)
+{
+    const ad__param *p;
+    if (!T) return NULL;
+    if (!P) {
+        ad__fail(T, "ad_param: the parameter store is NULL");
+        return NULL;
+    }
+    if (id < 0 || id >= P->n) {
+        ad__fail(T, "ad_param: no parameter %d; the store has %d", id, P->n);
+        return NULL;
+    }
+    p = &P->items[id];
+    return ad_tensor_view(T, p->ndim, p->shape, P->value + p->offset, P->grad + p->offset, 1);
+}
+
+/* >>impl:optim ------------------------------------------------------------------------------- */
+struct ad_optim {
+    ad_params *P;
+    ad_optim_desc d;      /* the settings, defaults filled in */
+    uint64_t steps;
+    size_t n;             /* scalars of the store the state was made for */
+    int nbuf;             /* state buffers: SGD 0, or 1 with momentum; Adam, AdamW 2 (m, v) */
+    ad_real *state;       /* nbuf * n values, zero at the start */
+};
+
+/* The settings with every zero field replaced by its default. */
+AD__PRIVATE ad_optim_desc ad__optim_defaults(const ad_optim_desc *desc)
+{
+    ad_optim_desc d;
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    if (d.lr == 0) d.lr = 1e-3;
+    if (d.kind != AD_OPTIM_SGD) {
+        if (d.beta1 == 0) d.beta1 = 0.9;
+        if (d.beta2 == 0) d.beta2 = 0.999;
+        if (d.eps == 0) d.eps = 1e-8;
+        if (d.kind == AD_OPTIM_ADAMW && d.weight_decay == 0) d.weight_decay = 1e-2;
+    }
+    return d;
+}
+
+/* Why the settings (defaults filled in) cannot be used, or NULL when they can. */
+AD__PRIVATE const char *ad__optim_invalid(const ad_optim_desc *d)
+{
+    if ((int)d->kind < (int)AD_OPTIM_SGD || (int)d->kind > (int)AD_OPTIM_ADAMW) return "unknown optimizer kind";
+    if (!ad__train_finite(d->lr) || d->lr < 0) return "lr must be finite and >= 0";
+    if (!ad__train_finite(d->weight_decay) || d->weight_decay < 0) return "weight_decay must be finite and >= 0";
+    if (d->kind == AD_OPTIM_SGD) {
+        if (!ad__train_finite(d->momentum) || d->momentum < 0) return "momentum must be finite and >= 0";
+        if (!ad__train_finite(d->dampening)) return "dampening must be finite";
+        if (d->nesterov && (d->momentum <= 0 || d->dampening != 0))
+            return "Nesterov momentum needs momentum > 0 and dampening 0";
+        return NULL;
+    }
+    if (!(d->beta1 >= 0 && d->beta1 < 1) || !(d->beta2 >= 0 && d->beta2 < 1))
+        return "beta1 and beta2 must lie in [0, 1)";
+    if (!ad__train_finite(d->eps) || d->eps <= 0) return "eps must be finite and > 0";
+    return NULL;
+}
+
+AD__PRIVATE int ad__optim_buffers(const ad_optim_desc *d)
+{
+    return d->kind == AD_OPTIM_SGD ? d->momentum != 0 : 2;
+}
+
+AUTODIFF_API ad_optim *ad_optim_new(ad_params *P, const ad_optim_desc *desc)
+{
+    ad_optim_desc d = ad__optim_defaults(desc);
+    const char *why = ad__optim_invalid(&d);
+    ad_optim *O;
+    size_t bytes;
+    int nbuf = ad__optim_buffers(&d);
+    if (!P) return NULL;
+    if (why) {
+        ad__pfail(P, "ad_optim_new: %s", why);
+        return NULL;
+    }
+    if (P->nscalars > (size_t)-1 / sizeof(ad_real) / 2) {
+        ad__pfail(P, "ad_optim_new: %zu scalars are too many for the optimizer's state", P->nscalars);
+        return NULL;
+    }
+    bytes = (size_t)nbuf * P->nscalars * sizeof(ad_real);
+    O = (ad_optim *)AUTODIFF_MALLOC(sizeof(ad_optim));
+    if (O) O->state = (ad_real *)AUTODIFF_MALLOC(bytes ? bytes : 1);
+    if (!O || !O->state) {
+        if (O) AUTODIFF_FREE(O);
+        ad__pfail(P, "ad_optim_new: out of memory for %zu bytes of state", bytes);
+        return NULL;
+    }
+    memset(O->state, 0, bytes);
+    O->P = P;
+    O->d = d;
+    O->steps = 0;
+    O->n = P->nscalars;
+    O->nbuf = nbuf;
+    return O;
+}
+
+AUTODIFF_API void ad_optim_free(ad_optim *O)
+{
+    if (!O) return;
+    AUTODIFF_FREE(O->state);
+    AUTODIFF_FREE(O);
+}
+
+/* SGD as torch.optim.SGD: d = g + wd p; with momentum b = d at the first step, then
+   b = mu b + (1 - dampening) d, and d = d + mu b (Nesterov) or d = b; finally p -= lr d.
+   The branches are folded into coefficients (0 or 1) so that the loop has none. */
+/* One step over the scalars [lo, lo + n) of the store. */
+AD__PRIVATE void ad__sgd_step(ad_optim *O, size_t lo, size_t n)
+{
+    const ad_optim_desc *d = &O->d;
+    ad_real *AD__RESTRICT p = O->P->value + lo, *AD__RESTRICT b = O->state + lo;
+    const ad_real *AD__RESTRICT g = O->P->grad + lo;
+    ad_real lr = (ad_real)d->lr, wd = (ad_real)d->weight_decay, mu = (ad_real)d->momentum;
+    ad_real keep = O->steps == 1 ? 0 : mu, take = O->steps == 1 ? 1 : (ad_real)(1 - d->dampening);
+    ad_real from_d = d->nesterov ? 1 : 0, from_b = d->nesterov ? mu : 1;
+    size_t i;
+    if (O->nbuf == 0) {
+        for (i = 0; i < n; i++) p[i] -= lr * (g[i] + wd * p[i]);
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        ad_real di = g[i] + wd * p[i];
+        b[i] = keep * b[i] + take * di;
+        p[i] -= lr * (from_d * di + from_b * b[i]);
+    }
+}
+
+/* Adam and AdamW as torch.optim.Adam / AdamW at step t: Adam d = g + wd p, AdamW d = g and
+   p *= 1 - lr wd; m = b1 m + (1 - b1) d; v = b2 v + (1 - b2) d^2;
+   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
+AD__PRIVATE void ad__adam_step(ad_optim *O, size_t lo, size_t n)
+{
+    const ad_optim_desc *d = &O->d;
+    size_t i;
+    ad_real *AD__RESTRICT p = O->P->value + lo, *AD__RESTRICT m = O->state + lo;
+    ad_real *AD__RESTRICT v = O->state + O->n + lo;
+    const ad_real *AD__RESTRICT g = O->P->grad + lo;
+    double t = (double)O->steps;
+    int decoupled = d->kind == AD_OPTIM_ADAMW;
+    ad_real l2 = (ad_real)(decoupled ? 0 : d->weight_decay);
+    ad_real shrink = (ad_real)(decoupled ? 1 - d->lr * d->weight_decay : 1);
+    ad_real b1 = (ad_real)d->beta1, c1 = (ad_real)(1 - d->beta1);
+    ad_real b2 = (ad_real)d->beta2, c2 = (ad_real)(1 - d->beta2);
+    ad_real step = (ad_real)(d->lr / (1 - pow(d->beta1, t))), root = (ad_real)sqrt(1 - pow(d->beta2, t));
+    ad_real eps = (ad_real)d->eps;
+    for (i = 0; i < n; i++) {
+        ad_real di = g[i] + l2 * p[i];
+        m[i] = b1 * m[i] + c1 * di;
+        v[i] = b2 * v[i] + c2 * di * di;
+        p[i] = shrink * p[i] - step * (m[i] / (AD__F(sqrt)(v[i]) / root + eps));
+    }
+}
+
+AUTODIFF_API int ad_optim_step(ad_optim *O)
+{
+    ad_params *P;
+    int i, j;
+    if (!O) return -1;
+    P = O->P;
+    if (O->P->nscalars != O->n) {
+        ad__pfail(O->P, "ad_optim_step: the store has %zu scalars, the optimizer was made for %zu; make the "
+                  "optimizer after adding every parameter", O->P->nscalars, O->n);
+        return -1;
+    }
+    O->steps++;
+    /* one pass over each run of consecutive trained parameters */
+    for (i = 0; i < P->n; i = j) {
+        size_t lo = P->items[i].offset, len = 0;
+        for (j = i; j < P->n && !P->items[j].frozen; j++) len += P->items[j].size;
+        if (len) {
+            if (O->d.kind == AD_OPTIM_SGD) ad__sgd_step(O, lo, len);
+            else ad__adam_step(O, lo, len);
+        }
+        if (j == i) j++;
+    }
+    return 0;
+}
+
+AUTODIFF_API void ad_optim_set_lr(ad_optim *O, double lr)
+{
+    if (!O) return;
+    if (!ad__train_finite(lr) || lr < 0) ad__pfail(O->P, "ad_optim_set_lr: lr %g; it must be finite and >= 0", lr);
+    else O->d.lr = lr;
+}
+
+AUTODIFF_API double ad_optim_lr(const ad_optim *O) { return O ? O->d.lr : 0; }
+AUTODIFF_API uint64_t ad_optim_steps(const ad_optim *O) { return O ? O->steps : 0; }
+
+AUTODIFF_API ad_optim_desc ad_optim_settings(const ad_optim *O)
+{
+    ad_optim_desc d;
+    if (O) return O->d;
+    memset(&d, 0, sizeof d);
+    return d;
+}
+
+AUTODIFF_API double ad_clip_grad_norm(ad_params *P, double max_norm)
+{
+    ad_real *AD__RESTRICT g;
+    double sum = 0, norm, coef;
+    size_t i, n;
+    if (!P) return -1;
+    if (!(max_norm >= 0)) {
+        ad__pfail(P, "ad_clip_grad_norm: max_norm is %g; it must be >= 0", max_norm);
+        return -1;
+    }
+    g = P->grad;
+    n = P->nscalars;
+    for (i = 0; i < n; i++) sum += (double)g[i] * (double)g[i];
+    norm = sqrt(sum);
+    coef = max_norm / (norm + 1e-6);
+    if (ad__train_finite(norm) && coef < 1) {
+        ad_real c = (ad_real)coef;
+        for (i = 0; i < n; i++) g[i] *= c;
+    }
+    return norm;
+}
+
+AUTODIFF_API double ad_lr_step_decay(double lr0, int64_t step_size, double gamma, int64_t epoch)
+{
+    if (step_size <= 0 || epoch <= 0) return lr0;
+    return lr0 * pow(gamma, (double)(epoch / step_size));
+}
+
+AUTODIFF_API double ad_lr_cosine(double lr0, double min_lr, int64_t warmup_steps, int64_t total_steps,
+                                 int64_t step)
+{
+    double t;
+    if (step < 0) step = 0;
+    if (step < warmup_steps) return lr0 * (double)(step + 1) / (double)warmup_steps;
+    if (step >= total_steps) return min_lr;
+    t = (double)(step - warmup_steps) / (double)(total_steps - warmup_steps);
+    return min_lr + (lr0 - min_lr) * 0.5 * (1 + cos(3.14159265358979323846 * t));
+}
+
+/* >>impl:checkpoint ---------------------------------------------------------------------------
+   Checkpoint format, version 1. Integers and values are little-endian; values are IEEE-754.
+       offset  bytes  field
+       0       8      magic 89 41 44 43 4B 0D 0A 1A ("\x89ADCK\r\n\x1a": text-mode copies break it)
+       8       4      u32 format version: 1
+       12      4      u32 element type: 4 = float32, 8 = float64 (its size in bytes)
+       16      8      u64 length of the whole file in bytes, checksum included
+       24      4      u32 number of parameters
+       28      4      u32 optimizer: 0 none, 1 SGD, 2 Adam, 3 AdamW
+       32             per parameter, in the store's order: u32 name length (1..AD_PARAM_NAME_MAX),
+                      the name's bytes (no terminator), u32 ndim, ndim x u32 dimensions
+       then           the values of every parameter in the same order (the store's flat buffer)
+       then           when the optimizer field is not 0: u64 step count; f64 lr, momentum,
+                      dampening, weight_decay, beta1, beta2, eps; u32 nesterov (0 or 1); u32 number
+                      of state buffers (SGD: 1 with momentum, else 0; Adam, AdamW: 2, m then v);
+                      then each buffer, as many values as the parameters have scalars
+       last    8      u64 FNV-1a 64-bit hash of every byte before it
+   The loader checks magic, version, element type, length and hash, then walks the structure
+   against the store with bounds checks on every read; it writes nothing until all of it passed. */
+#define AD__CKPT_HEADER 32
+#define AD__CKPT_OPTIM (8 + 7 * 8 + 4 + 4)
+#define AD__CKPT_VERSION 1
+
+static const unsigned char ad__ckpt_magic[8] = {0x89, 'A', 'D', 'C', 'K', '\r', '\n', 0x1a};
+
+AD__PRIVATE unsigned char *ad__ckpt_put32(unsigned char *p, uint32_t x)
+{
+    int i;
+    for (i = 0; i < 4; i++) p[i] = (unsigned char)(x >> (8 * i));
+    return p + 4;
+}
+
+AD__PRIVATE unsigned char *ad__ckpt_put64(unsigned char *p, uint64_t x)
+{
+    int i;
+    for (i = 0; i < 8; i++) p[i] = (unsigned char)(x >> (8 * i));
+    return p + 8;
+}
+
+AD__PRIVATE unsigned char *ad__ckpt_putf64(unsigned char *p, double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, 8);
+    return ad__ckpt_put64(p, u);
+}
+
+AD__PRIVATE uint32_t ad__ckpt_get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+AD__PRIVATE uint64_t ad__ckpt_get64(const unsigned char *p)
+{
+    return (uint64_t)ad__ckpt_get32(p) | (uint64_t)ad__ckpt_get32(p + 4) << 32;
+}
+
+AD__PRIVATE double ad__ckpt_getf64(const unsigned char *p)
+{
+    uint64_t u = ad__ckpt_get64(p);
+    double x;
+    memcpy(&x, &u, 8);
+    return x;
+}
+
+AD__PRIVATE unsigned char *ad__ckpt_put_reals(unsigned char *p, const ad_real *x, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++, p += sizeof(ad_real)) {
+#ifdef AUTODIFF_DOUBLE
+        ad__ckpt_putf64(p, x[i]);
+#else
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        ad__ckpt_put32(p, u);
+#endif
+    }
+    return p;
+}
+
+AD__PRIVATE void ad__ckpt_get_reals(ad_real *x, const unsigned char *p, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++, p += sizeof(ad_real)) {
+#ifdef AUTODIFF_DOUBLE
+        x[i] = ad__ckpt_getf64(p);
+#else
+        uint32_t u = ad__ckpt_get32(p);
+        memcpy(&x[i], &u, 4);
+#endif
+    }
+}
+
+AD__PRIVATE uint64_t ad__ckpt_hash(const unsigned char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+AD__PRIVATE size_t ad__ckpt_add(size_t a, size_t b) { return a > (size_t)-1 - b ? (size_t)-1 : a + b; }
+
+/* Bytes of a checkpoint of P with nbuf optimizer state buffers (nbuf < 0: no optimizer), or 0
+   when that does not fit in a size_t. */
+AD__PRIVATE size_t ad__ckpt_bytes(const ad_params *P, int nbuf)
+{
+    size_t total = AD__CKPT_HEADER + 8, values = P->nscalars * sizeof(ad_real);
+    int i;
+    for (i = 0; i < P->n; i++) total = ad__ckpt_add(total, 8 + P->items[i].namelen + 4 * (size_t)P->items[i].ndim);
+    total = ad__ckpt_add(total, values);
+    if (nbuf >= 0) total = ad__ckpt_add(total, AD__CKPT_OPTIM);
+    for (i = 0; i < nbuf; i++) total = ad__ckpt_add(total, values);
+    return total == (size_t)-1 ? 0 : total;
+}
+
+/* Writes the checkpoint of P and O (may be NULL), len bytes as ad__ckpt_bytes computed. */
+AD__PRIVATE void ad__ckpt_write(unsigned char *buf, size_t len, const ad_params *P, const ad_optim *O)
+{
+    unsigned char *p = buf;
+    int i, k;
+    memcpy(p, ad__ckpt_magic, 8);
+    p = ad__ckpt_put32(p + 8, AD__CKPT_VERSION);
+    p = ad__ckpt_put32(p, (uint32_t)sizeof(ad_real));
+    p = ad__ckpt_put64(p, (uint64_t)len);
+    p = ad__ckpt_put32(p, (uint32_t)P->n);
+    p = ad__ckpt_put32(p, O ? (uint32_t)O->d.kind + 1 : 0);
+    for (i = 0; i < P->n; i++) {
+        const ad__param *q = &P->items[i];
+        p = ad__ckpt_put32(p, (uint32_t)q->namelen);
+        memcpy(p, q->name, q->namelen);
+        p = ad__ckpt_put32(p + q->namelen, (uint32_t)q->ndim);
+        for (k = 0; k < q->ndim; k++) p = ad__ckpt_put32(p, (uint32_t)q->shape[k]);
+    }
+    p = ad__ckpt_put_reals(p, P->value, P->nscalars);
+    if (O) {
+        p = ad__ckpt_put64(p, O->steps);
+        p = ad__ckpt_putf64(p, O->d.lr);
+        p = ad__ckpt_putf64(p, O->d.momentum);
+        p = ad__ckpt_putf64(p, O->d.dampening);
+        p = ad__ckpt_putf64(p, O->d.weight_decay);
+        p = ad__ckpt_putf64(p, O->d.beta1);
+        p = ad__ckpt_putf64(p, O->d.beta2);
+        p = ad__ckpt_putf64(p, O->d.eps);
+        p = ad__ckpt_put32(p, O->d.nesterov != 0);
+        p = ad__ckpt_put32(p, (uint32_t)O->nbuf);
+        p = ad__ckpt_put_reals(p, O->state, (size_t)O->nbuf * O->n);
+    }
+    AUTODIFF_ASSERT((size_t)(p - buf) == len - 8);
+    ad__ckpt_put64(p, ad__ckpt_hash(buf, len - 8));
+}
+
+/* Checks that O (may be NULL) is an optimizer of P made for its present parameters. */
+AD__PRIVATE int ad__ckpt_optim_ok(ad_params *P, const ad_optim *O, const char *op)
+{
+    if (O && O->P != P) ad__pfail(P, "%s: the optimizer belongs to another parameter store", op);
+    else if (O && O->n != P->nscalars)
+        ad__pfail(P, "%s: the optimizer was made for %zu scalars, the store has %zu", op, O->n, P->nscalars);
+    else return 1;
+    return 0;
+}
+
+AUTODIFF_API size_t ad_checkpoint_size(const ad_params *P, const ad_optim *O)
+{
+    return P ? ad__ckpt_bytes(P, O ? O->nbuf : -1) : 0;
+}
+
+AUTODIFF_API int ad_checkpoint_save_memory(void *buf, size_t cap, ad_params *P, const ad_optim *O)
+{
+    size_t len;
+    if (!P || !ad__ckpt_optim_ok(P, O, "ad_checkpoint_save_memory")) return -1;
+    len = ad_checkpoint_size(P, O);
+    if (!buf || len == 0 || cap < len) {
+        ad__pfail(P, "ad_checkpoint_save_memory: the buffer holds %zu bytes, the checkpoint needs %zu%s",
+                  buf ? cap : 0, len, len ? "" : " (more than a size_t counts)");
+        return -1;
+    }
+    ad__ckpt_write((unsigned char *)buf, len, P, O);
+    return 0;
+}
+
+/* A cursor over the bytes of a checkpoint being loaded, and what it found. */
+typedef struct ad__ckpt {
+    const unsigned char *p, *end;  /* next byte to read; the checksum */
+    const unsigned char *values;   /* the parameters' values */
+    const unsigned char *state;    /* the optimizer's state buffers, or NULL */
+    uint32_t kind;                 /* optimizer field of the header */
+    uint64_t steps;
+    ad_optim_desc d;
+} ad__ckpt;
+
+/* The next n bytes, or NULL when fewer are left. */
+AD__PRIVATE const unsigned char *ad__ckpt_take(ad__ckpt *c, size_t n)
+{
+    const unsigned char *p = c->p;
+    if ((size_t)(c->end - c->p) < n) return NULL;
+    c->p += n;
+    return p;
+}
+
+/* The element type field's name: "float32", "float64" or "unknown <n>". */
+AD__PRIVATE const char *ad__ckpt_type_name(uint32_t esz, char *buf, size_t cap)
+{
+    if (esz == 4 || esz == 8) snprintf(buf, cap, "float%d", (int)(8 * esz));
+    else snprintf(buf, cap, "unknown %lu", (unsigned long)esz);
+    return buf;
+}
+
+/* Magic, version, element type, length, checksum and optimizer kind, in that order, so that
+   a foreign or newer file is named as such rather than as corrupt. */
+AD__PRIVATE int ad__ckpt_header(ad_params *P, const char *what, const unsigned char *data, size_t len, ad__ckpt *c)
+{
+    uint64_t stated;
+    char s1[32], s2[32];
+    if (len > 0 && memcmp(data, ad__ckpt_magic, len < 8 ? len : 8) != 0)
+        ad__pfail(P, "%s: not an autodiff.h checkpoint (wrong magic bytes)", what);
+    else if (len < AD__CKPT_HEADER + 8)
+        ad__pfail(P, "%s: truncated: %zu bytes, less than a header and a checksum", what, len);
+    else if (ad__ckpt_get32(data + 8) != AD__CKPT_VERSION)
+        ad__pfail(P, "%s: format version %lu; this build reads version %d", what,
+                  (unsigned long)ad__ckpt_get32(data + 8), AD__CKPT_VERSION);
+    else if (ad__ckpt_get32(data + 12) != sizeof(ad_real))
+        ad__pfail(P, "%s: element type %s in the file, %s in this build (AUTODIFF_DOUBLE selects float64)", what,
+                  ad__ckpt_type_name(ad__ckpt_get32(data + 12), s1, sizeof s1),
+                  ad__ckpt_type_name((uint32_t)sizeof(ad_real), s2, sizeof s2));
+    else if ((stated = ad__ckpt_get64(data + 16)) != (uint64_t)len)
+        ad__pfail(P, "%s: %s: the file has %zu bytes, its header says %llu", what,
+                  stated > (uint64_t)len ? "truncated" : "trailing bytes", len, (unsigned long long)stated);
+    else if (ad__ckpt_hash(data, len - 8) != ad__ckpt_get64(data + len - 8))
+        ad__pfail(P, "%s: checksum mismatch: the file is corrupt", what);
+    else if ((c->kind = ad__ckpt_get32(data + 28)) > 3)
+        ad__pfail(P, "%s: unknown optimizer kind %lu", what, (unsigned long)c->kind);
+    else {
+        c->p = data + AD__CKPT_HEADER;
+        c->end = data + len - 8;
+        return 1;
+    }
+    return 0;
+}
+
+/* "[d0,d1,...]" from ndim little-endian u32 dimensions at p. */
+AD__PRIVATE char *ad__file_dims_str(const unsigned char *p, uint32_t ndim, char *buf, size_t cap)
+{
+    size_t len = (size_t)snprintf(buf, cap, "[");
+    uint32_t i;
+    for (i = 0; i < ndim && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, i ? ",%lu" : "%lu", (unsigned long)ad__ckpt_get32(p + 4 * i));
+    if (len < cap) snprintf(buf + len, cap - len, "]");
+    return buf;
+}
+
+/* One parameter's entry of the table: name and shape must be the store's. */
+AD__PRIVATE int ad__ckpt_entry(ad_params *P, const char *what, ad__ckpt *c, int i)
+{
+    const ad__param *q = &P->items[i];
+    const unsigned char *p = ad__ckpt_take(c, 4), *name, *dims;
+    uint32_t namelen = p ? ad__ckpt_get32(p) : 0, ndim;
+    char s1[96], s2[96];
+    if (!p || !(name = ad__ckpt_take(c, namelen)) || !(p = ad__ckpt_take(c, 4))) {
+        ad__pfail(P, "%s: parameter %d: malformed name", what, i);
+        return 0;
+    }
+    if (namelen != q->namelen || memcmp(name, q->name, namelen) != 0) {
+        ad__pfail(P, "%s: parameter %d: name \"%.*s\" in the file, \"%.200s\" in the store", what, i,
+                  (int)(namelen < 64 ? namelen : 64), (const char *)name, q->name);
+        return 0;
+    }
+    ndim = ad__ckpt_get32(p);
+    dims = ndim <= AD_MAX_DIMS ? ad__ckpt_take(c, 4 * (size_t)ndim) : NULL;
+    if (!dims) {
+        ad__pfail(P, "%s: parameter %d (\"%.200s\"): malformed shape (%lu dimensions)", what, i, q->name,
+                  (unsigned long)ndim);
+        return 0;
+    }
+    ad__file_dims_str(dims, ndim, s1, sizeof s1); /* the same text means the same shape */
+    if (strcmp(s1, ad__dims_str(q->ndim, q->shape, s2, sizeof s2)) != 0) {
+        ad__pfail(P, "%s: parameter %d (\"%.200s\"): shape %s in the file, %s in the store", what, i, q->name, s1, s2);
+        return 0;
+    }
+    return 1;
+}
+
+/* The optimizer section: settings, step count, state buffers; they must suit O when given. */
+AD__PRIVATE int ad__ckpt_optim(ad_params *P, const char *what, ad__ckpt *c, const ad_optim *O)
+{
+    static const char *const names[] = {"SGD", "Adam", "AdamW"};
+    const unsigned char *p = ad__ckpt_take(c, AD__CKPT_OPTIM);
+    const char *why;
+    uint32_t nbuf, nesterov, k;
+    if (!p) {
+        ad__pfail(P, "%s: malformed optimizer section", what);
+        return 0;
+    }
+    memset(&c->d, 0, sizeof c->d);
+    c->d.kind = (ad_optim_kind)(c->kind - 1);
+    c->steps = ad__ckpt_get64(p);
+    c->d.lr = ad__ckpt_getf64(p + 8);
+    c->d.momentum = ad__ckpt_getf64(p + 16);
+    c->d.dampening = ad__ckpt_getf64(p + 24);
+    c->d.weight_decay = ad__ckpt_getf64(p + 32);
+    c->d.beta1 = ad__ckpt_getf64(p + 40);
+    c->d.beta2 = ad__ckpt_getf64(p + 48);
+    c->d.eps = ad__ckpt_getf64(p + 56);
+    nesterov = ad__ckpt_get32(p + 64);
+    c->d.nesterov = nesterov != 0;
+    nbuf = ad__ckpt_get32(p + 68);
+    if (O && c->d.kind != O->d.kind) {
+        ad__pfail(P, "%s: optimizer %s in the file, %s here", what, names[c->kind - 1], names[O->d.kind]);
+        return 0;
+    }
+    why = nesterov > 1 ? "nesterov is not 0 or 1" : ad__optim_invalid(&c->d);
+    if (!why && nbuf != (uint32_t)ad__optim_buffers(&c->d)) why = "wrong number of state buffers";
+    if (!why && O && nbuf != (uint32_t)O->nbuf) why = "momentum is on in one of file and optimizer, off in the other";
+    if (why) {
+        ad__pfail(P, "%s: optimizer settings: %s", what, why);
+        return 0;
+    }
+    c->state = c->p;
+    for (k = 0; k < nbuf; k++)
+        if (!ad__ckpt_take(c, P->nscalars * sizeof(ad_real))) {
+            ad__pfail(P, "%s: malformed optimizer state", what);
+            return 0;
+        }
+    return 1;
+}
+
+/* Validates the whole checkpoint against P and O; then, and only then, loads it. */
+AD__PRIVATE int ad__ckpt_load(const char *what, const unsigned char *data, size_t len, ad_params *P, ad_optim *O)
+{
+    ad__ckpt c;
+    int i;
+    memset(&c, 0, sizeof c);
+    if (!ad__ckpt_optim_ok(P, O, what) || !ad__ckpt_header(P, what, data, len, &c)) return -1;
+    if (ad__ckpt_get32(data + 24) != (uint32_t)P->n) {
+        ad__pfail(P, "%s: %lu parameters in the file, %d in the store", what,
+                  (unsigned long)ad__ckpt_get32(data + 24), P->n);
+        return -1;
+    }
+    for (i = 0; i < P->n; i++)
+        if (!ad__ckpt_entry(P, what, &c, i)) return -1;
+    c.values = ad__ckpt_take(&c, P->nscalars * sizeof(ad_real));
+    if (!c.values) {
+        ad__pfail(P, "%s: malformed: the values are cut short", what);
+        return -1;
+    }
+    if (O && c.kind == 0) {
+        ad__pfail(P, "%s: the file holds no optimizer state", what);
+        return -1;
+    }
+    if (c.kind != 0 && !ad__ckpt_optim(P, what, &c, O)) return -1;
+    if (c.p != c.end) {
+        ad__pfail(P, "%s: malformed: %zu bytes left over before the checksum", what, (size_t)(c.end - c.p));
+        return -1;
+    }
+    ad__ckpt_get_reals(P->value, c.values, P->nscalars);
+    if (O) {
+        O->d = c.d;
+        O->steps = c.steps;
+        ad__ckpt_get_reals(O->state, c.state, (size_t)O->nbuf * O->n);
+    }
+    return 0;
+}
+
+AUTODIFF_API int ad_checkpoint_load_memory(const void *data, size_t len, ad_params *P, ad_optim *O)
+{
+    if (!P) return -1;
+    if (!data && len) {
+        ad__pfail(P, "ad_checkpoint_load_memory: data is NULL");
+        return -1;
+    }
+    return ad__ckpt_load("ad_checkpoint_load_memory", (const unsigned char *)data, len, P, O);
+}
+
+#ifndef AUTODIFF_NO_STDIO
+/* "<path>.tmp-<16 hex digits>", different for each save of each store in each process. */
+AD__PRIVATE char *ad__ckpt_tmp_name(ad_params *P, const char *path)
+{
+    size_t cap = strlen(path) + 32;
+    char *name = (char *)AUTODIFF_MALLOC(cap);
+    uint64_t x = (uint64_t)(uintptr_t)P ^ (uint64_t)(uintptr_t)&cap ^ ((uint64_t)time(NULL) << 24) ^
+                 (uint64_t)clock() ^ (++P->saves * 0x9E3779B97F4A7C15ull);
+    if (name) snprintf(name, cap, "%s.tmp-%016llx", path, (unsigned long long)ad__splitmix64(&x));
+    return name;
+}
+
+/* Renames from to to, replacing to. */
+AD__PRIVATE int ad__ckpt_replace(const char *from, const char *to)
+{
+    int rc = rename(from, to);
+#ifdef _WIN32
+    if (rc != 0 && remove(to) == 0) rc = rename(from, to); /* Windows' rename does not replace */
+#endif
+    return rc;
+}
+
+/* Writes len bytes to tmp, closes it, then renames it to path. */
+AD__PRIVATE int ad__ckpt_write_atomic(ad_params *P, const char *path, const char *tmp, const void *buf, size_t len)
+{
+    FILE *f = fopen(tmp, "wb");
+    int ok;
+    if (!f) {
+        ad__pfail(P, "ad_checkpoint_save: cannot create %.200s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    ok = fwrite(buf, 1, len, f) == len;
+    ok = fflush(f) == 0 && ok;
+    ok = !ferror(f) && ok;
+    ok = fclose(f) == 0 && ok;
+    if (!ok) ad__pfail(P, "ad_checkpoint_save: writing %.200s failed: %s", tmp, strerror(errno));
+    else if (ad__ckpt_replace(tmp, path) != 0)
+        ad__pfail(P, "ad_checkpoint_save: cannot rename %.200s to %.200s: %s", tmp, path, strerror(errno));
+    else return 0;
+    remove(tmp);
+    return -1;
+}
+
+AUTODIFF_API int ad_checkpoint_save(const char *path, ad_params *P, const ad_optim *O)
+{
+    size_t len;
+    unsigned char *buf = NULL;
+    char *tmp = NULL;
+    int rc = -1;
+    if (!P) return -1;
+    if (!path) ad__pfail(P, "ad_checkpoint_save: path is NULL");
+    else if (ad__ckpt_optim_ok(P, O, "ad_checkpoint_save")) {
+        len = ad_checkpoint_size(P, O);
+        buf = len ? (unsigned char *)AUTODIFF_MALLOC(len) : NULL;
+        tmp = ad__ckpt_tmp_name(P, path);
+        if (!buf || !tmp) {
+            ad__pfail(P, "ad_checkpoint_save: out of memory for a checkpoint of %zu bytes", len);
+        } else {
+            ad__ckpt_write(buf, len, P, O);
+            rc = ad__ckpt_write_atomic(P, path, tmp, buf, len);
+        }
+    }
+    AUTODIFF_FREE(buf);
+    AUTODIFF_FREE(tmp);
+    return rc;
+}
+
+/* The whole file in a new buffer, or NULL with P's error set. Files longer than limit bytes
+   are refused without reading them to the end. */
+AD__PRIVATE unsigned char *ad__ckpt_read_file(ad_params *P, const char *path, size_t limit, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = NULL, *grown;
+    size_t n = 0, cap = 0, got = 1;
+    const char *why = NULL;
+    if (!f) {
+        ad__pfail(P, "ad_checkpoint_load: cannot open %.200s: %s", path, strerror(errno));
+        return NULL;
+    }
+    while (!why && got > 0) {
+        if (n == cap) {
+            if (cap > limit) { why = "it is larger than any checkpoint of this store"; break; }
+            cap = cap < 65536 ? 65536 : (cap < limit / 2 ? 2 * cap : limit + 1);
+            if (cap > limit + 1) cap = limit + 1;
+            grown = (unsigned char *)AUTODIFF_REALLOC(buf, cap);
+            if (!grown) { why = "out of memory"; break; }
+            buf = grown;
+        }
+        got = fread(buf + n, 1, cap - n, f);
+        n += got;
+    }
+    if (!why && ferror(f)) why = "read error";
+    fclose(f);
+    if (why) {
+        ad__pfail(P, "ad_checkpoint_load: %.200s: %s", path, why);
+        AUTODIFF_FREE(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+AUTODIFF_API int ad_checkpoint_load(const char *path, ad_params *P, ad_optim *O)
+{
+    size_t len = 0, limit;
+    unsigned char *data;
+    char what[256];
+    int rc;
+    if (!P) return -1;
+    if (!path) {
+        ad__pfail(P, "ad_checkpoint_load: path is NULL");
+        return -1;
+    }
+    limit = ad__ckpt_bytes(P, 2);
+    if (limit == 0 || limit > (size_t)-1 / 2) limit = (size_t)-1 / 2;
+    data = ad__ckpt_read_file(P, path, limit, &len);
+    if (!data) return -1;
+    snprintf(what, sizeof what, "ad_checkpoint_load: %.200s", path);
+    rc = ad__ckpt_load(what, data, len, P, O);
+    AUTODIFF_FREE(data);
+    return rc;
+}
+
+/* Adds to the empty store P every parameter named in the checkpoint's table, with zero values;
+   ad__ckpt_load then checks the rest of the file and fills them. */
+AD__PRIVATE int ad__ckpt_adopt(ad_params *P, const char *what, const unsigned char *data, size_t len)
+{
+    ad__ckpt c;
+    char name[AD_PARAM_NAME_MAX + 1];
+    uint32_t count, i, k;
+    memset(&c, 0, sizeof c);
+    if (!ad__ckpt_header(P, what, data, len, &c)) return -1;
+    count = ad__ckpt_get32(data + 24);
+    if (count > AD__PARAMS_MAX) {
+        ad__pfail(P, "%s: %lu parameters, more than the limit %d", what, (unsigned long)count, AD__PARAMS_MAX);
+        return -1;
+    }
+    for (i = 0; i < count; i++) {
+        const unsigned char *p = ad__ckpt_take(&c, 4), *text, *dims;
+        uint32_t namelen = p ? ad__ckpt_get32(p) : 0, ndim;
+        int shape[AD_MAX_DIMS];
+        if (!p || namelen < 1 || namelen > AD_PARAM_NAME_MAX || !(text = ad__ckpt_take(&c, namelen)) ||
+            !(p = ad__ckpt_take(&c, 4)) || (ndim = ad__ckpt_get32(p)) > AD_MAX_DIMS ||
+            !(dims = ad__ckpt_take(&c, 4 * (size_t)ndim))) {
+            ad__pfail(P, "%s: parameter %lu: malformed name or shape", what, (unsigned long)i);
+            return -1;
+        }
+        memcpy(name, text, namelen);
+        name[namelen] = 0;
+        for (k = 0; k < ndim; k++) {
+            uint32_t dim = ad__ckpt_get32(dims + 4 * k);
+            shape[k] = dim > INT_MAX ? -1 : (int)dim; /* ad_params_add refuses what is not positive */
+        }
+        if (ad_params_add(P, name, (int)ndim, shape, NULL) < 0) return -1;
+    }
+    return 0;
+}
+
+AUTODIFF_API ad_params *ad_params_load(const char *path, char *err, size_t errlen)
+{
+    ad_params *P = ad_params_new(0);
+    unsigned char *data = NULL;
+    size_t len = 0;
+    char what[256];
+    int rc = -1;
+    if (err && errlen) err[0] = 0;
+    if (!P) {
+        if (err && errlen) snprintf(err, errlen, "ad_params_load: out of memory");
+        return NULL;
+    }
+    snprintf(what, sizeof what, "ad_params_load: %.200s", path ? path : "(null)");
+    if (!path) ad__pfail(P, "ad_params_load: path is NULL");
+    else data = ad__ckpt_read_file(P, path, (size_t)-1 / 2, &len);
+    if (data && ad__ckpt_adopt(P, what, data, len) == 0) rc = ad__ckpt_load(what, data, len, P, NULL);
+    AUTODIFF_FREE(data);
+    if (rc == 0) return P;
+    if (err && errlen) snprintf(err, errlen, "%s", ad_params_error(P) ? ad_params_error(P) : what);
+    ad_params_free(P);
+    return NULL;
+}
+#endif /* AUTODIFF_NO_STDIO */
+
+#undef AD__CKPT_HEADER
+#undef AD__CKPT_OPTIM
+#undef AD__CKPT_VERSION
+#undef AD__PARAMS_MAX
 
 /* >>impl:extensions */
 

@@ -40,6 +40,9 @@ static int th_summary(void)
     return th_failed ? 1 : 0;
 }
 
+#ifdef AUTODIFF_DOUBLE
+/* Gradient checks, in double precision only. */
+
 /* One input of a function under test: its shape and how to fill it. Values are uniform in
    [lo, hi]; when away > 0 values with |x| < away are redrawn (keeps kinks of relu, abs, ...
    out of the finite differences). */
@@ -251,5 +254,6 @@ static th_input th_in(int ndim, const int *shape, double lo, double hi, double a
     s.away = away;
     return s;
 }
+#endif /* AUTODIFF_DOUBLE */
 
 #endif
