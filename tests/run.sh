@@ -80,7 +80,20 @@ if [ "${SANITIZE:-1}" = 1 ]; then
     done
 fi
 
-# 3. examples: each builds with plain cc; the quick ones run
+# 3. fuzz targets: each file builds standalone (its own main runs a built-in corpus of valid and
+#    mutated inputs) and must get through it without a sanitizer report
+for src in tests/fuzz/*.c; do
+    [ -e "$src" ] || continue
+    name=$(basename "$src" .c)
+    if $CC -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -I. "$src" \
+        -o "$OUT/$name" $LIBS >"$OUT/$name.build.log" 2>&1; then
+        check "fuzz corpus $name" "$OUT/$name"
+    else
+        fail "build $name"; sed -n '1,30p' "$OUT/$name.build.log"
+    fi
+done
+
+# 4. examples: each builds with plain cc; the quick ones run
 for src in examples/*.c; do
     [ -e "$src" ] || continue
     name=$(basename "$src" .c)
