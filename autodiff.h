@@ -567,6 +567,14 @@ AUTODIFF_API ad_params *ad_params_load(const char *path, char *err, size_t errle
 #ifndef AUTODIFF_IMPLEMENTATION_DONE
 #define AUTODIFF_IMPLEMENTATION_DONE
 
+/* GCC before 13 vectorises at -O2 only loops whose trip count it knows; the kernels below have
+   run-time lengths, so the implementation asks for the usual cost model (restored at the end). */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__INTEL_COMPILER)
+#pragma GCC push_options
+#pragma GCC optimize("vect-cost-model=dynamic")
+#define AD__POP_OPTIONS 1
+#endif
+
 #if defined(AUTODIFF_MALLOC) && defined(AUTODIFF_REALLOC) && defined(AUTODIFF_FREE)
 /* the user's allocator */
 #elif !defined(AUTODIFF_MALLOC) && !defined(AUTODIFF_REALLOC) && !defined(AUTODIFF_FREE)
@@ -4395,6 +4403,10 @@ AUTODIFF_API ad_params *ad_params_load(const char *path, char *err, size_t errle
 
 /* >>impl:extensions */
 
+#ifdef AD__POP_OPTIONS
+#pragma GCC pop_options
+#undef AD__POP_OPTIONS
+#endif
 #endif /* AUTODIFF_IMPLEMENTATION_DONE */
 #endif /* AUTODIFF_IMPLEMENTATION */
 
