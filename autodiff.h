@@ -555,6 +555,128 @@ AUTODIFF_API int ad_checkpoint_load(const char *path, ad_params *P, ad_optim *O)
 AUTODIFF_API ad_params *ad_params_load(const char *path, char *err, size_t errlen);
 #endif
 
+/* >>api:data ----------------------------------------------------------------------------------
+   Training data: IDX files (MNIST, Fashion-MNIST; raw or gzipped), images through stb_image,
+   image folders with one subfolder per class, and shuffled mini-batches.
+
+   stb_image: .gz files and images are decoded with stb_image.h. Include <stb/stb_image.h> BEFORE
+   autodiff.h (and define STB_IMAGE_IMPLEMENTATION in one file of the program); without it those
+   paths fail with a message saying so, and raw IDX files still load.
+
+   Errors: every function that can fail returns 0 on success, or -1 with a reason written into
+   err (errlen bytes, always terminated; err may be NULL). File contents are untrusted: sizes are
+   checked against explicit limits and the real length of the data; nothing aborts, and a failed
+   call leaves its output struct zeroed with nothing allocated.
+   Limits: no file, decompressed stream or decoded image may exceed AUTODIFF_DATA_MAX_BYTES bytes
+   (default 1 GiB; define it in the implementation file to change it).
+   Memory: results are allocated with AUTODIFF_MALLOC; release them with the matching _free.
+   Threads: calls on different objects may run concurrently. */
+
+/* A raw IDX file of unsigned bytes: images (magic 0x00000803: count, rows, cols) or labels
+   (magic 0x00000801: count). */
+typedef struct ad_idx {
+    int ndim;                   /* 3 for images, 1 for labels */
+    int dims[3];                /* dims[0] is the count; images: dims[1] rows, dims[2] cols */
+    size_t size;                /* bytes in data: the product of dims */
+    unsigned char *data;
+} ad_idx;
+
+/* A labelled dataset held in memory. Sample i is x + i * sample_size, with shape[] (images are
+   [C, H, W]; MNIST is [1, 28, 28]); values are in [0, 1]. */
+typedef struct ad_dataset {
+    int count;                  /* number of samples */
+    int ndim;                   /* dimensions of one sample */
+    int shape[AD_MAX_DIMS];     /* shape of one sample */
+    size_t sample_size;         /* values per sample: the product of shape */
+    ad_real *x;                 /* count * sample_size values */
+    int *labels;                /* count class indices in 0 .. classes-1, or NULL */
+    int classes;                /* number of classes */
+    char **class_names;         /* folder datasets: the class folders' names; otherwise NULL */
+} ad_dataset;
+
+/* An image as a [channels, height, width] array of values in [0, 1]. */
+typedef struct ad_image {
+    int channels, height, width;
+    ad_real *data;
+} ad_image;
+
+/* Flags of ad_batcher_init. */
+enum {
+    AD_BATCH_SHUFFLE = 1,       /* a new random order every epoch */
+    AD_BATCH_DROP_LAST = 2      /* skip the last batch of an epoch when it is smaller */
+};
+
+/* Walks a dataset in mini-batches. Fields are private. */
+typedef struct ad_batcher {
+    const ad_dataset *ds;
+    int count;                  /* ds->count when the batcher was made */
+    int batch_size, flags;
+    int *order;                 /* this epoch's permutation of the sample indices */
+    int pos;                    /* next position in order */
+    ad_rng rng;
+} ad_batcher;
+
+/* Parses an IDX file held in memory: raw, or gzip (recognised by its magic bytes 1f 8b, needs
+   stb_image). The bytes are not kept; idx->data is a new copy. Returns 0, or -1 with err set
+   (wrong magic, dimensions out of range, truncated data, trailing bytes, corrupt gzip). */
+AUTODIFF_API int ad_idx_parse_memory(const void *bytes, size_t len, ad_idx *idx, char *err,
+                                     size_t errlen);
+/* The same for a file; err names the file. */
+AUTODIFF_API int ad_idx_load(const char *path, ad_idx *idx, char *err, size_t errlen);
+/* Frees idx->data and zeroes idx. NULL is allowed. */
+AUTODIFF_API void ad_idx_free(ad_idx *idx);
+
+/* A dataset from an IDX image file and (optionally, may be NULL) a label file with the same
+   count: samples [1, rows, cols] scaled from 0..255 to [0, 1], classes = largest label + 1. */
+AUTODIFF_API int ad_dataset_from_idx(const ad_idx *images, const ad_idx *labels, ad_dataset *ds,
+                                     char *err, size_t errlen);
+/* Loads MNIST-format data (MNIST, Fashion-MNIST) from folder dir: split "train" or "t10k" reads
+   <split>-images-idx3-ubyte and <split>-labels-idx1-ubyte, each raw or with .gz appended (the raw
+   file is preferred). Fails when a file is missing or the counts differ. */
+AUTODIFF_API int ad_mnist_load(const char *dir, const char *split, ad_dataset *ds, char *err,
+                               size_t errlen);
+/* Loads a folder of images with one subfolder per class: root/<class>/<file>.png|.jpg|.jpeg|.bmp.
+   Classes are the subfolder names in strcmp order (class index = position, names kept in
+   ds->class_names); files are read in name order; names starting with '.' are skipped.
+   channels: 1 gray, 2 gray+alpha, 3 RGB, 4 RGBA. height and width: both 0 to take the first
+   image's size and refuse any image of another size, or both > 0 to resize every image that
+   differs (ad_image_resize). Needs stb_image and <dirent.h> (POSIX; define AUTODIFF_NO_DIRENT
+   where it is missing, and this function then returns an error). */
+AUTODIFF_API int ad_folder_load(const char *root, int channels, int height, int width,
+                                ad_dataset *ds, char *err, size_t errlen);
+/* Frees everything a dataset owns and zeroes it. NULL is allowed. */
+AUTODIFF_API void ad_dataset_free(ad_dataset *ds);
+
+/* Decodes an image (any format stb_image reads: PNG, JPEG, BMP, GIF, TGA, PNM, ...) into
+   [channels, height, width] values in [0, 1]; stb_image converts to the requested channels
+   (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA). Returns 0, or -1 with err set. */
+AUTODIFF_API int ad_image_load(const char *path, int channels, ad_image *img, char *err,
+                               size_t errlen);
+AUTODIFF_API int ad_image_load_memory(const void *bytes, size_t len, int channels, ad_image *img,
+                                      char *err, size_t errlen);
+/* Resizes src to height x width into dst (a new image). Each axis is averaged over the covered
+   input area when it shrinks and interpolated linearly between pixel centres when it grows, so
+   values stay in [0, 1]. dst may be src: the old pixels are then freed. On failure dst is zeroed
+   (left as it was when it is src). */
+AUTODIFF_API int ad_image_resize(const ad_image *src, int height, int width, ad_image *dst,
+                                 char *err, size_t errlen);
+/* Frees img->data and zeroes img. NULL is allowed. */
+AUTODIFF_API void ad_image_free(ad_image *img);
+
+/* Prepares to walk ds (which must outlive the batcher) in batches of batch_size samples; flags
+   are AD_BATCH_SHUFFLE and AD_BATCH_DROP_LAST. The order depends only on seed. The first epoch
+   starts at once. Returns 0, or -1 with err set (empty dataset, batch_size < 1, no memory). */
+AUTODIFF_API int ad_batcher_init(ad_batcher *b, const ad_dataset *ds, int batch_size, int flags,
+                                 uint64_t seed, char *err, size_t errlen);
+/* Copies the next batch of the epoch into x (room for batch_size * ds->sample_size values) and
+   labels (batch_size ints); either may be NULL. Returns the number of samples in the batch: the
+   last one of an epoch may be smaller (unless AD_BATCH_DROP_LAST), 0 when the epoch is over. */
+AUTODIFF_API int ad_batcher_next(ad_batcher *b, ad_real *x, int *labels);
+/* Starts a new epoch (with a new order when shuffling). */
+AUTODIFF_API void ad_batcher_reset(ad_batcher *b);
+/* Frees the batcher's memory (not the dataset) and zeroes it. NULL is allowed. */
+AUTODIFF_API void ad_batcher_free(ad_batcher *b);
+
 /* >>api:extensions */
 
 #ifdef __cplusplus
@@ -4400,6 +4522,966 @@ AUTODIFF_API ad_params *ad_params_load(const char *path, char *err, size_t errle
 #undef AD__CKPT_OPTIM
 #undef AD__CKPT_VERSION
 #undef AD__PARAMS_MAX
+
+/* >>impl:data ------------------------------------------------------------------------------- */
+#ifndef AUTODIFF_DATA_MAX_BYTES
+#define AUTODIFF_DATA_MAX_BYTES ((size_t)1 << 30)
+#endif
+
+#ifdef STBI_INCLUDE_STB_IMAGE_H
+#define AD__HAS_STBI 1
+#else
+#define AD__HAS_STBI 0
+#endif
+#if AD__HAS_STBI && !defined(STBI_NO_ZLIB) && !(defined(STBI_NO_PNG) && !defined(STBI_SUPPORT_ZLIB))
+#define AD__HAS_ZLIB 1
+#else
+#define AD__HAS_ZLIB 0
+#endif
+#if !defined(AUTODIFF_NO_DIRENT) && \
+    (defined(__unix__) || defined(__unix) || defined(__APPLE__) || defined(__MINGW32__))
+#include <dirent.h>
+#include <sys/stat.h>
+#define AD__HAS_DIRENT 1
+#else
+#define AD__HAS_DIRENT 0
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define AD__DATA_FMT(a, b) __attribute__((format(printf, a, b)))
+#else
+#define AD__DATA_FMT(a, b)
+#endif
+
+#define AD__NEED_STB \
+    "include <stb/stb_image.h> before autodiff.h (and define STB_IMAGE_IMPLEMENTATION in one file)"
+
+/* Writes the reason into err and returns -1. */
+AD__PRIVATE AD__DATA_FMT(3, 4) int ad__data_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (err && errlen) {
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* A new string from a format (AUTODIFF_MALLOC), or NULL when memory runs out. */
+AD__PRIVATE AD__DATA_FMT(1, 2) char *ad__strdupf(const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    char *s;
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return NULL;
+    s = (char *)AUTODIFF_MALLOC((size_t)n + 1);
+    if (!s) return NULL;
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+AD__PRIVATE uint32_t ad__be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+AD__PRIVATE uint32_t ad__le32(const unsigned char *p)
+{
+    return (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | (uint32_t)p[0];
+}
+
+/* CRC-32 as in gzip and PNG (reflected polynomial 0xEDB88320). */
+AD__PRIVATE uint32_t ad__crc32(const unsigned char *p, size_t n)
+{
+    uint32_t table[256], c;
+    size_t i;
+    int k;
+    for (i = 0; i < 256; i++) {
+        c = (uint32_t)i;
+        for (k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        table[i] = c;
+    }
+    c = 0xFFFFFFFFu;
+    for (i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+/* Reads a whole file into a new buffer (at least one byte is allocated). */
+AD__PRIVATE int ad__read_file(const char *path, unsigned char **bytes, size_t *len, char *err,
+                              size_t errlen)
+{
+    FILE *f;
+    long end;
+    size_t got;
+    *bytes = NULL;
+    *len = 0;
+    if (!path) return ad__data_fail(err, errlen, "file name is NULL");
+    f = fopen(path, "rb");
+    if (!f) return ad__data_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (end = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return ad__data_fail(err, errlen, "%s: cannot determine its size", path);
+    }
+    if ((unsigned long)end > AUTODIFF_DATA_MAX_BYTES) {
+        fclose(f);
+        return ad__data_fail(err, errlen, "%s: %ld bytes, above the limit of %zu (AUTODIFF_DATA_MAX_BYTES)",
+                             path, end, (size_t)AUTODIFF_DATA_MAX_BYTES);
+    }
+    *bytes = (unsigned char *)AUTODIFF_MALLOC(end ? (size_t)end : 1);
+    if (!*bytes) {
+        fclose(f);
+        return ad__data_fail(err, errlen, "%s: out of memory for %ld bytes", path, end);
+    }
+    got = fread(*bytes, 1, (size_t)end, f);
+    fclose(f);
+    if (got != (size_t)end) {
+        AUTODIFF_FREE(*bytes);
+        *bytes = NULL;
+        return ad__data_fail(err, errlen, "%s: read %zu of %ld bytes", path, got, end);
+    }
+    *len = got;
+    return 0;
+}
+
+AD__PRIVATE int ad__file_exists(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    fclose(f);
+    return 1;
+}
+
+/* >>impl:data gzip --------------------------------------------------------------------------- */
+AD__PRIVATE int ad__is_gzip(const unsigned char *p, size_t len)
+{
+    return len >= 2 && p[0] == 0x1f && p[1] == 0x8b;
+}
+
+/* Moves *pos past a zero-terminated header field; 0 when the terminator is missing. */
+AD__PRIVATE int ad__skip_zstring(const unsigned char *p, size_t len, size_t *pos)
+{
+    while (*pos < len && p[*pos] != 0) ++*pos;
+    if (*pos >= len) return 0;
+    ++*pos;
+    return 1;
+}
+
+/* Checks an RFC 1952 member header; *start becomes the offset of the deflate data, which must be
+   followed by at least the 8-byte trailer. */
+AD__PRIVATE int ad__gzip_header(const unsigned char *p, size_t len, size_t *start, char *err,
+                                size_t errlen)
+{
+    size_t pos = 10;
+    int flg;
+    if (len < 18)
+        return ad__data_fail(err, errlen, "gzip: %zu bytes, too short for a gzip header and trailer", len);
+    if (p[0] != 0x1f || p[1] != 0x8b) return ad__data_fail(err, errlen, "gzip: bad magic bytes");
+    if (p[2] != 8)
+        return ad__data_fail(err, errlen, "gzip: compression method %d; only 8 (deflate) is defined", p[2]);
+    flg = p[3];
+    if (flg & 0xE0) return ad__data_fail(err, errlen, "gzip: reserved flag bits set (FLG 0x%02x)", flg);
+    if (flg & 0x04) { /* FEXTRA: XLEN, then XLEN bytes */
+        size_t xlen;
+        if (len - pos < 2) return ad__data_fail(err, errlen, "gzip: header truncated in FEXTRA");
+        xlen = (size_t)p[pos] | (size_t)p[pos + 1] << 8;
+        pos += 2;
+        if (len - pos < xlen) return ad__data_fail(err, errlen, "gzip: header truncated in FEXTRA");
+        pos += xlen;
+    }
+    if ((flg & 0x08) && !ad__skip_zstring(p, len, &pos))
+        return ad__data_fail(err, errlen, "gzip: header truncated in FNAME");
+    if ((flg & 0x10) && !ad__skip_zstring(p, len, &pos))
+        return ad__data_fail(err, errlen, "gzip: header truncated in FCOMMENT");
+    if (flg & 0x02) { /* FHCRC: the low 16 bits of the CRC-32 of the header so far */
+        unsigned stored;
+        if (len - pos < 2) return ad__data_fail(err, errlen, "gzip: header truncated in FHCRC");
+        stored = (unsigned)p[pos] | (unsigned)p[pos + 1] << 8;
+        if ((ad__crc32(p, pos) & 0xFFFFu) != stored)
+            return ad__data_fail(err, errlen, "gzip: header CRC mismatch");
+        pos += 2;
+    }
+    if (len - pos < 9)
+        return ad__data_fail(err, errlen, "gzip: truncated: no deflate data before the 8-byte trailer");
+    *start = pos;
+    return 0;
+}
+
+/* Inflates a single-member gzip stream with stb_image's zlib decoder into a new buffer of
+   exactly ISIZE bytes (at least one allocated), then checks the trailer's ISIZE and CRC-32.
+   Bytes after the member are not allowed: the trailer is the last 8 bytes of the data. */
+AD__PRIVATE int ad__gunzip(const unsigned char *p, size_t len, unsigned char **out, size_t *outlen,
+                           char *err, size_t errlen)
+{
+#if AD__HAS_ZLIB
+    size_t start = 0, dlen;
+    uint32_t crc, isize;
+    unsigned char *buf;
+    int got;
+    *out = NULL;
+    *outlen = 0;
+    if (ad__gzip_header(p, len, &start, err, errlen)) return -1;
+    dlen = len - 8 - start;
+    crc = ad__le32(p + len - 8);
+    isize = ad__le32(p + len - 4);
+    if (isize > AUTODIFF_DATA_MAX_BYTES || isize > (uint32_t)INT_MAX || dlen > (size_t)INT_MAX - 8)
+        return ad__data_fail(err, errlen,
+                             "gzip: ISIZE %lu bytes is above the limit of %zu (AUTODIFF_DATA_MAX_BYTES)",
+                             (unsigned long)isize, (size_t)AUTODIFF_DATA_MAX_BYTES);
+    if ((uint64_t)isize > (uint64_t)dlen * 1032 + 1032) /* deflate expands at most 1032:1 */
+        return ad__data_fail(err, errlen, "gzip: ISIZE %lu bytes cannot come from %zu bytes of deflate data",
+                             (unsigned long)isize, dlen);
+    buf = (unsigned char *)AUTODIFF_MALLOC(isize ? isize : 1);
+    if (!buf) return ad__data_fail(err, errlen, "gzip: out of memory for %lu bytes", (unsigned long)isize);
+    /* The trailer goes along as lookahead: older stb_image versions refuse a final Huffman code
+       read with fewer than 16 bits of input left. The decoder stops at the final block. */
+    got = stbi_zlib_decode_noheader_buffer((char *)buf, (int)isize, (const char *)p + start, (int)dlen + 8);
+    if (got < 0 || (uint32_t)got != isize) {
+        const char *why = stbi_failure_reason();
+        AUTODIFF_FREE(buf);
+        if (got >= 0)
+            return ad__data_fail(err, errlen, "gzip: ISIZE says %lu bytes but the deflate data holds %d",
+                                 (unsigned long)isize, got);
+        return ad__data_fail(err, errlen,
+                             "gzip: deflate data is corrupt or longer than ISIZE = %lu bytes (stb_image: %s)",
+                             (unsigned long)isize, why ? why : "no reason given");
+    }
+    if (ad__crc32(buf, isize) != crc) {
+        uint32_t actual = ad__crc32(buf, isize);
+        AUTODIFF_FREE(buf);
+        return ad__data_fail(err, errlen, "gzip: CRC-32 mismatch: the trailer says 0x%08lx, the data has 0x%08lx",
+                             (unsigned long)crc, (unsigned long)actual);
+    }
+    *out = buf;
+    *outlen = isize;
+    return 0;
+#else
+    (void)p;
+    (void)len;
+    *out = NULL;
+    *outlen = 0;
+    return ad__data_fail(err, errlen, "gzip data: to read .gz files, " AD__NEED_STB "; or gunzip the file");
+#endif
+}
+
+/* >>impl:data IDX ---------------------------------------------------------------------------- */
+/* Checks a raw IDX header against the length of the data; fills idx's ndim, dims and size and
+   the header's length. */
+AD__PRIVATE int ad__idx_check(const unsigned char *p, size_t len, ad_idx *idx, size_t *header, char *err,
+                              size_t errlen)
+{
+    size_t size = 1, room;
+    uint32_t magic;
+    int i;
+    if (len < 4) return ad__data_fail(err, errlen, "IDX: %zu bytes, too short for the 4-byte magic", len);
+    magic = ad__be32(p);
+    if (magic != 0x803 && magic != 0x801)
+        return ad__data_fail(err, errlen,
+                             "IDX: magic 0x%08lx; expected 0x00000803 (images) or 0x00000801 (labels)",
+                             (unsigned long)magic);
+    idx->ndim = magic == 0x803 ? 3 : 1;
+    *header = 4 + 4 * (size_t)idx->ndim;
+    if (len < *header)
+        return ad__data_fail(err, errlen, "IDX: %zu bytes, too short for the %zu-byte header", len, *header);
+    for (i = 0; i < idx->ndim; i++) {
+        uint32_t d = ad__be32(p + 4 + 4 * i);
+        if (d == 0 || d > (uint32_t)INT_MAX)
+            return ad__data_fail(err, errlen, "IDX: dimension %d is %lu; must be 1..%d", i, (unsigned long)d,
+                                 INT_MAX);
+        idx->dims[i] = (int)d;
+    }
+    room = AUTODIFF_DATA_MAX_BYTES > *header ? AUTODIFF_DATA_MAX_BYTES - *header : 0;
+    for (i = 0; i < idx->ndim; i++) {
+        if ((size_t)idx->dims[i] > room / size) {
+            char dims[64];
+            ad__dims_str(idx->ndim, idx->dims, dims, sizeof dims);
+            return ad__data_fail(err, errlen, "IDX: dimensions %s multiply to more than the limit of %zu bytes "
+                                 "(AUTODIFF_DATA_MAX_BYTES)", dims, (size_t)AUTODIFF_DATA_MAX_BYTES);
+        }
+        size *= (size_t)idx->dims[i];
+    }
+    idx->size = size;
+    if (len - *header < size)
+        return ad__data_fail(err, errlen, "IDX: truncated: the header promises %zu data bytes, the file has %zu",
+                             size, len - *header);
+    if (len - *header > size)
+        return ad__data_fail(err, errlen, "IDX: %zu bytes of trailing garbage after the %zu data bytes",
+                             len - *header - size, size);
+    return 0;
+}
+
+/* Takes over a raw IDX buffer: on success idx->data is that buffer with the header moved out,
+   on failure the buffer is freed and idx zeroed. */
+AD__PRIVATE int ad__idx_adopt(unsigned char *buf, size_t len, ad_idx *idx, char *err, size_t errlen)
+{
+    size_t header = 0;
+    if (ad__idx_check(buf, len, idx, &header, err, errlen)) {
+        AUTODIFF_FREE(buf);
+        memset(idx, 0, sizeof *idx);
+        return -1;
+    }
+    memmove(buf, buf + header, idx->size);
+    idx->data = buf;
+    return 0;
+}
+
+/* Parses bytes that the caller keeps: inflates gzip, else copies, then adopts the result. */
+AD__PRIVATE int ad__idx_decode(const unsigned char *p, size_t len, ad_idx *idx, char *err, size_t errlen)
+{
+    unsigned char *raw;
+    size_t rawlen = len;
+    if (ad__is_gzip(p, len)) {
+        if (ad__gunzip(p, len, &raw, &rawlen, err, errlen)) return -1;
+    } else {
+        raw = (unsigned char *)AUTODIFF_MALLOC(len ? len : 1);
+        if (!raw) return ad__data_fail(err, errlen, "IDX: out of memory for %zu bytes", len);
+        if (len) memcpy(raw, p, len);
+    }
+    return ad__idx_adopt(raw, rawlen, idx, err, errlen);
+}
+
+AUTODIFF_API int ad_idx_parse_memory(const void *bytes, size_t len, ad_idx *idx, char *err, size_t errlen)
+{
+    if (!idx) return ad__data_fail(err, errlen, "ad_idx_parse_memory: idx is NULL");
+    memset(idx, 0, sizeof *idx);
+    if (!bytes && len) return ad__data_fail(err, errlen, "ad_idx_parse_memory: bytes is NULL");
+    return ad__idx_decode((const unsigned char *)bytes, bytes ? len : 0, idx, err, errlen);
+}
+
+AUTODIFF_API int ad_idx_load(const char *path, ad_idx *idx, char *err, size_t errlen)
+{
+    unsigned char *buf;
+    size_t len;
+    char why[256];
+    int rc;
+    if (!idx) return ad__data_fail(err, errlen, "ad_idx_load: idx is NULL");
+    memset(idx, 0, sizeof *idx);
+    if (ad__read_file(path, &buf, &len, err, errlen)) return -1;
+    if (ad__is_gzip(buf, len)) {
+        unsigned char *raw;
+        rc = ad__gunzip(buf, len, &raw, &len, why, sizeof why);
+        AUTODIFF_FREE(buf);
+        if (rc) return ad__data_fail(err, errlen, "%s: %s", path, why);
+        buf = raw;
+    }
+    if (ad__idx_adopt(buf, len, idx, why, sizeof why)) return ad__data_fail(err, errlen, "%s: %s", path, why);
+    return 0;
+}
+
+AUTODIFF_API void ad_idx_free(ad_idx *idx)
+{
+    if (!idx) return;
+    AUTODIFF_FREE(idx->data);
+    memset(idx, 0, sizeof *idx);
+}
+
+/* >>impl:data dataset ------------------------------------------------------------------------ */
+/* Allocates x (and labels when with_labels) for count samples of the given shape. */
+AD__PRIVATE int ad__dataset_alloc(ad_dataset *ds, int count, int ndim, const int *shape, int with_labels,
+                                  char *err, size_t errlen)
+{
+    size_t sample = 1, max_values = AUTODIFF_DATA_MAX_BYTES;
+    int i;
+    memset(ds, 0, sizeof *ds);
+    for (i = 0; i < ndim; i++) {
+        if (shape[i] < 1 || (size_t)shape[i] > max_values / sample)
+            return ad__data_fail(err, errlen, "dataset: sample shape too large");
+        sample *= (size_t)shape[i];
+    }
+    if (count < 1 || (size_t)count > max_values / sample || (size_t)count * sample > (size_t)-1 / sizeof(ad_real))
+        return ad__data_fail(err, errlen,
+                             "dataset: %d samples of %zu values are above the limit (AUTODIFF_DATA_MAX_BYTES)",
+                             count, sample);
+    ds->x = (ad_real *)AUTODIFF_MALLOC((size_t)count * sample * sizeof(ad_real));
+    ds->labels = with_labels ? (int *)AUTODIFF_MALLOC((size_t)count * sizeof(int)) : NULL;
+    if (!ds->x || (with_labels && !ds->labels)) {
+        ad_dataset_free(ds);
+        return ad__data_fail(err, errlen, "dataset: out of memory for %d samples of %zu values", count, sample);
+    }
+    ds->count = count;
+    ds->ndim = ndim;
+    for (i = 0; i < ndim; i++) ds->shape[i] = shape[i];
+    ds->sample_size = sample;
+    return 0;
+}
+
+/* Bytes 0..255 to values 0..1. */
+AD__PRIVATE void ad__bytes_to_unit(const unsigned char *src, size_t n, ad_real *dst)
+{
+    ad_real table[256];
+    size_t i;
+    for (i = 0; i < 256; i++) table[i] = (ad_real)((double)i / 255.0);
+    for (i = 0; i < n; i++) dst[i] = table[src[i]];
+}
+
+AUTODIFF_API int ad_dataset_from_idx(const ad_idx *images, const ad_idx *labels, ad_dataset *ds, char *err,
+                                     size_t errlen)
+{
+    int shape[3], i;
+    if (!ds) return ad__data_fail(err, errlen, "ad_dataset_from_idx: ds is NULL");
+    memset(ds, 0, sizeof *ds);
+    if (!images || images->ndim != 3 || !images->data)
+        return ad__data_fail(err, errlen,
+                             "ad_dataset_from_idx: images must be an IDX image file (magic 0x00000803)");
+    if (labels && (labels->ndim != 1 || !labels->data))
+        return ad__data_fail(err, errlen,
+                             "ad_dataset_from_idx: labels must be an IDX label file (magic 0x00000801)");
+    if (labels && labels->dims[0] != images->dims[0])
+        return ad__data_fail(err, errlen, "ad_dataset_from_idx: %d images but %d labels", images->dims[0],
+                             labels->dims[0]);
+    shape[0] = 1;
+    shape[1] = images->dims[1];
+    shape[2] = images->dims[2];
+    if (ad__dataset_alloc(ds, images->dims[0], 3, shape, labels != NULL, err, errlen)) return -1;
+    ad__bytes_to_unit(images->data, images->size, ds->x);
+    for (i = 0; labels && i < ds->count; i++) {
+        ds->labels[i] = labels->data[i];
+        if (ds->labels[i] + 1 > ds->classes) ds->classes = ds->labels[i] + 1;
+    }
+    return 0;
+}
+
+/* The path of an MNIST file in dir: the raw file if it exists, else the .gz one, else NULL with
+   err set (also when memory runs out). */
+AD__PRIVATE char *ad__mnist_path(const char *dir, const char *split, const char *kind, char *err, size_t errlen)
+{
+    char *raw = ad__strdupf("%s/%s-%s", dir, split, kind), *gz;
+    if (!raw) {
+        ad__data_fail(err, errlen, "ad_mnist_load: out of memory");
+        return NULL;
+    }
+    if (ad__file_exists(raw)) return raw;
+    gz = ad__strdupf("%s.gz", raw);
+    if (gz && ad__file_exists(gz)) {
+        AUTODIFF_FREE(raw);
+        return gz;
+    }
+    ad__data_fail(err, errlen, "ad_mnist_load: neither %s nor %s.gz exists", raw, raw);
+    AUTODIFF_FREE(raw);
+    AUTODIFF_FREE(gz);
+    return NULL;
+}
+
+/* Loads one MNIST file of the split into idx. */
+AD__PRIVATE int ad__mnist_part(const char *dir, const char *split, const char *kind, ad_idx *idx, char *err,
+                               size_t errlen)
+{
+    char *path = ad__mnist_path(dir, split, kind, err, errlen);
+    int rc;
+    memset(idx, 0, sizeof *idx);
+    if (!path) return -1;
+    rc = ad_idx_load(path, idx, err, errlen);
+    AUTODIFF_FREE(path);
+    return rc;
+}
+
+AUTODIFF_API int ad_mnist_load(const char *dir, const char *split, ad_dataset *ds, char *err, size_t errlen)
+{
+    ad_idx images, labels;
+    int rc = -1;
+    if (!ds) return ad__data_fail(err, errlen, "ad_mnist_load: ds is NULL");
+    memset(ds, 0, sizeof *ds);
+    if (!dir || !split) return ad__data_fail(err, errlen, "ad_mnist_load: dir or split is NULL");
+    if (ad__mnist_part(dir, split, "images-idx3-ubyte", &images, err, errlen)) return -1;
+    if (ad__mnist_part(dir, split, "labels-idx1-ubyte", &labels, err, errlen) == 0)
+        rc = ad_dataset_from_idx(&images, &labels, ds, err, errlen);
+    ad_idx_free(&images);
+    ad_idx_free(&labels);
+    return rc;
+}
+
+AUTODIFF_API void ad_dataset_free(ad_dataset *ds)
+{
+    int i;
+    if (!ds) return;
+    for (i = 0; ds->class_names && i < ds->classes; i++) AUTODIFF_FREE(ds->class_names[i]);
+    AUTODIFF_FREE(ds->class_names);
+    AUTODIFF_FREE(ds->x);
+    AUTODIFF_FREE(ds->labels);
+    memset(ds, 0, sizeof *ds);
+}
+
+/* >>impl:data images ------------------------------------------------------------------------- */
+/* Allocates img for channels x height x width values. */
+AD__PRIVATE int ad__image_alloc(ad_image *img, int channels, int height, int width, char *err, size_t errlen)
+{
+    size_t n;
+    memset(img, 0, sizeof *img);
+    if (channels < 1 || height < 1 || width < 1)
+        return ad__data_fail(err, errlen, "image: size %dx%dx%d is empty", channels, height, width);
+    if ((size_t)height > AUTODIFF_DATA_MAX_BYTES / (size_t)channels ||
+        (size_t)width > AUTODIFF_DATA_MAX_BYTES / ((size_t)channels * (size_t)height) ||
+        (size_t)channels * (size_t)height * (size_t)width > (size_t)-1 / sizeof(ad_real))
+        return ad__data_fail(err, errlen, "image: size %dx%dx%d is above the limit (AUTODIFF_DATA_MAX_BYTES)",
+                             channels, height, width);
+    n = (size_t)channels * (size_t)height * (size_t)width;
+    img->data = (ad_real *)AUTODIFF_MALLOC(n * sizeof(ad_real));
+    if (!img->data) return ad__data_fail(err, errlen, "image: out of memory for %zu values", n);
+    img->channels = channels;
+    img->height = height;
+    img->width = width;
+    return 0;
+}
+
+AUTODIFF_API void ad_image_free(ad_image *img)
+{
+    if (!img) return;
+    AUTODIFF_FREE(img->data);
+    memset(img, 0, sizeof *img);
+}
+
+/* Interleaved bytes [H, W, C] to planar values [C, H, W] in [0, 1]. */
+AD__PRIVATE void ad__pixels_to_planes(const unsigned char *pix, int channels, int height, int width, ad_real *dst)
+{
+    size_t plane = (size_t)height * (size_t)width, i;
+    int c;
+    for (c = 0; c < channels; c++)
+        for (i = 0; i < plane; i++)
+            dst[(size_t)c * plane + i] = (ad_real)(pix[i * (size_t)channels + (size_t)c] / 255.0);
+}
+
+AUTODIFF_API int ad_image_load_memory(const void *bytes, size_t len, int channels, ad_image *img, char *err,
+                                      size_t errlen)
+{
+#if AD__HAS_STBI
+    int w, h, n;
+    unsigned char *pix;
+    if (!img) return ad__data_fail(err, errlen, "ad_image_load_memory: img is NULL");
+    memset(img, 0, sizeof *img);
+    if (channels < 1 || channels > 4)
+        return ad__data_fail(err, errlen, "image: channels %d; use 1 (gray), 2 (gray+alpha), 3 (RGB) or 4 (RGBA)",
+                             channels);
+    if (!bytes || len == 0) return ad__data_fail(err, errlen, "image: no data");
+    if (len > (size_t)INT_MAX || len > AUTODIFF_DATA_MAX_BYTES)
+        return ad__data_fail(err, errlen, "image: %zu bytes, above the limit (AUTODIFF_DATA_MAX_BYTES)", len);
+    pix = stbi_load_from_memory((const unsigned char *)bytes, (int)len, &w, &h, &n, channels);
+    if (!pix) {
+        const char *why = stbi_failure_reason();
+        return ad__data_fail(err, errlen, "image: stb_image cannot decode it: %s", why ? why : "no reason given");
+    }
+    if (ad__image_alloc(img, channels, h, w, err, errlen) == 0)
+        ad__pixels_to_planes(pix, channels, h, w, img->data);
+    stbi_image_free(pix);
+    return img->data ? 0 : -1;
+#else
+    (void)bytes;
+    (void)len;
+    (void)channels;
+    if (img) memset(img, 0, sizeof *img);
+    return ad__data_fail(err, errlen, "image: to decode images, " AD__NEED_STB);
+#endif
+}
+
+AUTODIFF_API int ad_image_load(const char *path, int channels, ad_image *img, char *err, size_t errlen)
+{
+    unsigned char *buf;
+    size_t len;
+    char why[256];
+    int rc;
+    if (!img) return ad__data_fail(err, errlen, "ad_image_load: img is NULL");
+    memset(img, 0, sizeof *img);
+    if (ad__read_file(path, &buf, &len, err, errlen)) return -1;
+    rc = ad_image_load_memory(buf, len, channels, img, why, sizeof why);
+    AUTODIFF_FREE(buf);
+    return rc ? ad__data_fail(err, errlen, "%s: %s", path, why) : 0;
+}
+
+/* One axis of a resize: output i is the sum over k < ntaps of w[i * ntaps + k] times input
+   idx[i * ntaps + k]. The weights of an output are non-negative and sum to 1. */
+typedef struct ad__taps {
+    int ntaps;
+    int *idx;
+    ad_real *w;
+} ad__taps;
+
+/* Shrinking: output i averages the input cells covering [i * in/out, (i + 1) * in/out). */
+AD__PRIVATE void ad__taps_area(int in, int out, int i, int ntaps, int *idx, ad_real *w)
+{
+    double scale = (double)in / out, lo = i * scale, hi = lo + scale, total = 0;
+    int first = (int)lo, k;
+    for (k = 0; k < ntaps; k++) {
+        int j = first + k;
+        double a = j > lo ? j : lo, b = j + 1 < hi ? j + 1 : hi, v = (j < in && b > a) ? b - a : 0;
+        idx[k] = j < in ? j : in - 1;
+        w[k] = (ad_real)v;
+        total += v;
+    }
+    for (k = 0; k < ntaps; k++) w[k] = (ad_real)(w[k] / total);
+}
+
+/* Enlarging: linear interpolation between the two input pixel centres around output i's centre. */
+AD__PRIVATE void ad__taps_linear(int in, int out, int i, int *idx, ad_real *w)
+{
+    double centre = (i + 0.5) * in / out - 0.5, f;
+    int j;
+    if (centre < 0) centre = 0;
+    if (centre > in - 1) centre = in - 1;
+    j = (int)centre;
+    f = centre - j;
+    idx[0] = j;
+    idx[1] = j + 1 < in ? j + 1 : j;
+    w[0] = (ad_real)(1 - f);
+    w[1] = (ad_real)f;
+}
+
+AD__PRIVATE void ad__taps_free(ad__taps *t)
+{
+    AUTODIFF_FREE(t->idx);
+    AUTODIFF_FREE(t->w);
+    t->idx = NULL;
+    t->w = NULL;
+}
+
+AD__PRIVATE int ad__taps_make(ad__taps *t, int in, int out)
+{
+    int i;
+    t->ntaps = out < in ? (in + out - 1) / out + 1 : 2;
+    t->idx = (int *)AUTODIFF_MALLOC((size_t)out * (size_t)t->ntaps * sizeof(int));
+    t->w = (ad_real *)AUTODIFF_MALLOC((size_t)out * (size_t)t->ntaps * sizeof(ad_real));
+    if (!t->idx || !t->w) {
+        ad__taps_free(t);
+        return -1;
+    }
+    for (i = 0; i < out; i++) {
+        int *idx = t->idx + (size_t)i * (size_t)t->ntaps;
+        ad_real *w = t->w + (size_t)i * (size_t)t->ntaps;
+        if (out < in) ad__taps_area(in, out, i, t->ntaps, idx, w);
+        else ad__taps_linear(in, out, i, idx, w);
+    }
+    return 0;
+}
+
+/* Resizes planes [c, h, w] to [c, oh, ow]: rows first into tmp [c, h, ow], then columns. */
+AD__PRIVATE int ad__resize(const ad_real *src, int c, int h, int w, ad_real *dst, int oh, int ow)
+{
+    ad__taps tx, ty;
+    size_t row, x, y, rows = (size_t)c * (size_t)h;
+    ad_real *tmp = (size_t)ow > (size_t)-1 / sizeof(ad_real) / rows
+                       ? NULL : (ad_real *)AUTODIFF_MALLOC(rows * (size_t)ow * sizeof(ad_real));
+    int k, rc = -1;
+    memset(&tx, 0, sizeof tx);
+    memset(&ty, 0, sizeof ty);
+    if (tmp && ad__taps_make(&tx, w, ow) == 0 && ad__taps_make(&ty, h, oh) == 0) {
+        for (row = 0; row < rows; row++)
+            for (x = 0; x < (size_t)ow; x++) {
+                const int *ix = tx.idx + x * (size_t)tx.ntaps;
+                const ad_real *wx = tx.w + x * (size_t)tx.ntaps;
+                ad_real s = 0;
+                for (k = 0; k < tx.ntaps; k++) s += wx[k] * src[row * (size_t)w + (size_t)ix[k]];
+                tmp[row * (size_t)ow + x] = s;
+            }
+        for (row = 0; row < (size_t)c; row++)
+            for (y = 0; y < (size_t)oh; y++)
+                for (x = 0; x < (size_t)ow; x++) {
+                    const int *iy = ty.idx + y * (size_t)ty.ntaps;
+                    const ad_real *wy = ty.w + y * (size_t)ty.ntaps;
+                    ad_real s = 0;
+                    for (k = 0; k < ty.ntaps; k++)
+                        s += wy[k] * tmp[(row * (size_t)h + (size_t)iy[k]) * (size_t)ow + x];
+                    dst[(row * (size_t)oh + y) * (size_t)ow + x] = s;
+                }
+        rc = 0;
+    }
+    ad__taps_free(&tx);
+    ad__taps_free(&ty);
+    AUTODIFF_FREE(tmp);
+    return rc;
+}
+
+AUTODIFF_API int ad_image_resize(const ad_image *src, int height, int width, ad_image *dst, char *err,
+                                 size_t errlen)
+{
+    ad_image out;
+    if (!dst) return ad__data_fail(err, errlen, "ad_image_resize: dst is NULL");
+    if (!src || !src->data) {
+        memset(dst, 0, sizeof *dst);
+        return ad__data_fail(err, errlen, "ad_image_resize: no source image");
+    }
+    if (ad__image_alloc(&out, src->channels, height, width, err, errlen)) {
+        if (dst != src) memset(dst, 0, sizeof *dst);
+        return -1;
+    }
+    if (ad__resize(src->data, src->channels, src->height, src->width, out.data, height, width)) {
+        ad_image_free(&out);
+        if (dst != src) memset(dst, 0, sizeof *dst);
+        return ad__data_fail(err, errlen, "ad_image_resize: out of memory");
+    }
+    if (dst == src) AUTODIFF_FREE(dst->data);
+    *dst = out;
+    return 0;
+}
+
+/* >>impl:data folders ------------------------------------------------------------------------ */
+/* A growable list of strings the list owns. */
+typedef struct ad__strlist {
+    char **s;
+    size_t n, cap;
+} ad__strlist;
+
+/* Appends s (taking it over; it is freed when the list cannot grow). 0, or -1 for no memory. */
+AD__PRIVATE int ad__strlist_push(ad__strlist *l, char *s)
+{
+    if (!s) return -1;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        char **grown = (char **)AUTODIFF_REALLOC(l->s, cap * sizeof(char *));
+        if (!grown) {
+            AUTODIFF_FREE(s);
+            return -1;
+        }
+        l->s = grown;
+        l->cap = cap;
+    }
+    l->s[l->n++] = s;
+    return 0;
+}
+
+AD__PRIVATE void ad__strlist_free(ad__strlist *l)
+{
+    size_t i;
+    for (i = 0; i < l->n; i++) AUTODIFF_FREE(l->s[i]);
+    AUTODIFF_FREE(l->s);
+    memset(l, 0, sizeof *l);
+}
+
+AD__PRIVATE int ad__strcmp_ptr(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Whether name ends in an image extension stb_image reads (any letter case). */
+AD__PRIVATE int ad__is_image_name(const char *name)
+{
+    static const char *const ext[] = {".png", ".jpg", ".jpeg", ".bmp"};
+    size_t len = strlen(name), i, k;
+    for (i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+        size_t n = strlen(ext[i]);
+        if (len <= n) continue;
+        for (k = 0; k < n; k++) {
+            char ch = name[len - n + k];
+            if ((ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch) != ext[i][k]) break;
+        }
+        if (k == n) return 1;
+    }
+    return 0;
+}
+
+#if AD__HAS_DIRENT
+/* The sorted names in dir of subfolders (want_dirs) or of image files, skipping names that
+   start with '.'; appended to names. */
+AD__PRIVATE int ad__list_dir(const char *dir, int want_dirs, ad__strlist *names, char *err, size_t errlen)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    size_t first = names->n;
+    if (!d) return ad__data_fail(err, errlen, "%s: cannot open folder: %s", dir, strerror(errno));
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        char *path;
+        int match;
+        if (e->d_name[0] == '.' || (!want_dirs && !ad__is_image_name(e->d_name))) continue;
+        path = ad__strdupf("%s/%s", dir, e->d_name);
+        match = path && stat(path, &st) == 0 && (want_dirs ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+        if (!path || (match && ad__strlist_push(names, ad__strdupf("%s", e->d_name)))) {
+            AUTODIFF_FREE(path);
+            closedir(d);
+            return ad__data_fail(err, errlen, "%s: out of memory listing the folder", dir);
+        }
+        AUTODIFF_FREE(path);
+    }
+    closedir(d);
+    if (names->n > first) qsort(names->s + first, names->n - first, sizeof(char *), ad__strcmp_ptr);
+    return 0;
+}
+
+/* Lists root's class folders into classes and their images (full paths) into files;
+   ends[c] is the number of files of classes 0..c. */
+AD__PRIVATE int ad__folder_scan(const char *root, ad__strlist *classes, ad__strlist *files, int **ends,
+                                char *err, size_t errlen)
+{
+    size_t c, i;
+    *ends = NULL;
+    if (ad__list_dir(root, 1, classes, err, errlen)) return -1;
+    if (classes->n == 0 || classes->n > (size_t)INT_MAX)
+        return ad__data_fail(err, errlen, "%s: no class folders (expected %s/<class>/<image>.png)", root, root);
+    *ends = (int *)AUTODIFF_MALLOC(classes->n * sizeof(int));
+    if (!*ends) return ad__data_fail(err, errlen, "%s: out of memory", root);
+    for (c = 0; c < classes->n; c++) {
+        ad__strlist names;
+        char *dir = ad__strdupf("%s/%s", root, classes->s[c]);
+        int rc;
+        memset(&names, 0, sizeof names);
+        if (!dir) return ad__data_fail(err, errlen, "%s: out of memory", root);
+        rc = ad__list_dir(dir, 0, &names, err, errlen);
+        for (i = 0; rc == 0 && i < names.n; i++)
+            if (ad__strlist_push(files, ad__strdupf("%s/%s", dir, names.s[i])))
+                rc = ad__data_fail(err, errlen, "%s: out of memory", root);
+        ad__strlist_free(&names);
+        AUTODIFF_FREE(dir);
+        if (rc) return -1;
+        if (files->n > (size_t)INT_MAX) return ad__data_fail(err, errlen, "%s: too many images", root);
+        (*ends)[c] = (int)files->n;
+    }
+    if (files->n == 0)
+        return ad__data_fail(err, errlen, "%s: no images (.png, .jpg, .jpeg, .bmp) in the class folders", root);
+    return 0;
+}
+
+/* Stores image im as sample k of ds, resizing it when resize is set. */
+AD__PRIVATE int ad__folder_put(ad_dataset *ds, int k, const ad_image *im, int resize, const char *path,
+                               char *err, size_t errlen)
+{
+    ad_real *dst = ds->x + (size_t)k * ds->sample_size;
+    if (im->height == ds->shape[1] && im->width == ds->shape[2]) {
+        memcpy(dst, im->data, ds->sample_size * sizeof(ad_real));
+        return 0;
+    }
+    if (!resize)
+        return ad__data_fail(err, errlen,
+                             "%s: %dx%d pixels, but the first image has %dx%d (give ad_folder_load a height "
+                             "and width to resize)", path, im->height, im->width, ds->shape[1], ds->shape[2]);
+    if (ad__resize(im->data, im->channels, im->height, im->width, dst, ds->shape[1], ds->shape[2]))
+        return ad__data_fail(err, errlen, "%s: out of memory resizing", path);
+    return 0;
+}
+
+/* Decodes every file into ds; the label of file k is the class whose range in ends holds k. */
+AD__PRIVATE int ad__folder_decode(const ad__strlist *files, const int *ends, int channels, int height,
+                                  int width, ad_dataset *ds, char *err, size_t errlen)
+{
+    int k, label = 0;
+    for (k = 0; k < (int)files->n; k++) {
+        ad_image im;
+        int rc = ad_image_load(files->s[k], channels, &im, err, errlen);
+        if (rc == 0 && k == 0) {
+            int shape[3];
+            shape[0] = channels;
+            shape[1] = height ? height : im.height;
+            shape[2] = width ? width : im.width;
+            rc = ad__dataset_alloc(ds, (int)files->n, 3, shape, 1, err, errlen);
+        }
+        if (rc == 0) rc = ad__folder_put(ds, k, &im, height > 0, files->s[k], err, errlen);
+        ad_image_free(&im);
+        if (rc) return -1;
+        while (k >= ends[label]) label++;
+        ds->labels[k] = label;
+    }
+    return 0;
+}
+#endif
+
+AUTODIFF_API int ad_folder_load(const char *root, int channels, int height, int width, ad_dataset *ds,
+                                char *err, size_t errlen)
+{
+#if AD__HAS_DIRENT && AD__HAS_STBI
+    ad__strlist classes, files;
+    int *ends = NULL, rc;
+    if (!ds) return ad__data_fail(err, errlen, "ad_folder_load: ds is NULL");
+    memset(ds, 0, sizeof *ds);
+    if (!root) return ad__data_fail(err, errlen, "ad_folder_load: root is NULL");
+    if (channels < 1 || channels > 4)
+        return ad__data_fail(err, errlen, "ad_folder_load: channels %d; use 1, 2, 3 or 4", channels);
+    if (height < 0 || width < 0 || (height == 0) != (width == 0))
+        return ad__data_fail(err, errlen, "ad_folder_load: height %d, width %d; give both (resize) or both 0",
+                             height, width);
+    memset(&classes, 0, sizeof classes);
+    memset(&files, 0, sizeof files);
+    rc = ad__folder_scan(root, &classes, &files, &ends, err, errlen);
+    if (rc == 0) rc = ad__folder_decode(&files, ends, channels, height, width, ds, err, errlen);
+    if (rc == 0) {
+        ds->classes = (int)classes.n;
+        ds->class_names = classes.s;
+        memset(&classes, 0, sizeof classes);
+    } else {
+        ad_dataset_free(ds);
+    }
+    ad__strlist_free(&classes);
+    ad__strlist_free(&files);
+    AUTODIFF_FREE(ends);
+    return rc;
+#else
+    (void)root;
+    (void)channels;
+    (void)height;
+    (void)width;
+    if (ds) memset(ds, 0, sizeof *ds);
+    return ad__data_fail(err, errlen, "%s",
+                         AD__HAS_STBI ? "ad_folder_load: needs <dirent.h>, not available on this platform"
+                                      : "ad_folder_load: to decode images, " AD__NEED_STB);
+#endif
+}
+
+/* >>impl:data batches ------------------------------------------------------------------------ */
+AUTODIFF_API int ad_batcher_init(ad_batcher *b, const ad_dataset *ds, int batch_size, int flags, uint64_t seed,
+                                 char *err, size_t errlen)
+{
+    int i;
+    if (!b) return ad__data_fail(err, errlen, "ad_batcher_init: b is NULL");
+    memset(b, 0, sizeof *b);
+    if (!ds || ds->count < 1 || !ds->x)
+        return ad__data_fail(err, errlen, "ad_batcher_init: the dataset is empty");
+    if (batch_size < 1)
+        return ad__data_fail(err, errlen, "ad_batcher_init: batch_size %d; must be 1 or more", batch_size);
+    if (flags & ~(AD_BATCH_SHUFFLE | AD_BATCH_DROP_LAST))
+        return ad__data_fail(err, errlen, "ad_batcher_init: unknown flags 0x%x", (unsigned)flags);
+    b->order = (int *)AUTODIFF_MALLOC((size_t)ds->count * sizeof(int));
+    if (!b->order) return ad__data_fail(err, errlen, "ad_batcher_init: out of memory for %d indices", ds->count);
+    for (i = 0; i < ds->count; i++) b->order[i] = i;
+    b->ds = ds;
+    b->count = ds->count;
+    b->batch_size = batch_size;
+    b->flags = flags;
+    ad_rng_seed(&b->rng, seed);
+    ad_batcher_reset(b);
+    return 0;
+}
+
+AUTODIFF_API void ad_batcher_reset(ad_batcher *b)
+{
+    int i;
+    if (!b || !b->order) return;
+    b->pos = 0;
+    if (!(b->flags & AD_BATCH_SHUFFLE)) return;
+    for (i = 0; i < b->count; i++) b->order[i] = i;
+    for (i = b->count - 1; i > 0; i--) { /* Fisher-Yates */
+        int j = (int)ad_rng_below(&b->rng, (uint64_t)i + 1), t = b->order[i];
+        b->order[i] = b->order[j];
+        b->order[j] = t;
+    }
+}
+
+AUTODIFF_API int ad_batcher_next(ad_batcher *b, ad_real *x, int *labels)
+{
+    const ad_dataset *ds;
+    size_t ss;
+    int n, i;
+    if (!b || !b->order) return 0;
+    ds = b->ds;
+    ss = ds->sample_size;
+    n = b->count - b->pos < b->batch_size ? b->count - b->pos : b->batch_size;
+    if (n <= 0 || ((b->flags & AD_BATCH_DROP_LAST) && n < b->batch_size)) return 0;
+    for (i = 0; i < n; i++) {
+        int s = b->order[b->pos + i];
+        if (x) memcpy(x + (size_t)i * ss, ds->x + (size_t)s * ss, ss * sizeof(ad_real));
+        if (labels && ds->labels) labels[i] = ds->labels[s];
+    }
+    b->pos += n;
+    return n;
+}
+
+AUTODIFF_API void ad_batcher_free(ad_batcher *b)
+{
+    if (!b) return;
+    AUTODIFF_FREE(b->order);
+    memset(b, 0, sizeof *b);
+}
+
+#undef AD__DATA_FMT
+#undef AD__NEED_STB
 
 /* >>impl:extensions */
 

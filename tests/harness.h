@@ -11,6 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__GNUC__) || defined(__clang__)
+#define TH_UNUSED __attribute__((unused))
+#else
+#define TH_UNUSED
+#endif
+
 static int th_passed, th_failed;
 
 /* Counts one check; prints the failing ones with their place and a message. */
@@ -34,7 +40,7 @@ static int th_passed, th_failed;
                  needle, th_msg ? th_msg : "(none)");                                \
     } while (0)
 
-static int th_summary(void)
+TH_UNUSED static int th_summary(void)
 {
     printf("%d passed, %d failed\n", th_passed, th_failed);
     return th_failed ? 1 : 0;
@@ -57,9 +63,9 @@ typedef ad_tensor *(*th_fn)(ad_tape *T, ad_tensor **in, void *ctx);
 
 #define TH_MAX_INPUTS 8
 
-static ad_rng th_rng_state;
+TH_UNUSED static ad_rng th_rng_state;
 
-static void th_fill(const th_input *spec, double *dst, size_t n, ad_rng *rng)
+TH_UNUSED static void th_fill(const th_input *spec, double *dst, size_t n, ad_rng *rng)
 {
     size_t i;
     for (i = 0; i < n; i++) {
@@ -70,7 +76,7 @@ static void th_fill(const th_input *spec, double *dst, size_t n, ad_rng *rng)
     }
 }
 
-static size_t th_numel(const th_input *spec)
+TH_UNUSED static size_t th_numel(const th_input *spec)
 {
     size_t n = 1;
     int i;
@@ -79,7 +85,7 @@ static size_t th_numel(const th_input *spec)
 }
 
 /* sum(w * f(x)) for fixed weights w (seeded), so every output element matters. */
-static ad_tensor *th_weighted(ad_tape *T, th_fn f, void *ctx, ad_tensor **x, unsigned seed)
+TH_UNUSED static ad_tensor *th_weighted(ad_tape *T, th_fn f, void *ctx, ad_tensor **x, unsigned seed)
 {
     ad_tensor *y = f(T, x, ctx), *w;
     ad_rng r;
@@ -89,7 +95,7 @@ static ad_tensor *th_weighted(ad_tape *T, th_fn f, void *ctx, ad_tensor **x, uns
     return ad_sum(T, ad_mul(T, y, w));
 }
 
-static ad_tensor **th_leaves(ad_tape *T, int nin, const th_input *specs, double **data, ad_tensor **x)
+TH_UNUSED static ad_tensor **th_leaves(ad_tape *T, int nin, const th_input *specs, double **data, ad_tensor **x)
 {
     int i;
     for (i = 0; i < nin; i++) x[i] = ad_tensor_new(T, specs[i].ndim, specs[i].shape, data[i], 1);
@@ -97,7 +103,7 @@ static ad_tensor **th_leaves(ad_tape *T, int nin, const th_input *specs, double 
 }
 
 /* The value of the weighted sum at the given data, with nothing recorded. */
-static double th_value(th_fn f, void *ctx, int nin, const th_input *specs, double **data, unsigned seed)
+TH_UNUSED static double th_value(th_fn f, void *ctx, int nin, const th_input *specs, double **data, unsigned seed)
 {
     ad_tape *T = ad_tape_new();
     ad_tensor *x[TH_MAX_INPUTS], *y;
@@ -109,14 +115,14 @@ static double th_value(th_fn f, void *ctx, int nin, const th_input *specs, doubl
     return v;
 }
 
-static int th_close(double analytic, double numeric, double atol, double rtol)
+TH_UNUSED static int th_close(double analytic, double numeric, double atol, double rtol)
 {
     return fabs(analytic - numeric) <= atol + rtol * fabs(numeric);
 }
 
 /* Checks ad_backward's gradient of every input against central differences. Returns the number
    of mismatches (each also counted as a failed check). */
-static int th_gradcheck_tol(const char *name, th_fn f, void *ctx, int nin, const th_input *specs,
+TH_UNUSED static int th_gradcheck_tol(const char *name, th_fn f, void *ctx, int nin, const th_input *specs,
                             double atol, double rtol)
 {
     double *data[TH_MAX_INPUTS];
@@ -163,14 +169,14 @@ static int th_gradcheck_tol(const char *name, th_fn f, void *ctx, int nin, const
     return bad;
 }
 
-static int th_gradcheck(const char *name, th_fn f, void *ctx, int nin, const th_input *specs)
+TH_UNUSED static int th_gradcheck(const char *name, th_fn f, void *ctx, int nin, const th_input *specs)
 {
     return th_gradcheck_tol(name, f, ctx, nin, specs, 1e-6, 1e-5);
 }
 
 /* s(x) = sum_i sum(v_i * dL/dx_i) for fixed random v: its gradient is a Hessian-vector product.
    With create_graph the result stays differentiable. */
-static ad_tensor *th_grad_dot(ad_tape *T, th_fn f, void *ctx, int nin, ad_tensor **x, int create_graph)
+TH_UNUSED static ad_tensor *th_grad_dot(ad_tape *T, th_fn f, void *ctx, int nin, ad_tensor **x, int create_graph)
 {
     ad_tensor *loss = th_weighted(T, f, ctx, x, 1234), *s = NULL;
     ad_rng r;
@@ -188,7 +194,7 @@ static ad_tensor *th_grad_dot(ad_tape *T, th_fn f, void *ctx, int nin, ad_tensor
 
 /* Checks second derivatives: the gradient of th_grad_dot recorded with create_graph against
    central differences of th_grad_dot computed without it. */
-static int th_gradgradcheck_tol(const char *name, th_fn f, void *ctx, int nin, const th_input *specs,
+TH_UNUSED static int th_gradgradcheck_tol(const char *name, th_fn f, void *ctx, int nin, const th_input *specs,
                                 double atol, double rtol)
 {
     double *data[TH_MAX_INPUTS];
@@ -236,13 +242,13 @@ static int th_gradgradcheck_tol(const char *name, th_fn f, void *ctx, int nin, c
     return bad;
 }
 
-static int th_gradgradcheck(const char *name, th_fn f, void *ctx, int nin, const th_input *specs)
+TH_UNUSED static int th_gradgradcheck(const char *name, th_fn f, void *ctx, int nin, const th_input *specs)
 {
     return th_gradgradcheck_tol(name, f, ctx, nin, specs, 1e-5, 1e-4);
 }
 
 /* A spec in one expression: TH_IN2(3, 5, -1, 1) is a [3,5] input uniform in [-1, 1]. */
-static th_input th_in(int ndim, const int *shape, double lo, double hi, double away)
+TH_UNUSED static th_input th_in(int ndim, const int *shape, double lo, double hi, double away)
 {
     th_input s;
     int i;
