@@ -1,0 +1,423 @@
+/* The training program behind examples/mnist.c (MLP) and examples/mnist_cnn.c (CNN): options,
+   data, training with a progress display, evaluation, confusion matrix, checkpoint and SVG plot.
+   Include after autodiff.h (with stb_image) and mnist_model.h. */
+#ifndef MNIST_TRAIN_H
+#define MNIST_TRAIN_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#define STDERR_IS_TERMINAL() isatty(2)
+#else
+#define STDERR_IS_TERMINAL() 0
+#endif
+
+#define CLASSES 10
+#define MAX_EPOCHS 1000
+
+typedef struct options {
+    const char *data, *checkpoint, *plot, *optimizer;
+    int cnn, epochs, batch, threads, limit;
+    double lr, weight_decay;
+    unsigned long long seed;
+    int sizes[MNIST_MAX_LAYERS + 1], nsizes; /* MLP: 784, hidden..., 10; CNN: channels c1, c2 */
+} options;
+
+/* Loss and accuracy of one pass over a dataset, per epoch, for the plot. */
+typedef struct history {
+    double train_loss[MAX_EPOCHS], train_acc[MAX_EPOCHS], test_loss[MAX_EPOCHS], test_acc[MAX_EPOCHS];
+    int epochs;
+} history;
+
+static void usage(const char *argv0, const options *d)
+{
+    printf("usage: %s [options]\n"
+           "  --data DIR         folder with the MNIST IDX files (default %s)\n"
+           "  --epochs N         passes over the training set (default %d)\n"
+           "  --batch N          mini-batch size (default %d)\n"
+           "  --lr X             peak learning rate (default 0.05 for sgd, 0.001 for adam)\n"
+           "  --optimizer NAME   sgd (momentum 0.9, Nesterov) or adam (default %s)\n"
+           "  --weight-decay X   L2 penalty (default %g)\n"
+           "  --hidden LIST      %s, comma-separated (default %s)\n"
+           "  --seed N           seed of initialisation, shuffling and dropout (default 1)\n"
+           "  --threads N        threads for matrix products (default: all cores)\n"
+           "  --limit N          train on the first N training images only\n"
+           "  --checkpoint PATH  where to save the trained model (default %s)\n"
+           "  --plot PATH        where to write the SVG plot (default %s)\n"
+           "  --help             this text\n",
+           argv0, d->data, d->epochs, d->batch, d->optimizer, d->weight_decay,
+           d->cnn ? "channels of the two convolutions" : "hidden layer widths", d->cnn ? "16,32" : "512",
+           d->checkpoint, d->plot);
+}
+
+/* "512,256" -> the layer widths (MLP: with 784 in front and 10 behind) or the two channels. */
+static int parse_sizes(const char *list, options *o)
+{
+    const char *p = list;
+    int first = o->nsizes = 0;
+    if (!o->cnn) o->sizes[o->nsizes++] = 784;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 65536 || o->nsizes >= MNIST_MAX_LAYERS) return -1;
+        o->sizes[o->nsizes++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    if (o->cnn) return o->nsizes - first == 2 ? 0 : -1;
+    o->sizes[o->nsizes++] = CLASSES;
+    return 0;
+}
+
+static int parse_options(int argc, char **argv, int cnn, options *o)
+{
+    options defaults;
+    int i;
+    memset(o, 0, sizeof *o);
+    o->cnn = cnn;
+    o->data = "data/mnist";
+    o->checkpoint = cnn ? "mnist_cnn.ckpt" : "mnist.ckpt";
+    o->plot = cnn ? "mnist_cnn.svg" : "mnist.svg";
+    o->optimizer = "sgd";
+    o->epochs = cnn ? 8 : 15;
+    o->batch = 64;
+    o->weight_decay = cnn ? 5e-4 : 1e-4;
+    o->seed = 1;
+    parse_sizes(cnn ? "16,32" : "512", o);
+    defaults = *o;
+    for (i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            usage(argv[0], &defaults);
+            exit(0);
+        }
+        if (!val) {
+            fprintf(stderr, "%s: %s needs a value (see --help)\n", argv[0], arg);
+            return -1;
+        }
+        i++;
+        if (!strcmp(arg, "--data")) o->data = val;
+        else if (!strcmp(arg, "--epochs")) o->epochs = atoi(val);
+        else if (!strcmp(arg, "--batch")) o->batch = atoi(val);
+        else if (!strcmp(arg, "--lr")) o->lr = atof(val);
+        else if (!strcmp(arg, "--optimizer")) o->optimizer = val;
+        else if (!strcmp(arg, "--weight-decay")) o->weight_decay = atof(val);
+        else if (!strcmp(arg, "--seed")) o->seed = strtoull(val, NULL, 10);
+        else if (!strcmp(arg, "--threads")) o->threads = atoi(val);
+        else if (!strcmp(arg, "--limit")) o->limit = atoi(val);
+        else if (!strcmp(arg, "--checkpoint")) o->checkpoint = val;
+        else if (!strcmp(arg, "--plot")) o->plot = val;
+        else if (!strcmp(arg, "--hidden")) {
+            if (parse_sizes(val, o) != 0) {
+                fprintf(stderr, "%s: --hidden takes %s\n", argv[0], cnn ? "two channel counts like 16,32" : "widths like 512 or 512,256");
+                return -1;
+            }
+        } else {
+            fprintf(stderr, "%s: unknown option %s (see --help)\n", argv[0], arg);
+            return -1;
+        }
+    }
+    if (o->epochs < 1 || o->epochs > MAX_EPOCHS || o->batch < 1 || o->threads < 0 || o->limit < 0) {
+        fprintf(stderr, "%s: epochs must be 1..%d, batch and limit positive\n", argv[0], MAX_EPOCHS);
+        return -1;
+    }
+    if (strcmp(o->optimizer, "sgd") && strcmp(o->optimizer, "adam")) {
+        fprintf(stderr, "%s: --optimizer is sgd or adam\n", argv[0]);
+        return -1;
+    }
+    if (o->lr <= 0) o->lr = strcmp(o->optimizer, "adam") ? 0.05 : 0.001;
+    return 0;
+}
+
+/* Wall-clock seconds (processor time before C11). */
+static double seconds(void)
+{
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+    struct timespec t;
+    timespec_get(&t, TIME_UTC);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+#else
+    return (double)clock() / CLOCKS_PER_SEC;
+#endif
+}
+
+/* The tape's error message, or a placeholder when there is none. */
+static const char *tape_error(const ad_tape *T)
+{
+    const char *e = ad_tape_error(T);
+    return e ? e : "unknown error";
+}
+
+static int argmax(const ad_real *row, int n)
+{
+    int best = 0, j;
+    for (j = 1; j < n; j++)
+        if (row[j] > row[best]) best = j;
+    return best;
+}
+
+/* Progress of one epoch: a bar redrawn in place on a terminal, a plain line now and then
+   otherwise. */
+static void progress(int epoch, int epochs, int done, int total, double loss, double acc, double t0,
+                     int final)
+{
+    static double last_line;
+    double elapsed = seconds() - t0, rate = elapsed > 0 ? done / elapsed : 0;
+    double eta = rate > 0 ? (total - done) / rate : 0;
+    if (STDERR_IS_TERMINAL()) {
+        char bar[31];
+        int filled = (int)(30.0 * done / total), i;
+        for (i = 0; i < 30; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
+        bar[30] = 0;
+        fprintf(stderr, "\repoch %d/%d [%s] %3d%% loss %.4f acc %6.2f%% %7.0f samples/s ETA %3.0fs%s",
+                epoch, epochs, bar, 100 * done / total, loss, 100 * acc, rate, eta, final ? "\n" : "");
+    } else if (final || elapsed - last_line >= 5 || done == 0) {
+        last_line = final ? 0 : elapsed;
+        fprintf(stderr, "epoch %d/%d %d/%d loss %.4f acc %.2f%% %.0f samples/s ETA %.0fs\n", epoch, epochs,
+                done, total, loss, 100 * acc, rate, eta);
+    }
+}
+
+/* Mean loss and accuracy over ds in evaluation mode (no gradients); fills confusion[true][pred]
+   when it is not NULL. Returns 0, or -1 with a message. */
+static int evaluate(ad_tape *T, mnist_model *m, const ad_dataset *ds, double *loss, double *acc,
+                    int confusion[CLASSES][CLASSES])
+{
+    enum { CHUNK = 1000 };
+    double total_loss = 0;
+    int correct = 0, start, i, shape[2];
+    int was = ad_set_grad_enabled(T, 0), training = ad_set_training(T, 0);
+    for (start = 0; start < ds->count; start += CHUNK) {
+        int n = ds->count - start < CHUNK ? ds->count - start : CHUNK;
+        ad_tensor *x, *logits, *l;
+        shape[0] = n;
+        shape[1] = (int)ds->sample_size;
+        x = ad_tensor_view(T, 2, shape, ds->x + (size_t)start * ds->sample_size, NULL, 0);
+        logits = model_forward(T, m, x);
+        l = ad_cross_entropy(T, logits, ds->labels + start);
+        if (!l) {
+            fprintf(stderr, "evaluation failed: %s\n", tape_error(T));
+            ad_set_grad_enabled(T, was);
+            ad_set_training(T, training);
+            return -1;
+        }
+        total_loss += ad_item(l) * n;
+        for (i = 0; i < n; i++) {
+            int pred = argmax(logits->data + (size_t)i * CLASSES, CLASSES), truth = ds->labels[start + i];
+            correct += pred == truth;
+            if (confusion) confusion[truth][pred]++;
+        }
+        ad_tape_reset(T);
+    }
+    ad_set_grad_enabled(T, was);
+    ad_set_training(T, training);
+    *loss = total_loss / ds->count;
+    *acc = (double)correct / ds->count;
+    return 0;
+}
+
+static void print_confusion(int confusion[CLASSES][CLASSES])
+{
+    int i, j;
+    printf("confusion matrix (rows: true digit, columns: predicted)\n     ");
+    for (j = 0; j < CLASSES; j++) printf("%6d", j);
+    printf("\n");
+    for (i = 0; i < CLASSES; i++) {
+        printf("%4d ", i);
+        for (j = 0; j < CLASSES; j++) printf("%6d", confusion[i][j]);
+        printf("\n");
+    }
+}
+
+/* One panel of the plot: two series over the epochs, scaled to [lo, hi]. */
+static void svg_panel(FILE *f, int x0, const char *title, const double *a, const double *b, int n, double lo,
+                      double hi, const char *fmt)
+{
+    const int w = 360, h = 260, y0 = 40;
+    const double *series[2];
+    const char *colors[2] = {"#1f77b4", "#d62728"};
+    int s, i, t;
+    series[0] = a;
+    series[1] = b;
+    if (hi <= lo) hi = lo + 1;
+    fprintf(f, "<text x='%d' y='25' font-size='15' text-anchor='middle'>%s</text>\n", x0 + w / 2, title);
+    fprintf(f, "<rect x='%d' y='%d' width='%d' height='%d' fill='none' stroke='#888'/>\n", x0, y0, w, h);
+    for (t = 0; t <= 4; t++) {
+        double v = lo + (hi - lo) * t / 4;
+        int y = y0 + h - h * t / 4;
+        fprintf(f, "<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='#ddd'/>\n", x0, y, x0 + w, y);
+        fprintf(f, "<text x='%d' y='%d' font-size='11' text-anchor='end'>", x0 - 4, y + 4);
+        fprintf(f, fmt, v);
+        fprintf(f, "</text>\n");
+    }
+    for (i = 0; i < n; i++)
+        if (n <= 20 || i % (n / 10) == 0 || i == n - 1)
+            fprintf(f, "<text x='%d' y='%d' font-size='11' text-anchor='middle'>%d</text>\n",
+                    x0 + (n > 1 ? w * i / (n - 1) : w / 2), y0 + h + 15, i + 1);
+    fprintf(f, "<text x='%d' y='%d' font-size='12' text-anchor='middle'>epoch</text>\n", x0 + w / 2, y0 + h + 32);
+    for (s = 0; s < 2; s++) {
+        fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' points='", colors[s]);
+        for (i = 0; i < n; i++) {
+            double v = (series[s][i] - lo) / (hi - lo);
+            fprintf(f, "%.1f,%.1f ", x0 + (n > 1 ? (double)w * i / (n - 1) : w / 2.0), y0 + h - h * v);
+        }
+        fprintf(f, "'/>\n");
+    }
+}
+
+static int write_plot(const char *path, const history *hist)
+{
+    static double train_pct[MAX_EPOCHS], test_pct[MAX_EPOCHS];
+    FILE *f = fopen(path, "w");
+    double lmax = 0, amin = 100;
+    int i, n = hist->epochs;
+    if (!f) return -1;
+    for (i = 0; i < n; i++) {
+        train_pct[i] = 100 * hist->train_acc[i];
+        test_pct[i] = 100 * hist->test_acc[i];
+        if (hist->train_loss[i] > lmax) lmax = hist->train_loss[i];
+        if (hist->test_loss[i] > lmax) lmax = hist->test_loss[i];
+        if (train_pct[i] < amin) amin = train_pct[i];
+        if (test_pct[i] < amin) amin = test_pct[i];
+    }
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='860' height='360' font-family='sans-serif'>\n"
+               "<rect width='100%%' height='100%%' fill='white'/>\n");
+    svg_panel(f, 60, "loss", hist->train_loss, hist->test_loss, n, 0, lmax * 1.05, "%.2f");
+    svg_panel(f, 480, "accuracy (%)", train_pct, test_pct, n, amin - (100 - amin) * 0.1, 100, "%.1f");
+    fprintf(f, "<text x='430' y='352' font-size='12' text-anchor='middle'>"
+               "<tspan fill='#1f77b4'>&#9632; train</tspan>  <tspan fill='#d62728'>&#9632; test</tspan></text>\n"
+               "</svg>\n");
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* The whole program: options, data, model, training, report. cnn selects the network. */
+static int mnist_main(int argc, char **argv, int cnn)
+{
+    options o;
+    mnist_model model;
+    ad_dataset train, test;
+    ad_batcher batcher;
+    ad_params *P;
+    ad_optim *opt;
+    ad_optim_desc desc;
+    ad_tape *T;
+    history *hist;
+    ad_real *xb;
+    int *yb, confusion[CLASSES][CLASSES], epoch, shape[2];
+    char err[512];
+    long step = 0, total_steps;
+    double test_loss, test_acc, t_start;
+
+    if (parse_options(argc, argv, cnn, &o) != 0) return 2;
+    if (ad_mnist_load(o.data, "train", &train, err, sizeof err) != 0 ||
+        ad_mnist_load(o.data, "t10k", &test, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n(make mnist downloads MNIST; or pass --data DIR with the four IDX files)\n", err);
+        return 1;
+    }
+    if (o.limit > 0 && o.limit < train.count) train.count = o.limit;
+    if (train.sample_size != MNIST_SIDE * MNIST_SIDE) {
+        fprintf(stderr, "%s: images of %d values; this model takes %dx%d\n", o.data, (int)train.sample_size,
+                MNIST_SIDE, MNIST_SIDE);
+        return 1;
+    }
+    printf("MNIST: %d training and %d test images of %dx%d; ", train.count, test.count, MNIST_SIDE, MNIST_SIDE);
+    if (o.cnn) {
+        printf("CNN conv5x5(1-%d)-bn-pool-conv5x5(%d-%d)-bn-pool-dropout-fc", o.sizes[0], o.sizes[0], o.sizes[1]);
+    } else {
+        printf("MLP");
+        for (epoch = 0; epoch < o.nsizes; epoch++) printf("%s%d", epoch ? "-" : " ", o.sizes[epoch]);
+    }
+    printf(", %s, lr %g, batch %d, %d epochs\n", o.optimizer, o.lr, o.batch, o.epochs);
+
+    P = ad_params_new(o.seed);
+    if (!P || (o.cnn ? model_create_cnn(&model, P, o.sizes[0], o.sizes[1], o.seed)
+                     : model_create_mlp(&model, P, o.nsizes, o.sizes)) != 0) {
+        fprintf(stderr, "cannot create the model: %s\n", P ? ad_params_error(P) : "out of memory");
+        return 1;
+    }
+    memset(&desc, 0, sizeof desc);
+    desc.kind = strcmp(o.optimizer, "adam") ? AD_OPTIM_SGD : AD_OPTIM_ADAM;
+    desc.lr = o.lr;
+    desc.momentum = desc.kind == AD_OPTIM_SGD ? 0.9 : 0;
+    desc.nesterov = desc.kind == AD_OPTIM_SGD;
+    desc.weight_decay = o.weight_decay;
+    opt = ad_optim_new(P, &desc);
+    T = ad_tape_new();
+    hist = (history *)calloc(1, sizeof *hist);
+    xb = (ad_real *)malloc((size_t)o.batch * train.sample_size * sizeof(ad_real));
+    yb = (int *)malloc((size_t)o.batch * sizeof(int));
+    if (!opt || !T || !hist || !xb || !yb ||
+        ad_batcher_init(&batcher, &train, o.batch, AD_BATCH_SHUFFLE, o.seed, err, sizeof err) != 0) {
+        fprintf(stderr, "setup failed: %s\n", opt ? err : ad_params_error(P));
+        return 1;
+    }
+    if (o.threads) ad_set_threads(T, o.threads);
+    total_steps = (long)o.epochs * ((train.count + o.batch - 1) / o.batch);
+    t_start = seconds();
+
+    for (epoch = 1; epoch <= o.epochs; epoch++) {
+        double sum_loss = 0, t0 = seconds();
+        int seen = 0, correct = 0, n, i;
+        if (epoch > 1) ad_batcher_reset(&batcher);
+        progress(epoch, o.epochs, 0, train.count, 0, 0, t0, 0);
+        while ((n = ad_batcher_next(&batcher, xb, yb)) > 0) {
+            ad_tensor *x, *logits, *loss;
+            shape[0] = n;
+            shape[1] = (int)train.sample_size;
+            /* a short linear warm-up, then cosine decay to zero over the whole run */
+            ad_optim_set_lr(opt, ad_lr_cosine(o.lr, 0, total_steps / 50, total_steps, step++));
+            x = ad_tensor_view(T, 2, shape, xb, NULL, 0);
+            logits = model_forward(T, &model, x);
+            loss = ad_cross_entropy(T, logits, yb);
+            ad_params_zero_grad(P);
+            if (!loss || ad_backward(T, loss) != 0 || ad_optim_step(opt) != 0) {
+                fprintf(stderr, "\ntraining step failed: %s\n", tape_error(T));
+                return 1;
+            }
+            sum_loss += ad_item(loss) * n;
+            for (i = 0; i < n; i++) correct += argmax(logits->data + (size_t)i * CLASSES, CLASSES) == yb[i];
+            seen += n;
+            ad_tape_reset(T);
+            if ((step & 31) == 0) progress(epoch, o.epochs, seen, train.count, sum_loss / seen, (double)correct / seen, t0, 0);
+        }
+        progress(epoch, o.epochs, seen, train.count, sum_loss / seen, (double)correct / seen, t0, 1);
+        if (evaluate(T, &model, &test, &test_loss, &test_acc, NULL) != 0) return 1;
+        hist->train_loss[epoch - 1] = sum_loss / seen;
+        hist->train_acc[epoch - 1] = (double)correct / seen;
+        hist->test_loss[epoch - 1] = test_loss;
+        hist->test_acc[epoch - 1] = test_acc;
+        hist->epochs = epoch;
+        printf("epoch %2d  train loss %.4f acc %.2f%%  test loss %.4f acc %.2f%%  (%.1fs)\n", epoch,
+               sum_loss / seen, 100.0 * correct / seen, test_loss, 100 * test_acc, seconds() - t0);
+        fflush(stdout);
+    }
+
+    memset(confusion, 0, sizeof confusion);
+    if (evaluate(T, &model, &test, &test_loss, &test_acc, confusion) != 0) return 1;
+    print_confusion(confusion);
+    printf("trained in %.1fs\n", seconds() - t_start);
+    if (ad_checkpoint_save(o.checkpoint, P, opt) != 0)
+        fprintf(stderr, "could not save the checkpoint: %s\n", ad_params_error(P));
+    else
+        printf("checkpoint: %s\n", o.checkpoint);
+    if (write_plot(o.plot, hist) != 0) fprintf(stderr, "could not write the plot %s\n", o.plot);
+    else printf("plot: %s\n", o.plot);
+    printf("test accuracy: %.2f%%\n", 100 * test_acc);
+
+    ad_batcher_free(&batcher);
+    ad_dataset_free(&train);
+    ad_dataset_free(&test);
+    ad_optim_free(opt);
+    model_free(&model);
+    ad_params_free(P);
+    ad_tape_free(T);
+    free(hist);
+    free(xb);
+    free(yb);
+    return 0;
+}
+
+#endif

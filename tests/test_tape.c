@@ -1,0 +1,453 @@
+/* The tape: a deep chain with shared subexpressions, allocation behaviour through a counting
+   allocator, no-grad mode, reset, tensors of two tapes, caller-owned leaves, the arena, and the
+   single-precision matrix product. Built in the default precision (float), as most programs
+   use it. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* A counting allocator through the library's allocator macros. The thread pool's workers free
+   their start-up arguments, so the counters are updated atomically. */
+static long count_allocs; /* successful malloc, and realloc of NULL */
+static long count_live;   /* blocks allocated and not yet freed */
+static void *count_malloc(size_t n)
+{
+    void *p = malloc(n);
+    if (p) {
+        __atomic_fetch_add(&count_allocs, 1, __ATOMIC_SEQ_CST);
+        __atomic_fetch_add(&count_live, 1, __ATOMIC_SEQ_CST);
+    }
+    return p;
+}
+static void *count_realloc(void *old, size_t n)
+{
+    void *p = realloc(old, n);
+    if (p && !old) {
+        __atomic_fetch_add(&count_allocs, 1, __ATOMIC_SEQ_CST);
+        __atomic_fetch_add(&count_live, 1, __ATOMIC_SEQ_CST);
+    } else if (p && p != old) {
+        __atomic_fetch_add(&count_allocs, 1, __ATOMIC_SEQ_CST);
+    }
+    return p;
+}
+static void count_free(void *p)
+{
+    if (p) __atomic_fetch_sub(&count_live, 1, __ATOMIC_SEQ_CST);
+    free(p);
+}
+#define AUTODIFF_MALLOC(sz) count_malloc(sz)
+#define AUTODIFF_REALLOC(p, sz) count_realloc(p, sz)
+#define AUTODIFF_FREE(p) count_free(p)
+#define AUTODIFF_IMPLEMENTATION
+#include "autodiff.h"
+#include "tests/harness.h"
+
+/* The tape's error for a message: "(none)" when there is none. */
+static const char *errs(const ad_tape *T)
+{
+    const char *e = ad_tape_error(T);
+    return e ? e : "(none)";
+}
+
+static long allocs(void) { return __atomic_load_n(&count_allocs, __ATOMIC_SEQ_CST); }
+static long live(void) { return __atomic_load_n(&count_live, __ATOMIC_SEQ_CST); }
+
+/* (a) x_{i+1} = x_i + h (0.5 x_i sin(x_i) - 0.1 x_i^2 + a cos(x_i)): each level reads x_i along
+   five routes, so the number of routes from the end to x_0 is 5^2000; the sweep visits each
+   entry once. The gradient is checked against forward-mode recurrences over the tape's own
+   values: d_i = dx_i/dx_0 (per element) and e_i = dx_i/da. */
+#define CHAIN 2000
+static void test_chain(void)
+{
+    ad_tape *T = ad_tape_new();
+    static ad_tensor *xs[CHAIN + 1];
+    const double h = 0.001;
+    float x0v[] = {0.3f, -1.2f, 2.0f, 0.05f};
+    int s4[] = {4}, i, j, ok = 1;
+    ad_tensor *a = ad_var(T, 0.8f), *loss;
+    double d[4] = {1, 1, 1, 1}, e[4] = {0, 0, 0, 0}, ga = 0, worst = 0;
+    clock_t t0;
+    xs[0] = ad_tensor_new(T, 1, s4, x0v, 1);
+    for (i = 0; i < CHAIN; i++) {
+        ad_tensor *x = xs[i];
+        ad_tensor *r = ad_add(T, ad_sub(T, ad_mul_scalar(T, ad_mul(T, x, ad_sin(T, x)), 0.5f),
+                                        ad_mul_scalar(T, ad_mul(T, x, x), 0.1f)),
+                              ad_mul(T, a, ad_cos(T, x)));
+        xs[i + 1] = ad_add(T, x, ad_mul_scalar(T, r, (float)h));
+    }
+    loss = ad_sum(T, xs[CHAIN]);
+    TH_CHECK(loss != NULL, "chain forward: %s", errs(T));
+    TH_CHECK(ad_tape_length(T) == (size_t)CHAIN * 11 + 1, "chain: %zu entries recorded", ad_tape_length(T));
+    t0 = clock();
+    TH_CHECK(ad_backward(T, loss) == 0, "chain backward: %s", errs(T));
+    printf("chain of %d levels (%zu entries): backward %.1f ms, arena peak %.1f MiB\n", CHAIN,
+           ad_tape_length(T), 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC,
+           (double)ad_tape_bytes_peak(T) / (1 << 20));
+    for (i = 0; i < CHAIN; i++)
+        for (j = 0; j < 4; j++) {
+            double x = xs[i]->data[j];
+            double f = 1 + h * (0.5 * (sin(x) + x * cos(x)) - 0.2 * x - ad_item(a) * sin(x));
+            e[j] = e[j] * f + h * cos(x);
+            d[j] *= f;
+        }
+    for (j = 0; j < 4; j++) {
+        double err = fabs(xs[0]->grad[j] - d[j]) / fabs(d[j]);
+        if (err > worst) worst = err;
+        ga += e[j];
+        if (!(fabs(d[j]) > 1e-3 && fabs(d[j]) < 1e3)) ok = 0; /* the check means something */
+    }
+    TH_CHECK(ok, "chain: the recurrence's gradients are degenerate");
+    TH_CHECK(worst < 1e-4, "chain: d x_N / d x_0 off by %g relative", worst);
+    TH_CHECK(fabs(ad_grad_item(a) - ga) < 1e-4 * fabs(ga), "chain: d loss / da = %.8g, recurrence %.8g",
+             (double)ad_grad_item(a), ga);
+    ad_tape_free(T);
+}
+
+/* (b) a training-shaped loop allocates nothing after its first step and frees everything. */
+static void test_allocations(void)
+{
+    enum { N = 64, IN = 100, HID = 50, OUT = 10, STEPS = 6 };
+    int sx[] = {N, IN}, sw1[] = {IN, HID}, sb1[] = {HID}, sw2[] = {HID, OUT}, labels[N], step, i;
+    float *w1 = (float *)calloc(IN * HID, sizeof(float)), *gw1 = (float *)calloc(IN * HID, sizeof(float));
+    float *b1 = (float *)calloc(HID, sizeof(float)), *gb1 = (float *)calloc(HID, sizeof(float));
+    float *w2 = (float *)calloc(HID * OUT, sizeof(float)), *gw2 = (float *)calloc(HID * OUT, sizeof(float));
+    float *xb = (float *)malloc(N * IN * sizeof(float));
+    long before = live(), after_first = 0, live_first = 0;
+    float first_loss = 0;
+    ad_rng rng;
+    ad_tape *T;
+    ad_rng_seed(&rng, 3);
+    for (i = 0; i < IN * HID; i++) w1[i] = (float)(ad_rng_uniform(&rng) - 0.5) * 0.2f;
+    for (i = 0; i < HID * OUT; i++) w2[i] = (float)(ad_rng_uniform(&rng) - 0.5) * 0.2f;
+    for (i = 0; i < N * IN; i++) xb[i] = (float)ad_rng_uniform(&rng);
+    for (i = 0; i < N; i++) labels[i] = i % OUT;
+    T = ad_tape_new();
+    for (step = 0; step < STEPS; step++) {
+        ad_tensor *x = ad_tensor_new(T, 2, sx, xb, 0);
+        ad_tensor *W1 = ad_tensor_view(T, 2, sw1, w1, gw1, 1), *B1 = ad_tensor_view(T, 1, sb1, b1, gb1, 1);
+        ad_tensor *W2 = ad_tensor_view(T, 2, sw2, w2, gw2, 1);
+        ad_tensor *h = ad_relu(T, ad_linear(T, x, W1, B1));
+        ad_tensor *loss = ad_cross_entropy(T, ad_matmul(T, h, W2), labels);
+        int rc = ad_backward(T, loss);
+        TH_CHECK(loss && rc == 0, "step %d: %s", step, errs(T));
+        if (step == 0) first_loss = ad_item(loss);
+        /* plain SGD on the caller's buffers */
+        for (i = 0; i < IN * HID; i++) { w1[i] -= 0.5f * gw1[i]; gw1[i] = 0; }
+        for (i = 0; i < HID; i++) { b1[i] -= 0.5f * gb1[i]; gb1[i] = 0; }
+        for (i = 0; i < HID * OUT; i++) { w2[i] -= 0.5f * gw2[i]; gw2[i] = 0; }
+        if (step == STEPS - 1)
+            TH_CHECK(ad_item(loss) < first_loss, "training does not lower the loss: %g -> %g", first_loss,
+                     (double)ad_item(loss));
+        ad_tape_reset(T);
+        if (step == 0) {
+            after_first = allocs();
+            live_first = live(); /* (a worker of the thread pool may still be starting) */
+        }
+    }
+    TH_CHECK(allocs() == after_first, "%ld allocations after the first step", allocs() - after_first);
+    TH_CHECK(live_first > before, "the allocator macros were not used");
+    ad_tape_free(T);
+    TH_CHECK(live() == before, "ad_tape_free left %ld blocks", live() - before);
+    free(w1); free(gw1); free(b1); free(gb1); free(w2); free(gw2); free(xb);
+}
+
+/* (c) no-grad mode computes the same values and records nothing. */
+static ad_tensor *small_net(ad_tape *T, ad_tensor *x, ad_tensor *W, ad_tensor *b)
+{
+    return ad_softmax(T, ad_tanh(T, ad_add(T, ad_matmul(T, x, W), b)), -1);
+}
+
+static void test_no_grad(void)
+{
+    ad_tape *T = ad_tape_new();
+    int sx[] = {5, 7}, sw[] = {7, 3}, sb[] = {3};
+    ad_rng rng;
+    ad_tensor *x, *W, *b, *y1, *y2;
+    size_t len;
+    int prev;
+    ad_rng_seed(&rng, 9);
+    x = ad_rand(T, 2, sx, -1, 1, &rng);
+    W = ad_rand(T, 2, sw, -1, 1, &rng);
+    b = ad_rand(T, 1, sb, -1, 1, &rng);
+    ad_set_requires_grad(W, 1);
+    ad_set_requires_grad(b, 1);
+    y1 = small_net(T, x, W, b);
+    len = ad_tape_length(T);
+    TH_CHECK(len == 4 && y1->requires_grad, "grad mode: %zu entries", len);
+    prev = ad_set_grad_enabled(T, 0);
+    TH_CHECK(prev == 1, "grad was not enabled by default");
+    y2 = small_net(T, x, W, b);
+    TH_CHECK(ad_tape_length(T) == len, "no-grad mode recorded %zu entries", ad_tape_length(T) - len);
+    TH_CHECK(y2 && !y2->requires_grad, "a no-grad result requires grad");
+    TH_CHECK(y2 && y1->size == y2->size && memcmp(y1->data, y2->data, y1->size * sizeof(ad_real)) == 0,
+             "no-grad values differ from recorded ones");
+    TH_CHECK(ad_backward(T, ad_sum(T, y2)) == 0 && W->grad == NULL, "backward from a no-grad result touched W");
+    TH_CHECK(ad_set_grad_enabled(T, 1) == 0, "set_grad_enabled did not return the previous setting");
+    ad_tape_free(T);
+    /* from a fresh tape: nothing recorded at all */
+    T = ad_tape_new();
+    ad_set_grad_enabled(T, 0);
+    {
+        ad_tensor *v = ad_var(T, 2);
+        ad_tensor *y = ad_exp(T, ad_mul(T, v, v));
+        TH_CHECK(ad_tape_length(T) == 0 && y && fabs(ad_item(y) - exp(4.0)) < 1e-3 * exp(4.0),
+                 "no-grad from the start: %zu entries", ad_tape_length(T));
+    }
+    ad_tape_free(T);
+}
+
+/* (d) reset clears the error and the arena's use, and keeps its peak. */
+static void test_reset(void)
+{
+    ad_tape *T = ad_tape_new();
+    int s[] = {300, 300}, bad[] = {4, 5};
+    size_t peak;
+    ad_tensor *a = ad_ones(T, 2, s), *y;
+    y = ad_add(T, a, ad_ones(T, 2, bad));
+    TH_CHECK(y == NULL && ad_tape_error(T) != NULL, "a broadcasting clash gave no error");
+    TH_CHECK(ad_tape_bytes_used(T) >= 300 * 300 * sizeof(ad_real), "bytes used %zu", ad_tape_bytes_used(T));
+    peak = ad_tape_bytes_peak(T);
+    TH_CHECK(peak >= ad_tape_bytes_used(T), "peak below use");
+    ad_tape_reset(T);
+    TH_CHECK(ad_tape_error(T) == NULL, "reset kept the error");
+    TH_CHECK(ad_tape_bytes_used(T) == 0, "bytes used after reset: %zu", ad_tape_bytes_used(T));
+    TH_CHECK(ad_tape_bytes_peak(T) == peak, "peak changed by reset: %zu -> %zu", peak, ad_tape_bytes_peak(T));
+    TH_CHECK(ad_tape_length(T) == 0, "entries after reset");
+    /* the tape works on after the reset, and the peak only grows */
+    {
+        ad_tensor *v = ad_var(T, 3);
+        TH_CHECK(ad_backward(T, ad_mul(T, v, v)) == 0 && ad_grad_item(v) == 6, "tape after reset");
+        TH_CHECK(ad_tape_bytes_peak(T) == peak, "peak after a small step");
+    }
+    /* clear_error keeps everything else */
+    {
+        ad_tensor *v = ad_var(T, 1.5f);
+        size_t used;
+        ad_sum_axis(T, v, 0, 0);
+        TH_CHECK(ad_tape_error(T) != NULL, "no error for an axis of a scalar");
+        used = ad_tape_bytes_used(T);
+        ad_tape_clear_error(T);
+        TH_CHECK(ad_tape_error(T) == NULL && ad_tape_bytes_used(T) == used && ad_item(v) == 1.5f,
+                 "clear_error changed the tape");
+        TH_CHECK(ad_backward(T, ad_square(T, v)) == 0 && ad_grad_item(v) == 3, "tape after clear_error");
+    }
+    ad_tape_free(T);
+}
+
+/* (e) every op refuses tensors of another tape. */
+static void test_two_tapes(void)
+{
+    ad_tape *T = ad_tape_new(), *U = ad_tape_new();
+    int s23[] = {2, 3}, s32[] = {3, 2}, s3[] = {3}, labels[] = {0, 1};
+    ad_tensor *a = ad_ones(T, 2, s23), *b = ad_ones(U, 2, s23), *bt = ad_ones(U, 2, s32);
+    ad_tensor *W = ad_ones(U, 2, s32), *v3 = ad_ones(U, 1, s3), *xs[2];
+    ad_tensor *y = ad_var(U, 1);
+    int perm[] = {1, 0};
+    size_t len;
+#define EXPECT_OTHER_TAPE(call)                                                                         \
+    do {                                                                                                \
+        ad_tape_clear_error(T);                                                                         \
+        len = ad_tape_length(T);                                                                        \
+        TH_CHECK((call) == NULL, "%s accepted a tensor of another tape", #call);                        \
+        TH_CHECK_ERROR(T, "another tape");                                                              \
+        TH_CHECK(ad_tape_length(T) == len, "%s recorded an entry", #call);                              \
+    } while (0)
+    ad_set_requires_grad(b, 1);
+    ad_set_requires_grad(v3, 1);
+    EXPECT_OTHER_TAPE(ad_add(T, a, b));
+    EXPECT_OTHER_TAPE(ad_mul(T, b, a));
+    EXPECT_OTHER_TAPE(ad_maximum(T, a, b));
+    EXPECT_OTHER_TAPE(ad_exp(T, b));
+    EXPECT_OTHER_TAPE(ad_relu(T, b));
+    EXPECT_OTHER_TAPE(ad_clamp(T, b, 0, 1));
+    EXPECT_OTHER_TAPE(ad_mul_scalar(T, b, 2));
+    EXPECT_OTHER_TAPE(ad_sum(T, b));
+    EXPECT_OTHER_TAPE(ad_max_axis(T, b, 0, 0));
+    EXPECT_OTHER_TAPE(ad_reshape(T, b, 2, s32));
+    EXPECT_OTHER_TAPE(ad_flatten(T, b));
+    EXPECT_OTHER_TAPE(ad_transpose(T, b, 0, 1));
+    EXPECT_OTHER_TAPE(ad_permute(T, b, perm));
+    xs[0] = a;
+    xs[1] = b;
+    EXPECT_OTHER_TAPE(ad_concat(T, xs, 2, 0));
+    EXPECT_OTHER_TAPE(ad_slice(T, b, 1, 0, 2));
+    EXPECT_OTHER_TAPE(ad_broadcast_to(T, v3, 2, s23));
+    EXPECT_OTHER_TAPE(ad_sum_to(T, b, 1, s3));
+    EXPECT_OTHER_TAPE(ad_matmul(T, a, bt));
+    EXPECT_OTHER_TAPE(ad_matmul_t(T, a, b, 0, 1));
+    EXPECT_OTHER_TAPE(ad_linear(T, a, W, NULL));
+    EXPECT_OTHER_TAPE(ad_softmax(T, b, 1));
+    EXPECT_OTHER_TAPE(ad_log_softmax(T, b, 1));
+    EXPECT_OTHER_TAPE(ad_cross_entropy(T, b, labels));
+    EXPECT_OTHER_TAPE(ad_mse(T, a, b));
+    EXPECT_OTHER_TAPE(ad_bce_with_logits(T, a, b));
+    EXPECT_OTHER_TAPE(ad_grad(T, ad_sum(T, a), b, 0));
+#undef EXPECT_OTHER_TAPE
+    ad_tape_clear_error(T);
+    TH_CHECK(ad_backward(T, y) == -1, "ad_backward accepted y of another tape");
+    TH_CHECK_ERROR(T, "another tape");
+    TH_CHECK(ad_tape_error(U) == NULL, "the other tape got an error: %s", errs(U));
+    ad_tape_free(T);
+    ad_tape_free(U);
+}
+
+/* (f) caller-owned leaves: values are not copied and gradients add into the caller's buffer. */
+static void test_views(void)
+{
+    ad_tape *T = ad_tape_new();
+    ad_real data[6] = {1, 2, 3, 4, 5, 6}, grad[6] = {10, 10, 10, 10, 10, 10}, wv[6] = {1, -1, 2, -2, 3, -3};
+    int s23[] = {2, 3}, i, ok = 1;
+    ad_tensor *x = ad_tensor_view(T, 2, s23, data, grad, 1), *w = ad_tensor_new(T, 2, s23, wv, 0), *loss;
+    TH_CHECK(x->data == data && x->grad == grad, "view copied the caller's memory");
+    loss = ad_sum(T, ad_mul(T, ad_square(T, x), w)); /* d/dx = 2 x w */
+    TH_CHECK(ad_backward(T, loss) == 0, "backward: %s", errs(T));
+    for (i = 0; i < 6; i++) ok &= grad[i] == 10 + 2 * data[i] * wv[i];
+    TH_CHECK(ok, "the gradient did not add into the caller's buffer");
+    TH_CHECK(ad_backward(T, loss) == 0, "second backward");
+    for (i = 0; i < 6; i++) ok &= grad[i] == 10 + 4 * data[i] * wv[i];
+    TH_CHECK(ok, "a second backward did not add again");
+    /* the data pointer is the caller's: a write shows through */
+    data[0] = 7;
+    TH_CHECK(ad_item(x) == 7, "view data is a copy");
+    /* the tape does not free the caller's buffers */
+    ad_tape_reset(T);
+    TH_CHECK(grad[0] == 10 + 4 * 1 * 1, "reset touched the caller's gradient");
+    /* a view without a gradient buffer gets one on the tape */
+    x = ad_tensor_view(T, 2, s23, data, NULL, 1);
+    TH_CHECK(ad_backward(T, ad_sum(T, x)) == 0 && x->grad != NULL && x->grad != grad && x->grad[5] == 1,
+             "view without a gradient buffer");
+    /* the same buffers viewed twice in one graph (a weight shared by two layers): both
+       contributions arrive */
+    {
+        ad_real d2[3] = {0.5f, -1, 2}, g2[3] = {1, 1, 1};
+        int s3[] = {3};
+        ad_tensor *p = ad_tensor_view(T, 1, s3, d2, g2, 1), *q = ad_tensor_view(T, 1, s3, d2, g2, 1);
+        ad_tensor *f = ad_add(T, ad_sum(T, ad_mul(T, p, ad_exp(T, q))), ad_sum(T, ad_square(T, q)));
+        TH_CHECK(ad_backward(T, f) == 0, "backward with a shared view");
+        ok = 1;
+        for (i = 0; i < 3; i++) {
+            double e = exp((double)d2[i]), want = 1 + e + d2[i] * e + 2 * d2[i];
+            ok &= fabs(g2[i] - want) < 1e-5 * fabs(want);
+        }
+        TH_CHECK(ok, "a buffer viewed twice: %g %g %g", (double)g2[0], (double)g2[1], (double)g2[2]);
+    }
+    /* a view that does not require grad receives nothing */
+    x = ad_tensor_view(T, 2, s23, data, grad, 0);
+    TH_CHECK(ad_backward(T, ad_sum(T, ad_mul(T, x, ad_tensor_new(T, 2, s23, wv, 1)))) == 0 &&
+                 grad[0] == 10 + 4 * 1 * 1,
+             "a view without requires_grad got a gradient");
+    ad_tape_free(T);
+}
+
+/* (g) the arena: tensors larger than a chunk, data that never moves, alignment, reuse. */
+static int arena_round(ad_tape *T, int round)
+{
+    enum { MANY = 40 };
+    int big[] = {700, 500}, small[] = {3, 7}, huge[] = {1100, 1000}, i, ok = 1;
+    ad_tensor *ts[MANY], *s;
+    for (i = 0; i < MANY; i++) {
+        /* small blocks, blocks above the 1 MiB chunk size, and larger ones, interleaved in an
+           order that depends on the round */
+        int kind = (i + round) % 4;
+        if (kind == 0) ts[i] = ad_full(T, 2, big, (ad_real)i);
+        else if (kind == 3 && i % 8 == 3) ts[i] = ad_full(T, 2, huge, (ad_real)i);
+        else ts[i] = ad_full(T, 2, small, (ad_real)i);
+        if (!ts[i] || ((uintptr_t)ts[i]->data & 63) != 0) ok = 0;
+    }
+    TH_CHECK(ok, "round %d: allocation failed or data not 64-byte aligned", round);
+    /* nothing was overwritten: every tensor still holds its own index */
+    for (i = 0; ok && i < MANY; i++) {
+        size_t j;
+        for (j = 0; j < ts[i]->size; j++)
+            if (ts[i]->data[j] != (ad_real)i) { ok = 0; break; }
+    }
+    TH_CHECK(ok, "round %d: a tensor was overwritten by a later one", round);
+    s = ad_sum(T, ad_ones(T, 2, huge));
+    TH_CHECK(s && ad_item(s) == 1100000.0f, "sum of a %d x %d tensor: %g", huge[0], huge[1], (double)ad_item(s));
+    return ok;
+}
+
+static void test_arena(void)
+{
+    ad_tape *T = ad_tape_new();
+    long settled;
+    size_t used;
+    int round;
+    /* the same sequence every round: nothing is allocated after the first */
+    arena_round(T, 0);
+    used = ad_tape_bytes_used(T);
+    ad_tape_reset(T);
+    settled = allocs();
+    for (round = 0; round < 3; round++) {
+        arena_round(T, 0);
+        TH_CHECK(ad_tape_bytes_used(T) == used, "the same round used %zu bytes, then %zu", used, ad_tape_bytes_used(T));
+        ad_tape_reset(T);
+    }
+    TH_CHECK(allocs() == settled, "a repeated round allocated %ld more blocks", allocs() - settled);
+    /* a sequence that changes with period 4: the kept chunks settle within a few periods */
+    for (round = 1; round < 12; round++) {
+        arena_round(T, round);
+        ad_tape_reset(T);
+    }
+    settled = allocs();
+    for (round = 12; round < 20; round++) {
+        arena_round(T, round);
+        ad_tape_reset(T);
+    }
+    TH_CHECK(allocs() == settled, "a periodic sequence kept allocating: %ld more blocks", allocs() - settled);
+    TH_CHECK(ad_tape_bytes_peak(T) >= (size_t)1100 * 1000 * sizeof(ad_real), "peak %zu", ad_tape_bytes_peak(T));
+    ad_tape_free(T);
+}
+
+/* (h) the single-precision GEMM against a double-precision reference, within the classic
+   error bound |c - ref| <= K u sum |a| |b| (u the unit roundoff), on both sides of the
+   small-product threshold, the register tile, the cache blocks and the thread split. */
+static void test_float_matmul(void)
+{
+    static const int sizes[][3] = {{1, 1, 1},   {3, 300, 7},   {13, 17, 255}, {12, 33, 257}, {8, 64, 1},
+                                   {64, 10, 50}, {145, 19, 41}, {200, 130, 300}, {5, 2100, 3}};
+    ad_rng rng;
+    size_t i;
+    int ta, tb;
+    ad_rng_seed(&rng, 12);
+    for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (ta = 0; ta <= 1; ta++)
+            for (tb = 0; tb <= 1; tb++) {
+                int m = sizes[i][0], n = sizes[i][1], k = sizes[i][2], sa[2], sb[2], r, c, p, ok = 1;
+                ad_tape *T = ad_tape_new();
+                ad_tensor *a, *b, *y;
+                sa[0] = ta ? k : m; sa[1] = ta ? m : k;
+                sb[0] = tb ? n : k; sb[1] = tb ? k : n;
+                a = ad_rand(T, 2, sa, -1, 1, &rng);
+                b = ad_rand(T, 2, sb, -1, 1, &rng);
+                y = ad_matmul_t(T, a, b, ta, tb);
+                for (r = 0; ok && y && r < m; r++)
+                    for (c = 0; c < n; c++) {
+                        double ref = 0, mag = 0;
+                        for (p = 0; p < k; p++) {
+                            double u = ta ? a->data[p * m + r] : a->data[r * k + p];
+                            double v = tb ? b->data[c * k + p] : b->data[p * n + c];
+                            ref += u * v;
+                            mag += fabs(u * v);
+                        }
+                        if (fabs(y->data[r * n + c] - ref) > k * 6e-8 * mag + 1e-30) { ok = 0; break; }
+                    }
+                TH_CHECK(y && ok, "float matmul_t m=%d n=%d k=%d ta=%d tb=%d is off", m, n, k, ta, tb);
+                ad_tape_free(T);
+            }
+}
+
+int main(void)
+{
+    long start = live();
+    test_chain();
+    test_allocations();
+    test_no_grad();
+    test_reset();
+    test_two_tapes();
+    test_views();
+    test_arena();
+    test_float_matmul();
+    TH_CHECK(live() == start, "%ld blocks leaked in total", live() - start);
+    return th_summary();
+}
