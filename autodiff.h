@@ -1093,14 +1093,21 @@ struct ad_tape {
     char error[320];
 };
 
+/* Records the first error of an object (a tape, a parameter store): later ones are dropped. */
+AD__PRIVATE void ad__record_error(int *has_error, char *text, size_t cap, const char *fmt, va_list ap)
+{
+    if (*has_error) return;
+    vsnprintf(text, cap, fmt, ap);
+    *has_error = 1;
+}
+
 AD__PRIVATE void ad__fail(ad_tape *T, const char *fmt, ...)
 {
     va_list ap;
-    if (!T || T->has_error) return;
+    if (!T) return;
     va_start(ap, fmt);
-    vsnprintf(T->error, sizeof T->error, fmt, ap);
+    ad__record_error(&T->has_error, T->error, sizeof T->error, fmt, ap);
     va_end(ap);
-    T->has_error = 1;
 }
 
 AUTODIFF_API ad_tape *ad_tape_new(void)
@@ -3079,61 +3086,56 @@ AD__PRIVATE int ad__broadcastable(int small_ndim, const int *small, int big_ndim
     return 1;
 }
 
-AD__PRIVATE void ad__broadcast_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+/* broadcast_to (reduce 0) and its adjoint sum_to (reduce 1): each one's gradient is the other. */
+AD__PRIVATE ad_tensor *ad__broadcast_op(ad_tape *T, ad_tensor *a, int ndim, const int *shape, int reduce);
+
+AD__PRIVATE void ad__broadcast_op_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tensor *x = n->in[0];
-    ad__accum(S, x, ad_sum_to(S->T, g, x->ndim, x->shape), 1);
+    ad__accum(S, x, ad__broadcast_op(S->T, g, x->ndim, x->shape, !n->iv[0]), 1);
+}
+
+AD__PRIVATE ad_tensor *ad__broadcast_op(ad_tape *T, ad_tensor *a, int ndim, const int *shape, int reduce)
+{
+    const char *op = reduce ? "ad_sum_to" : "ad_broadcast_to";
+    ad_tensor *y;
+    ad__node *node;
+    ad__walk w;
+    size_t size;
+    if (!T || !a) return NULL;
+    if (a->tape != T) { ad__fail(T, "%s: the input belongs to another tape", op); return NULL; }
+    if (!ad__check_shape(T, op, ndim, shape, &size)) return NULL;
+    if (reduce ? !ad__broadcastable(ndim, shape, a->ndim, a->shape) : !ad__broadcastable(a->ndim, a->shape, ndim, shape)) {
+        char sa[96], sb[96];
+        ad__fail(T, "%s: shape %s cannot be %s to %s", op, ad_shape_str(a, sa, sizeof sa),
+                 reduce ? "summed" : "broadcast", ad__dims_str(ndim, shape, sb, sizeof sb));
+        return NULL;
+    }
+    y = ad__tensor(T, op, ndim, shape, 1);
+    if (!y) return NULL;
+    if (reduce) {
+        /* walk over a's (larger) shape, reading y with the strides of the smaller one */
+        memset(y->data, 0, y->size * sizeof(ad_real));
+        ad__walk_init(&w, a->ndim, a->shape, y, NULL);
+        ad__sum_to_kernel(&w, a->data, y->data);
+    } else {
+        ad__walk_init(&w, ndim, shape, a, NULL);
+        ad__broadcast_kernel(&w, a->data, y->data);
+    }
+    node = ad__record1(T, op, y, ad__broadcast_op_backward, a);
+    if (!node) return NULL;
+    node->iv[0] = reduce;
+    return y;
 }
 
 AUTODIFF_API ad_tensor *ad_broadcast_to(ad_tape *T, ad_tensor *a, int ndim, const int *shape)
 {
-    ad_tensor *y;
-    ad__walk w;
-    size_t size;
-    if (!T || !a) return NULL;
-    if (a->tape != T) { ad__fail(T, "ad_broadcast_to: the input belongs to another tape"); return NULL; }
-    if (!ad__check_shape(T, "ad_broadcast_to", ndim, shape, &size)) return NULL;
-    if (!ad__broadcastable(a->ndim, a->shape, ndim, shape)) {
-        char sa[96], sb[96];
-        ad__fail(T, "ad_broadcast_to: shape %s cannot be broadcast to %s", ad_shape_str(a, sa, sizeof sa),
-                 ad__dims_str(ndim, shape, sb, sizeof sb));
-        return NULL;
-    }
-    y = ad__tensor(T, "ad_broadcast_to", ndim, shape, 1);
-    if (!y) return NULL;
-    ad__walk_init(&w, ndim, shape, a, NULL);
-    ad__broadcast_kernel(&w, a->data, y->data);
-    if (!ad__record1(T, "ad_broadcast_to", y, ad__broadcast_backward, a)) return NULL;
-    return y;
-}
-
-AD__PRIVATE void ad__sum_to_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
-{
-    ad_tensor *x = n->in[0];
-    ad__accum(S, x, ad_broadcast_to(S->T, g, x->ndim, x->shape), 1);
+    return ad__broadcast_op(T, a, ndim, shape, 0);
 }
 
 AUTODIFF_API ad_tensor *ad_sum_to(ad_tape *T, ad_tensor *a, int ndim, const int *shape)
 {
-    ad_tensor *y;
-    ad__walk w;
-    size_t size;
-    if (!T || !a) return NULL;
-    if (a->tape != T) { ad__fail(T, "ad_sum_to: the input belongs to another tape"); return NULL; }
-    if (!ad__check_shape(T, "ad_sum_to", ndim, shape, &size)) return NULL;
-    if (!ad__broadcastable(ndim, shape, a->ndim, a->shape)) {
-        char sa[96], sb[96];
-        ad__fail(T, "ad_sum_to: shape %s cannot be summed to %s", ad_shape_str(a, sa, sizeof sa),
-                 ad__dims_str(ndim, shape, sb, sizeof sb));
-        return NULL;
-    }
-    y = ad__tensor(T, "ad_sum_to", ndim, shape, 1);
-    if (!y) return NULL;
-    memset(y->data, 0, y->size * sizeof(ad_real));
-    ad__walk_init(&w, a->ndim, a->shape, y, NULL);
-    ad__sum_to_kernel(&w, a->data, y->data);
-    if (!ad__record1(T, "ad_sum_to", y, ad__sum_to_backward, a)) return NULL;
-    return y;
+    return ad__broadcast_op(T, a, ndim, shape, 1);
 }
 
 /* >>ops:linalg ------------------------------------------------------------------------------- */
@@ -3547,11 +3549,10 @@ struct ad_params {
 AD__PRIVATE void ad__pfail(ad_params *P, const char *fmt, ...)
 {
     va_list ap;
-    if (!P || P->has_error) return;
+    if (!P) return;
     va_start(ap, fmt);
-    vsnprintf(P->error, sizeof P->error, fmt, ap);
+    ad__record_error(&P->has_error, P->error, sizeof P->error, fmt, ap);
     va_end(ap);
-    P->has_error = 1;
 }
 
 AD__PRIVATE int ad__train_finite(double x) { return x == x && x - x == 0; }
