@@ -28,10 +28,14 @@
        >>history       version history
        >>api           declarations, grouped as in the implementation:
                        >>api:tape >>api:tensor >>api:elementwise >>api:binary >>api:reduce
-                       >>api:shape >>api:linalg >>api:nn >>api:loss >>api:backward >>api:rng
-       >>impl          implementation: >>impl:platform >>impl:arena >>impl:tensor >>impl:tape
-                       >>impl:sweep >>impl:kernels >>impl:gemm >>ops:elementwise >>ops:binary
-                       >>ops:reduce >>ops:shape >>ops:linalg >>ops:nn >>ops:loss
+                       >>api:shape >>api:linalg >>api:nn >>api:conv >>api:layers >>api:loss
+                       >>api:backward >>api:rng >>api:params >>api:optim >>api:checkpoint
+                       >>api:data
+       >>impl          implementation: >>impl:platform >>impl:arena >>impl:threads >>impl:tape
+                       >>impl:tensor >>impl:rng >>impl:sweep >>impl:kernels >>impl:gemm
+                       >>ops:elementwise >>ops:binary >>ops:reduce >>ops:shape >>ops:linalg
+                       >>ops:nn >>ops:conv >>ops:pool >>ops:dropout >>ops:norm >>ops:embedding
+                       >>ops:loss >>impl:params >>impl:optim >>impl:checkpoint >>impl:data
        >>license
 
    >>quickstart
@@ -40,15 +44,21 @@
    requires a gradient. ad_tape_reset(T) forgets everything recorded and rewinds the tape's
    arena in O(1) without freeing it, so a training loop does no allocation after its first step:
 
+       ad_params *P = ad_params_new(seed);             // parameters outlive tapes
+       int W1 = ad_params_add(P, "fc1.weight", 2, (int[]){784, 128}, &kaiming), ...;
+       ad_optim *opt = ad_optim_new(P, &(ad_optim_desc){AD_OPTIM_ADAM, 1e-3});
        for (step = 0; step < steps; step++) {
-           ad_tensor *x = ad_tensor_new(T, 2, shape, batch, 0);
-           ad_tensor *h = ad_relu(T, ad_linear(T, x, W1, b1));
-           ad_tensor *loss = ad_cross_entropy(T, ad_linear(T, h, W2, b2), labels);
+           ad_tensor *x = ad_tensor_view(T, 2, shape, batch_pixels, NULL, 0);
+           ad_tensor *h = ad_relu(T, ad_linear(T, x, ad_param(T, P, W1), ad_param(T, P, b1)));
+           ad_tensor *loss = ad_cross_entropy(T, ad_linear(T, h, ad_param(T, P, W2), ...), labels);
            if (!loss) { fprintf(stderr, "%s\n", ad_tape_error(T)); break; }
-           ad_backward(T, loss);
-           ... update parameters from their gradients ...
+           ad_params_zero_grad(P);
+           ad_backward(T, loss);                        // adds into P's gradient buffer
+           ad_optim_step(opt);
            ad_tape_reset(T);
        }
+
+   examples/mnist.c is a complete program (data loading, batches, progress, checkpoint, plot).
 
    >>concepts
    Tape      ad_tape: an arena of memory plus the list of operations recorded since the last reset.
@@ -65,6 +75,11 @@
              differentiated again (second derivatives, Hessian-vector products).
    Broadcast Binary ops follow NumPy: shapes are aligned at the right, and a dimension of 1 (or a
              missing one) stretches to match. Their gradients are summed back to each input's shape.
+   Parameters ad_params: named tensors in one contiguous value buffer and one gradient buffer,
+             outliving tapes; ad_param(T, P, id) puts one on a tape. Optimizers (ad_optim) and
+             checkpoints work on the whole store at once.
+   Modes     ad_set_grad_enabled(T, 0) records nothing (inference); ad_set_training(T, 0) puts
+             dropout and batch norm into evaluation mode.
 
    >>options
        macro                  default     define in
@@ -79,6 +94,13 @@
        AUTODIFF_NO_DISPATCH   off         the implementation file: no run-time choice of
                                           AVX2/AVX-512 kernels on x86 (the compiler's default)
        AD_MAX_DIMS            8           every file
+       AUTODIFF_NO_STDIO      off         the implementation file: no file functions
+                                          (checkpoints from and to memory only)
+       AUTODIFF_DATA_MAX_BYTES 1 GiB      the implementation file: largest file, inflated
+                                          stream or decoded image the data loaders accept
+       AUTODIFF_NO_DIRENT     off         the implementation file: no folder datasets
+   Include <stb/stb_image.h> (Debian: libstb-dev) before autodiff.h to enable gzipped IDX files
+   and image loading; everything else needs only the C standard library and libm.
 
    >>memory
    ad_tape_new allocates the tape; its arena grows by chunks (never moving data) and keeps them
@@ -107,12 +129,15 @@
 
    >>limits
    No strided views (transposes are done by kernels or copies), no sparse tensors, no GPU, no
-   complex numbers. Gradients flow through ad_real values only; integer inputs (class labels)
-   are not differentiated.
+   complex numbers, no recurrent-network helpers, no distributed training inside the header.
+   Gradients flow through ad_real values only; integer inputs (class labels, embedding
+   indices) are not differentiated.
 
    >>history
-   0.1.0  2026-11-22  first release: tape, tensors, broadcasting ops, reductions, shape ops, GEMM,
-                      losses, ad_backward and ad_grad with create_graph.
+   0.1.0  2026-11-22  first release: tape, tensors, broadcasting ops, reductions, shape ops,
+                      packed GEMM with threads, convolution, pooling, dropout, batch and layer
+                      norm, embedding, losses, ad_backward and ad_grad with create_graph;
+                      parameter store, SGD/Adam/AdamW, checkpoints, IDX/image/folder loaders.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -318,6 +343,103 @@ AUTODIFF_API ad_tensor *ad_linear(ad_tape *T, ad_tensor *x, ad_tensor *W, ad_ten
 /* Numerically stable softmax and log-softmax along axis. */
 AUTODIFF_API ad_tensor *ad_softmax(ad_tape *T, ad_tensor *a, int axis);
 AUTODIFF_API ad_tensor *ad_log_softmax(ad_tape *T, ad_tensor *a, int axis);
+
+/* >>api:conv: convolution and pooling on NCHW tensors ---------------------------------------- */
+
+/* Options of ad_conv2d. Valid when zero-initialised: 0 selects the default of each field. */
+typedef struct ad_conv2d_desc {
+    int stride_h, stride_w;     /* step between windows; 0: 1 */
+    int pad_h, pad_w;           /* zeros added on each side of the input; 0: none */
+    int dilation_h, dilation_w; /* spacing of the kernel's taps; 0: 1 */
+    int groups;                 /* channel groups, each convolved on its own; 0: 1 */
+} ad_conv2d_desc;
+
+/* 2-D convolution (cross-correlation, as PyTorch's conv2d) of x [N, C, H, W] with the kernels
+   w [O, C / groups, kH, kW], plus b [O] for each output channel (b may be NULL). The result is
+   [N, O, Ho, Wo] with Ho = (H + 2 pad_h - dilation_h (kH - 1) - 1) / stride_h + 1 (rounded
+   down), likewise Wo. desc may be NULL for all defaults. Its gradients, and their gradients,
+   are convolutions again, so any order of derivative is available. Returns NULL (with the
+   tape's error naming ad_conv2d and the shapes) for bad ranks, channels that groups does not
+   divide, a w whose second dimension is not C / groups, a b that is not [O], negative stride,
+   padding or dilation, and a kernel that is larger than the padded input. */
+AUTODIFF_API ad_tensor *ad_conv2d(ad_tape *T, ad_tensor *x, ad_tensor *w, ad_tensor *b,
+                                  const ad_conv2d_desc *desc);
+
+/* Options of the pooling ops. Valid when zero-initialised. */
+typedef struct ad_pool2d_desc {
+    int stride_h, stride_w; /* 0: the kernel size (windows side by side) */
+    int pad_h, pad_w;       /* padding on each side, at most half the kernel; 0: none */
+    int exclude_pad;        /* ad_avg_pool2d: 0 divides every window by kH * kW, padded cells
+                               included (PyTorch's count_include_pad=True); 1 divides by the
+                               number of cells inside the input */
+} ad_pool2d_desc;
+
+/* Maximum over kH x kW windows of x [N, C, H, W]: [N, C, Ho, Wo] with
+   Ho = (H + 2 pad_h - kH) / stride_h + 1. Padded cells never win. The gradient goes to the
+   first maximal cell of each window (row-major order); where windows overlap, it adds up.
+   desc may be NULL. Returns NULL for a bad rank, a kernel or stride below 1, padding outside
+   0..kernel/2, or a kernel larger than the padded input. */
+AUTODIFF_API ad_tensor *ad_max_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, int kernel_w,
+                                      const ad_pool2d_desc *desc);
+/* Mean over kH x kW windows of x [N, C, H, W]; the shapes and errors are as ad_max_pool2d's. */
+AUTODIFF_API ad_tensor *ad_avg_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, int kernel_w,
+                                      const ad_pool2d_desc *desc);
+/* Mean over H and W: [N, C, H, W] -> [N, C]. NULL unless x has 4 dimensions. */
+AUTODIFF_API ad_tensor *ad_global_avg_pool2d(ad_tape *T, ad_tensor *x);
+
+/* >>api:layers: dropout, normalisation, embedding ------------------------------------------- */
+
+/* In training mode (ad_is_training), x times a mask that is 0 with probability p and
+   1 / (1 - p) otherwise (so the expected value is x), drawn from rng; p = 1 gives zeros. In
+   evaluation mode, or with p = 0, returns x itself and records nothing (rng may then be NULL).
+   The mask is a constant, so the gradient is g times the same mask. Returns NULL when p is
+   outside [0, 1] or rng is NULL in training mode. */
+AUTODIFF_API ad_tensor *ad_dropout(ad_tape *T, ad_tensor *x, ad_real p, ad_rng *rng);
+
+/* The running statistics of a batch norm layer with num_features channels. Set up with
+   ad_batch_norm_init; momentum and eps may be changed afterwards. Not shared between threads
+   that run in training mode at the same time (training updates it). */
+typedef struct ad_batch_norm_state {
+    int num_features;
+    ad_real *running_mean;      /* [num_features] */
+    ad_real *running_var;       /* [num_features], unbiased estimates */
+    ad_real momentum;           /* running = (1 - momentum) running + momentum batch; 0.1 */
+    ad_real eps;                /* added to the variance; 1e-5 */
+    int owns_buffers;           /* private: the buffers were allocated by ad_batch_norm_init */
+} ad_batch_norm_state;
+
+/* Initialises bn for num_features channels: running_mean 0, running_var 1, momentum 0.1,
+   eps 1e-5. running_mean and running_var are the caller's buffers of num_features values (for
+   instance inside a parameter store), or both NULL to allocate them with AUTODIFF_MALLOC.
+   Either way they are overwritten with 0 and 1, so load saved statistics after this call.
+   Returns 0, or -1 (bn cleared) when num_features < 1, only one buffer is given, or memory
+   runs out. */
+AUTODIFF_API int ad_batch_norm_init(ad_batch_norm_state *bn, int num_features, ad_real *running_mean,
+                                    ad_real *running_var);
+/* Frees buffers that ad_batch_norm_init allocated (never the caller's) and clears bn. */
+AUTODIFF_API void ad_batch_norm_free(ad_batch_norm_state *bn);
+/* Batch normalisation of x [N, C] or [N, C, H, W] per channel C, then times gamma [C] and plus
+   beta [C] (either may be NULL). In training mode the statistics are those of the batch (mean
+   and biased variance over N, H, W, as PyTorch) and every call updates bn's running mean and
+   running (unbiased) variance, whether or not recording is on; the gradient flows through the
+   batch statistics. In evaluation mode the running statistics are used as constants and bn is
+   not written. Returns NULL when bn is not initialised, x's channels differ from
+   bn->num_features, gamma or beta is not [C], or, in training mode, a channel has a single
+   value (N * H * W = 1). */
+AUTODIFF_API ad_tensor *ad_batch_norm(ad_tape *T, ad_tensor *x, ad_batch_norm_state *bn,
+                                      ad_tensor *gamma, ad_tensor *beta);
+/* Layer normalisation over the last k dimensions of x (mean and biased variance of each group
+   of those values, eps added to the variance), then times gamma and plus beta, both shaped as
+   the last k dimensions of x (either may be NULL). Returns NULL when k is outside 1..ndim,
+   eps is negative, or gamma or beta has the wrong shape. */
+AUTODIFF_API ad_tensor *ad_layer_norm(ad_tape *T, ad_tensor *x, int k, ad_tensor *gamma, ad_tensor *beta,
+                                      ad_real eps);
+/* Rows of weight [V, D] picked by indices[0..n-1]: [n, D]. The indices are copied. When weight
+   already has a gradient buffer (a parameter made with ad_tensor_view), ad_backward adds into
+   the rows that the indices name and touches no other (repeated indices add up); otherwise the
+   gradient is a dense [V, D] tensor, zero in the rows not named. Returns NULL when weight is
+   not 2-D, n < 1, indices is NULL or an index is outside 0..V-1. */
+AUTODIFF_API ad_tensor *ad_embedding(ad_tape *T, ad_tensor *weight, const int *indices, int n);
 
 /* >>api:loss: every loss returns a scalar, the mean over the batch ---------------------------- */
 /* Cross-entropy of logits [N, C] against labels[N] in 0..C-1 (fused with log-softmax). */
@@ -676,105 +798,6 @@ AUTODIFF_API int ad_batcher_next(ad_batcher *b, ad_real *x, int *labels);
 AUTODIFF_API void ad_batcher_reset(ad_batcher *b);
 /* Frees the batcher's memory (not the dataset) and zeroes it. NULL is allowed. */
 AUTODIFF_API void ad_batcher_free(ad_batcher *b);
-
-/* >>api:conv: convolution and pooling on NCHW tensors ---------------------------------------- */
-
-/* Options of ad_conv2d. Valid when zero-initialised: 0 selects the default of each field. */
-typedef struct ad_conv2d_desc {
-    int stride_h, stride_w;     /* step between windows; 0: 1 */
-    int pad_h, pad_w;           /* zeros added on each side of the input; 0: none */
-    int dilation_h, dilation_w; /* spacing of the kernel's taps; 0: 1 */
-    int groups;                 /* channel groups, each convolved on its own; 0: 1 */
-} ad_conv2d_desc;
-
-/* 2-D convolution (cross-correlation, as PyTorch's conv2d) of x [N, C, H, W] with the kernels
-   w [O, C / groups, kH, kW], plus b [O] for each output channel (b may be NULL). The result is
-   [N, O, Ho, Wo] with Ho = (H + 2 pad_h - dilation_h (kH - 1) - 1) / stride_h + 1 (rounded
-   down), likewise Wo. desc may be NULL for all defaults. Its gradients, and their gradients,
-   are convolutions again, so any order of derivative is available. Returns NULL (with the
-   tape's error naming ad_conv2d and the shapes) for bad ranks, channels that groups does not
-   divide, a w whose second dimension is not C / groups, a b that is not [O], negative stride,
-   padding or dilation, and a kernel that is larger than the padded input. */
-AUTODIFF_API ad_tensor *ad_conv2d(ad_tape *T, ad_tensor *x, ad_tensor *w, ad_tensor *b,
-                                  const ad_conv2d_desc *desc);
-
-/* Options of the pooling ops. Valid when zero-initialised. */
-typedef struct ad_pool2d_desc {
-    int stride_h, stride_w; /* 0: the kernel size (windows side by side) */
-    int pad_h, pad_w;       /* padding on each side, at most half the kernel; 0: none */
-    int exclude_pad;        /* ad_avg_pool2d: 0 divides every window by kH * kW, padded cells
-                               included (PyTorch's count_include_pad=True); 1 divides by the
-                               number of cells inside the input */
-} ad_pool2d_desc;
-
-/* Maximum over kH x kW windows of x [N, C, H, W]: [N, C, Ho, Wo] with
-   Ho = (H + 2 pad_h - kH) / stride_h + 1. Padded cells never win. The gradient goes to the
-   first maximal cell of each window (row-major order); where windows overlap, it adds up.
-   desc may be NULL. Returns NULL for a bad rank, a kernel or stride below 1, padding outside
-   0..kernel/2, or a kernel larger than the padded input. */
-AUTODIFF_API ad_tensor *ad_max_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, int kernel_w,
-                                      const ad_pool2d_desc *desc);
-/* Mean over kH x kW windows of x [N, C, H, W]; the shapes and errors are as ad_max_pool2d's. */
-AUTODIFF_API ad_tensor *ad_avg_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, int kernel_w,
-                                      const ad_pool2d_desc *desc);
-/* Mean over H and W: [N, C, H, W] -> [N, C]. NULL unless x has 4 dimensions. */
-AUTODIFF_API ad_tensor *ad_global_avg_pool2d(ad_tape *T, ad_tensor *x);
-
-/* >>api:layers: dropout, normalisation, embedding ------------------------------------------- */
-
-/* In training mode (ad_is_training), x times a mask that is 0 with probability p and
-   1 / (1 - p) otherwise (so the expected value is x), drawn from rng; p = 1 gives zeros. In
-   evaluation mode, or with p = 0, returns x itself and records nothing (rng may then be NULL).
-   The mask is a constant, so the gradient is g times the same mask. Returns NULL when p is
-   outside [0, 1] or rng is NULL in training mode. */
-AUTODIFF_API ad_tensor *ad_dropout(ad_tape *T, ad_tensor *x, ad_real p, ad_rng *rng);
-
-/* The running statistics of a batch norm layer with num_features channels. Set up with
-   ad_batch_norm_init; momentum and eps may be changed afterwards. Not shared between threads
-   that run in training mode at the same time (training updates it). */
-typedef struct ad_batch_norm_state {
-    int num_features;
-    ad_real *running_mean;      /* [num_features] */
-    ad_real *running_var;       /* [num_features], unbiased estimates */
-    ad_real momentum;           /* running = (1 - momentum) running + momentum batch; 0.1 */
-    ad_real eps;                /* added to the variance; 1e-5 */
-    int owns_buffers;           /* private: the buffers were allocated by ad_batch_norm_init */
-} ad_batch_norm_state;
-
-/* Initialises bn for num_features channels: running_mean 0, running_var 1, momentum 0.1,
-   eps 1e-5. running_mean and running_var are the caller's buffers of num_features values (for
-   instance inside a parameter store), or both NULL to allocate them with AUTODIFF_MALLOC.
-   Either way they are overwritten with 0 and 1, so load saved statistics after this call.
-   Returns 0, or -1 (bn cleared) when num_features < 1, only one buffer is given, or memory
-   runs out. */
-AUTODIFF_API int ad_batch_norm_init(ad_batch_norm_state *bn, int num_features, ad_real *running_mean,
-                                    ad_real *running_var);
-/* Frees buffers that ad_batch_norm_init allocated (never the caller's) and clears bn. */
-AUTODIFF_API void ad_batch_norm_free(ad_batch_norm_state *bn);
-/* Batch normalisation of x [N, C] or [N, C, H, W] per channel C, then times gamma [C] and plus
-   beta [C] (either may be NULL). In training mode the statistics are those of the batch (mean
-   and biased variance over N, H, W, as PyTorch) and every call updates bn's running mean and
-   running (unbiased) variance, whether or not recording is on; the gradient flows through the
-   batch statistics. In evaluation mode the running statistics are used as constants and bn is
-   not written. Returns NULL when bn is not initialised, x's channels differ from
-   bn->num_features, gamma or beta is not [C], or, in training mode, a channel has a single
-   value (N * H * W = 1). */
-AUTODIFF_API ad_tensor *ad_batch_norm(ad_tape *T, ad_tensor *x, ad_batch_norm_state *bn,
-                                      ad_tensor *gamma, ad_tensor *beta);
-/* Layer normalisation over the last k dimensions of x (mean and biased variance of each group
-   of those values, eps added to the variance), then times gamma and plus beta, both shaped as
-   the last k dimensions of x (either may be NULL). Returns NULL when k is outside 1..ndim,
-   eps is negative, or gamma or beta has the wrong shape. */
-AUTODIFF_API ad_tensor *ad_layer_norm(ad_tape *T, ad_tensor *x, int k, ad_tensor *gamma, ad_tensor *beta,
-                                      ad_real eps);
-/* Rows of weight [V, D] picked by indices[0..n-1]: [n, D]. The indices are copied. When weight
-   already has a gradient buffer (a parameter made with ad_tensor_view), ad_backward adds into
-   the rows that the indices name and touches no other (repeated indices add up); otherwise the
-   gradient is a dense [V, D] tensor, zero in the rows not named. Returns NULL when weight is
-   not 2-D, n < 1, indices is NULL or an index is outside 0..V-1. */
-AUTODIFF_API ad_tensor *ad_embedding(ad_tape *T, ad_tensor *weight, const int *indices, int n);
-
-/* >>api:extensions */
 
 #ifdef __cplusplus
 }
@@ -3364,6 +3387,977 @@ AD__PRIVATE ad_tensor *ad__softmax(ad_tape *T, ad_tensor *a, int axis, int log_f
 AUTODIFF_API ad_tensor *ad_softmax(ad_tape *T, ad_tensor *a, int axis) { return ad__softmax(T, a, axis, 0); }
 AUTODIFF_API ad_tensor *ad_log_softmax(ad_tape *T, ad_tensor *a, int axis) { return ad__softmax(T, a, axis, 1); }
 
+/* >>ops:conv --------------------------------------------------------------------------------- */
+/* The geometry of a 2-D sliding window, shared by convolution and pooling. An op that needs it
+   later saves a copy on the tape; node->saved points at it. */
+typedef struct ad__win2d {
+    int n, c, h, w;             /* input [n, c, h, w] */
+    int o, kh, kw;              /* convolution: weight [o, c / groups, kh, kw]; pooling: o = c */
+    int oh, ow;                 /* output [n, o, oh, ow] */
+    int sh, sw, ph, pw, dh, dw; /* stride, zero padding on each side, dilation */
+    int groups;
+    int exclude_pad;            /* average pooling: divide by the cells inside the input only */
+} ad__win2d;
+
+AD__PRIVATE const ad__win2d *ad__win_of(const ad__node *n)
+{
+    return (const ad__win2d *)n->saved;
+}
+
+/* Saves G with the entry n; 0 when memory runs out. Nothing is saved for an unrecorded op. */
+AD__PRIVATE int ad__win_save(ad_tape *T, ad__node *n, const ad__win2d *G, const char *op)
+{
+    ad__win2d *copy;
+    if (n == &T->sink) return 1;
+    copy = (ad__win2d *)ad__alloc(T, sizeof *copy, op);
+    if (!copy) return 0;
+    *copy = *G;
+    n->saved = copy;
+    return 1;
+}
+
+/* Short loops written in blocks of eight, which compilers vectorise even at -O2. */
+AD__PRIVATE void ad__nn_copy(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, size_t n)
+{
+    size_t i = 0, j;
+    for (; i + 8 <= n; i += 8)
+        for (j = 0; j < 8; j++) y[i + j] = x[i + j];
+    for (; i < n; i++) y[i] = x[i];
+}
+
+AD__PRIVATE void ad__nn_add(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, size_t n)
+{
+    size_t i = 0, j;
+    for (; i + 8 <= n; i += 8)
+        for (j = 0; j < 8; j++) y[i + j] += x[i + j];
+    for (; i < n; i++) y[i] += x[i];
+}
+
+/* y = v (add 0) or y += v (add 1) */
+AD__PRIVATE void ad__nn_fill(ad_real *AD__RESTRICT y, ad_real v, size_t n, int add)
+{
+    size_t i = 0, j;
+    if (add) {
+        for (; i + 8 <= n; i += 8)
+            for (j = 0; j < 8; j++) y[i + j] += v;
+        for (; i < n; i++) y[i] += v;
+    } else {
+        for (; i + 8 <= n; i += 8)
+            for (j = 0; j < 8; j++) y[i + j] = v;
+        for (; i < n; i++) y[i] = v;
+    }
+}
+
+/* Eight partial sums in a fixed order: the same result on every run. */
+AD__PRIVATE ad_real ad__nn_sum(const ad_real *AD__RESTRICT x, size_t n)
+{
+    ad_real p[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
+    size_t i = 0, j;
+    for (; i + 8 <= n; i += 8)
+        for (j = 0; j < 8; j++) p[j] += x[i + j];
+    for (; i < n; i++) s += x[i];
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7])) + s;
+}
+
+/* The outputs o in [*lo, *hi) of count whose input position o * stride + off is in [0, size). */
+AD__PRIVATE void ad__win_range(int off, int stride, int size, int count, int *lo, int *hi)
+{
+    long long a = off >= 0 ? 0 : (-(long long)off + stride - 1) / stride;
+    long long b = (long long)size - off <= 0 ? 0 : ((long long)size - off + stride - 1) / stride;
+    if (b > count) b = count;
+    if (a > b) a = b;
+    *lo = (int)a;
+    *hi = (int)b;
+}
+
+/* col [channels * kh * kw, oh * ow] from one image's channels (x points at the first): row
+   (c, ki, kj) holds, for every output position, the input value under kernel tap (ki, kj), or 0
+   in the padding. */
+AD__PRIVATE void ad__im2col(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT x,
+                            ad_real *AD__RESTRICT col)
+{
+    size_t L = (size_t)G->oh * G->ow;
+    int c, ki, kj, oy, ox, ylo, yhi, xlo, xhi;
+    for (c = 0; c < channels; c++)
+        for (ki = 0; ki < G->kh; ki++) {
+            int yoff = ki * G->dh - G->ph;
+            ad__win_range(yoff, G->sh, G->h, G->oh, &ylo, &yhi);
+            for (kj = 0; kj < G->kw; kj++) {
+                ad_real *row = col + ((size_t)(c * G->kh + ki) * G->kw + kj) * L;
+                int xoff = kj * G->dw - G->pw;
+                ad__win_range(xoff, G->sw, G->w, G->ow, &xlo, &xhi);
+                if (xlo >= xhi) { /* the tap never meets the input */
+                    memset(row, 0, L * sizeof(ad_real));
+                    continue;
+                }
+                memset(row, 0, (size_t)ylo * G->ow * sizeof(ad_real));
+                for (oy = ylo; oy < yhi; oy++) {
+                    ad_real *dst = row + (size_t)oy * G->ow;
+                    const ad_real *src = x + ((size_t)c * G->h + (size_t)(oy * G->sh + yoff)) * G->w +
+                                         (xlo * G->sw + xoff);
+                    for (ox = 0; ox < xlo; ox++) dst[ox] = 0;
+                    if (G->sw == 1) ad__nn_copy(dst + xlo, src, (size_t)(xhi - xlo));
+                    else for (ox = xlo; ox < xhi; ox++) dst[ox] = src[(size_t)(ox - xlo) * G->sw];
+                    for (ox = xhi; ox < G->ow; ox++) dst[ox] = 0;
+                }
+                memset(row + (size_t)yhi * G->ow, 0, (size_t)(G->oh - yhi) * G->ow * sizeof(ad_real));
+            }
+        }
+}
+
+/* The adjoint of ad__im2col: adds every entry of col into the input cell it was read from. */
+AD__PRIVATE void ad__col2im(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT col,
+                            ad_real *AD__RESTRICT x)
+{
+    size_t L = (size_t)G->oh * G->ow;
+    int c, ki, kj, oy, ox, ylo, yhi, xlo, xhi;
+    for (c = 0; c < channels; c++)
+        for (ki = 0; ki < G->kh; ki++) {
+            int yoff = ki * G->dh - G->ph;
+            ad__win_range(yoff, G->sh, G->h, G->oh, &ylo, &yhi);
+            for (kj = 0; kj < G->kw; kj++) {
+                const ad_real *row = col + ((size_t)(c * G->kh + ki) * G->kw + kj) * L;
+                int xoff = kj * G->dw - G->pw;
+                ad__win_range(xoff, G->sw, G->w, G->ow, &xlo, &xhi);
+                if (xlo >= xhi) continue;
+                for (oy = ylo; oy < yhi; oy++) {
+                    const ad_real *src = row + (size_t)oy * G->ow;
+                    ad_real *dst = x + ((size_t)c * G->h + (size_t)(oy * G->sh + yoff)) * G->w +
+                                   (xlo * G->sw + xoff);
+                    if (G->sw == 1) ad__nn_add(dst, src + xlo, (size_t)(xhi - xlo));
+                    else for (ox = xlo; ox < xhi; ox++) dst[(size_t)(ox - xlo) * G->sw] += src[ox];
+                }
+            }
+        }
+}
+
+/* Convolution is bilinear in (x, w). With the trilinear form L(x, w, g) = <F(x, w), g> =
+   <x, Bx(g, w)> = <w, Bw(x, g)>, the three maps
+       F(x, w)   the convolution                        [n, o, oh, ow]
+       Bx(g, w)  its input gradient (a transposed conv) [n, c, h, w]
+       Bw(x, g)  its weight gradient                    [o, c / groups, kh, kw]
+   are one op here, and the derivative of each with respect to either operand is another of
+   the three applied to the right pair (see ad__conv_backward). */
+enum ad__conv_kind { AD__CONV_FORWARD, AD__CONV_INPUT_GRAD, AD__CONV_WEIGHT_GRAD };
+static const char *const ad__conv_names[] = {
+    "ad_conv2d", "ad_conv2d (input gradient)", "ad_conv2d (weight gradient)"
+};
+
+AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor *b, ad_tensor *bias,
+                                   const ad__win2d *G);
+
+/* Does the map read its input directly (a 1x1 kernel, stride 1, no padding), without im2col? */
+AD__PRIVATE int ad__conv_direct(const ad__win2d *G)
+{
+    return G->kh == 1 && G->kw == 1 && G->sh == 1 && G->sw == 1 && G->ph == 0 && G->pw == 0;
+}
+
+/* Scratch for one image's im2col on the tape, or NULL (not an error) when the map needs none. */
+AD__PRIVATE ad_real *ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op, int *failed)
+{
+    ad_real *col;
+    *failed = 0;
+    if (ad__conv_direct(G)) return NULL;
+    col = (ad_real *)ad__alloc(T, (size_t)(G->c / G->groups) * G->kh * G->kw * ((size_t)G->oh * G->ow) *
+                                      sizeof(ad_real), op);
+    *failed = col == NULL;
+    return col;
+}
+
+/* out (+)= the map kind of (a, b) (+ bias for the forward map), added into out when add is set;
+   the operands are (x, w) for the forward map, (g, w) for Bx and (x, g) for Bw. Each image and
+   group is one GEMM around im2col / col2im (col: scratch from ad__conv_scratch). Returns 0, or
+   -1 when the GEMM's packing buffer cannot be allocated. */
+AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const ad_real *a, const ad_real *b,
+                                const ad_real *bias, ad_real *out, int add, ad_real *col)
+{
+    int cg = G->c / G->groups, og = G->o / G->groups, L = G->oh * G->ow, K = cg * G->kh * G->kw;
+    int n, g, r, rc = 0;
+    size_t HW = (size_t)G->h * G->w;
+    if (kind == AD__CONV_INPUT_GRAD && col && !add)
+        memset(out, 0, (size_t)G->n * G->c * HW * sizeof(ad_real));
+    for (n = 0; n < G->n && rc == 0; n++)
+        for (g = 0; g < G->groups && rc == 0; g++) {
+            size_t xoff = ((size_t)n * G->c + (size_t)g * cg) * HW;
+            size_t yoff = ((size_t)n * G->o + (size_t)g * og) * (size_t)L;
+            size_t woff = (size_t)g * og * (size_t)K;
+            const ad_real *src;
+            if (kind == AD__CONV_FORWARD) {
+                /* y[og, L] (+)= w[og, K] col[K, L] (+ bias) */
+                ad_real *yg = out + yoff;
+                src = a + xoff;
+                if (col) { ad__im2col(G, cg, src, col); src = col; }
+                if (bias)
+                    for (r = 0; r < og; r++) ad__nn_fill(yg + (size_t)r * L, bias[g * og + r], (size_t)L, add);
+                rc = ad__gemm(T, 0, 0, og, L, K, b + woff, K, src, L, yg, L, add || bias);
+            } else if (kind == AD__CONV_INPUT_GRAD) {
+                /* col[K, L] = w[og, K]^T g[og, L], added back into the image */
+                if (!col) {
+                    rc = ad__gemm(T, 1, 0, K, L, og, b + woff, K, a + yoff, L, out + xoff, L, add);
+                } else {
+                    rc = ad__gemm(T, 1, 0, K, L, og, b + woff, K, a + yoff, L, col, L, 0);
+                    ad__col2im(G, cg, col, out + xoff);
+                }
+            } else {
+                /* w[og, K] (+)= g[og, L] col[K, L]^T, summed over the images */
+                src = a + xoff;
+                if (col) { ad__im2col(G, cg, src, col); src = col; }
+                rc = ad__gemm(T, 0, 1, og, K, L, b + yoff, L, src, L, out + woff, K, add || n > 0);
+            }
+        }
+    return rc;
+}
+
+/* The gradients of a forward convolution when they are not recorded: each computed straight
+   into the buffer that accumulates it. */
+AD__PRIVATE void ad__conv_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *v)
+{
+    ad_tape *T = S->T;
+    const ad__win2d *G = ad__win_of(n);
+    ad_tensor *x = n->in[0], *w = n->in[1], *bias = n->nin > 2 ? n->in[2] : NULL;
+    ad_real *d, *col = NULL;
+    int add, failed = 0, o, k;
+    size_t L = (size_t)G->oh * G->ow;
+    if (ad__wants(S, x) || ad__wants(S, w)) col = ad__conv_scratch(T, G, "ad_conv2d", &failed);
+    if (!failed && ad__wants(S, x) && (d = ad__grad_target(S, x, &add)) != NULL)
+        failed = ad__conv_kernel(T, AD__CONV_INPUT_GRAD, G, v->data, w->data, NULL, d, add, col) != 0;
+    if (!failed && ad__wants(S, w) && (d = ad__grad_target(S, w, &add)) != NULL)
+        failed = ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, G, x->data, v->data, NULL, d, add, col) != 0;
+    if (!failed && bias && ad__wants(S, bias) && (d = ad__grad_target(S, bias, &add)) != NULL) {
+        if (!add) memset(d, 0, (size_t)G->o * sizeof(ad_real));
+        for (k = 0; k < G->n; k++)
+            for (o = 0; o < G->o; o++) d[o] += ad__nn_sum(v->data + ((size_t)k * G->o + o) * L, L);
+    }
+    if (failed) {
+        S->failed = 1;
+        if (!T->has_error) ad__fail(T, "ad_conv2d: out of memory in the backward sweep");
+    }
+}
+
+/* v is the gradient of this op's output. */
+AD__PRIVATE void ad__conv_backward(ad__sweep *S, ad__node *n, ad_tensor *v)
+{
+    ad_tape *T = S->T;
+    const ad__win2d *G = ad__win_of(n);
+    ad_tensor *a = n->in[0], *b = n->in[1];
+    int shape[3];
+    switch (n->iv[0]) {
+    case AD__CONV_FORWARD: /* y = F(x, w) + bias: dx = Bx(v, w), dw = Bw(x, v), dbias = sum v */
+        if (!S->create_graph) {
+            ad__conv_backward_fused(S, n, v);
+            break;
+        }
+        if (ad__wants(S, a)) ad__accum(S, a, ad__conv_op(T, AD__CONV_INPUT_GRAD, v, b, NULL, G), 1);
+        if (ad__wants(S, b)) ad__accum(S, b, ad__conv_op(T, AD__CONV_WEIGHT_GRAD, a, v, NULL, G), 1);
+        if (n->nin > 2 && ad__wants(S, n->in[2])) {
+            shape[0] = G->o;
+            shape[1] = shape[2] = 1;
+            ad__accum_to(S, n->in[2], ad_sum_to(T, v, 3, shape), 1);
+        }
+        break;
+    case AD__CONV_INPUT_GRAD: /* z = Bx(g, w): <z, v> = <F(v, w), g> = <w, Bw(v, g)> */
+        if (ad__wants(S, a)) ad__accum(S, a, ad__conv_op(T, AD__CONV_FORWARD, v, b, NULL, G), 1);
+        if (ad__wants(S, b)) ad__accum(S, b, ad__conv_op(T, AD__CONV_WEIGHT_GRAD, v, a, NULL, G), 1);
+        break;
+    case AD__CONV_WEIGHT_GRAD: /* z = Bw(x, g): <z, v> = <x, Bx(g, v)> = <F(x, v), g> */
+        if (ad__wants(S, a)) ad__accum(S, a, ad__conv_op(T, AD__CONV_INPUT_GRAD, b, v, NULL, G), 1);
+        if (ad__wants(S, b)) ad__accum(S, b, ad__conv_op(T, AD__CONV_FORWARD, a, v, NULL, G), 1);
+        break;
+    default: AUTODIFF_ASSERT(0);
+    }
+}
+
+/* One of the three maps as a recorded op; G has been validated by ad_conv2d. */
+AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor *b, ad_tensor *bias,
+                                   const ad__win2d *G)
+{
+    const char *op = ad__conv_names[kind];
+    int shape[4], failed;
+    ad_real *col;
+    ad_tensor *y, *ins[3];
+    ad__node *node;
+    if (!a || !b) return NULL;
+    if (kind == AD__CONV_FORWARD) {
+        shape[0] = G->n; shape[1] = G->o; shape[2] = G->oh; shape[3] = G->ow;
+    } else if (kind == AD__CONV_INPUT_GRAD) {
+        shape[0] = G->n; shape[1] = G->c; shape[2] = G->h; shape[3] = G->w;
+    } else {
+        shape[0] = G->o; shape[1] = G->c / G->groups; shape[2] = G->kh; shape[3] = G->kw;
+    }
+    y = ad__tensor(T, op, 4, shape, 1);
+    if (!y) return NULL;
+    col = ad__conv_scratch(T, G, op, &failed);
+    if (failed) return NULL;
+    if (ad__conv_kernel(T, kind, G, a->data, b->data, bias ? bias->data : NULL, y->data, 0, col) != 0) {
+        ad__fail(T, "%s: out of memory for the packing buffer", op);
+        return NULL;
+    }
+    ins[0] = a;
+    ins[1] = b;
+    ins[2] = bias;
+    node = ad__record(T, op, y, ad__conv_backward, ins, bias ? 3 : 2);
+    if (!node) return NULL;
+    node->iv[0] = kind;
+    if (!ad__win_save(T, node, G, op)) return NULL;
+    return y;
+}
+
+AUTODIFF_API ad_tensor *ad_conv2d(ad_tape *T, ad_tensor *x, ad_tensor *w, ad_tensor *b,
+                                  const ad_conv2d_desc *desc)
+{
+    ad_conv2d_desc d;
+    ad__win2d G;
+    long long ph2, pw2, eh, ew, oh, ow;
+    char sx[96], sw[96], sb[96];
+    if (!T || !x || !w) return NULL;
+    if (x->tape != T || w->tape != T || (b && b->tape != T)) {
+        ad__fail(T, "ad_conv2d: an input belongs to another tape");
+        return NULL;
+    }
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    ad_shape_str(x, sx, sizeof sx);
+    ad_shape_str(w, sw, sizeof sw);
+    if (x->ndim != 4 || w->ndim != 4) {
+        ad__fail(T, "ad_conv2d: x %s, w %s: x must be [N, C, H, W] and w [O, C/groups, kH, kW]", sx, sw);
+        return NULL;
+    }
+    if (d.stride_h < 0 || d.stride_w < 0 || d.dilation_h < 0 || d.dilation_w < 0) {
+        ad__fail(T, "ad_conv2d: x %s, w %s: stride %dx%d and dilation %dx%d must be positive (0 means 1)",
+                 sx, sw, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w);
+        return NULL;
+    }
+    if (d.pad_h < 0 || d.pad_w < 0) {
+        ad__fail(T, "ad_conv2d: x %s, w %s: padding %dx%d must not be negative", sx, sw, d.pad_h, d.pad_w);
+        return NULL;
+    }
+    if (d.groups < 0) {
+        ad__fail(T, "ad_conv2d: x %s, w %s: groups %d must be positive (0 means 1)", sx, sw, d.groups);
+        return NULL;
+    }
+    memset(&G, 0, sizeof G);
+    G.n = x->shape[0]; G.c = x->shape[1]; G.h = x->shape[2]; G.w = x->shape[3];
+    G.o = w->shape[0]; G.kh = w->shape[2]; G.kw = w->shape[3];
+    G.sh = d.stride_h ? d.stride_h : 1;
+    G.sw = d.stride_w ? d.stride_w : 1;
+    G.dh = d.dilation_h ? d.dilation_h : 1;
+    G.dw = d.dilation_w ? d.dilation_w : 1;
+    G.ph = d.pad_h;
+    G.pw = d.pad_w;
+    G.groups = d.groups ? d.groups : 1;
+    if (G.c % G.groups != 0 || G.o % G.groups != 0) {
+        ad__fail(T, "ad_conv2d: x %s, w %s: groups %d must divide both the %d input channels and the %d "
+                 "output channels", sx, sw, G.groups, G.c, G.o);
+        return NULL;
+    }
+    if (w->shape[1] != G.c / G.groups) {
+        ad__fail(T, "ad_conv2d: x %s, w %s: w has %d input channels per group; x's %d channels in %d "
+                 "group(s) need %d", sx, sw, w->shape[1], G.c, G.groups, G.c / G.groups);
+        return NULL;
+    }
+    if (b && (b->ndim != 1 || b->shape[0] != G.o)) {
+        ad__fail(T, "ad_conv2d: w %s, b %s: b must be [%d], one value per output channel", sw,
+                 ad_shape_str(b, sb, sizeof sb), G.o);
+        return NULL;
+    }
+    ph2 = (long long)G.h + 2LL * G.ph;
+    pw2 = (long long)G.w + 2LL * G.pw;
+    eh = (long long)G.dh * (G.kh - 1) + 1;
+    ew = (long long)G.dw * (G.kw - 1) + 1;
+    if (eh > ph2 || ew > pw2) {
+        ad__fail(T, "ad_conv2d: x %s, w %s: the kernel spans %lldx%lld (dilation %dx%d), larger than the "
+                 "padded input %lldx%lld: the output would be empty", sx, sw, eh, ew, G.dh, G.dw, ph2, pw2);
+        return NULL;
+    }
+    oh = (ph2 - eh) / G.sh + 1;
+    ow = (pw2 - ew) / G.sw + 1;
+    if (ph2 > INT_MAX || pw2 > INT_MAX || oh * ow > INT_MAX ||
+        (long long)(G.c / G.groups) * G.kh * G.kw > INT_MAX) {
+        ad__fail(T, "ad_conv2d: x %s, w %s: too large", sx, sw);
+        return NULL;
+    }
+    G.oh = (int)oh;
+    G.ow = (int)ow;
+    return ad__conv_op(T, AD__CONV_FORWARD, x, w, b, &G);
+}
+
+/* >>ops:pool --------------------------------------------------------------------------------- */
+/* Checks a pooling call and fills G; 0 with the tape's error set on a misuse. */
+AD__PRIVATE int ad__pool_geom(ad_tape *T, const char *op, const ad_tensor *x, int kh, int kw,
+                              const ad_pool2d_desc *desc, ad__win2d *G)
+{
+    ad_pool2d_desc d;
+    long long ph2, pw2;
+    char s[96];
+    if (x->tape != T) {
+        ad__fail(T, "%s: the input belongs to another tape", op);
+        return 0;
+    }
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    ad_shape_str(x, s, sizeof s);
+    if (x->ndim != 4) {
+        ad__fail(T, "%s: x %s must be [N, C, H, W]", op, s);
+        return 0;
+    }
+    if (kh < 1 || kw < 1 || d.stride_h < 0 || d.stride_w < 0) {
+        ad__fail(T, "%s: x %s: kernel %dx%d and stride %dx%d must be positive (stride 0 means the kernel)",
+                 op, s, kh, kw, d.stride_h, d.stride_w);
+        return 0;
+    }
+    if (d.pad_h < 0 || d.pad_w < 0 || d.pad_h > kh / 2 || d.pad_w > kw / 2) {
+        ad__fail(T, "%s: x %s: padding %dx%d must be between 0 and half the kernel %dx%d", op, s, d.pad_h,
+                 d.pad_w, kh, kw);
+        return 0;
+    }
+    memset(G, 0, sizeof *G);
+    G->n = x->shape[0]; G->c = G->o = x->shape[1]; G->h = x->shape[2]; G->w = x->shape[3];
+    G->kh = kh; G->kw = kw;
+    G->sh = d.stride_h ? d.stride_h : kh;
+    G->sw = d.stride_w ? d.stride_w : kw;
+    G->ph = d.pad_h; G->pw = d.pad_w;
+    G->dh = G->dw = 1;
+    G->groups = 1;
+    G->exclude_pad = d.exclude_pad != 0;
+    ph2 = (long long)G->h + 2LL * G->ph;
+    pw2 = (long long)G->w + 2LL * G->pw;
+    if (kh > ph2 || kw > pw2) {
+        ad__fail(T, "%s: x %s: the kernel %dx%d is larger than the padded input %lldx%lld: the output would "
+                 "be empty", op, s, kh, kw, ph2, pw2);
+        return 0;
+    }
+    if (ph2 > INT_MAX || pw2 > INT_MAX || (size_t)G->h * (size_t)G->w > INT_MAX) {
+        ad__fail(T, "%s: x %s: too large", op, s);
+        return 0;
+    }
+    G->oh = (int)((ph2 - kh) / G->sh + 1);
+    G->ow = (int)((pw2 - kw) / G->sw + 1);
+    return 1;
+}
+
+/* Gather and scatter sharing one saved index array (on the tape), the pair behind max pooling
+   and embedding. Both view their data as P planes: the source of a gather has S rows of E
+   values per plane, its result L rows; row o of plane p is source row idx[p * L + o] of that
+   plane. The scatter adds the rows back: each is the other's adjoint, so each one's gradient
+   is the other. iv[0] = S, iv[1] = E, iv[2] = the public op's kind (for messages). */
+enum ad__gather_kind { AD__GATHER_MAX_POOL, AD__GATHER_EMBEDDING };
+static const char *const ad__gather_names[] = { "ad_max_pool2d", "ad_embedding" };
+
+AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const int *idx, int S, int E, int kind,
+                                  int ndim, const int *shape);
+AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const int *idx, int S, int E, int kind,
+                                   int ndim, const int *shape);
+
+/* y (+)= the rows of g added at idx: y has P planes of S rows, g P planes of L rows, E values
+   each. Only the rows named by idx are written when add is set. */
+AD__PRIVATE void ad__scatter_kernel(const ad_real *g, const int *idx, size_t P, size_t S, size_t L, size_t E,
+                                    ad_real *y, int add)
+{
+    size_t p, o;
+    if (!add) memset(y, 0, P * S * E * sizeof(ad_real));
+    for (p = 0; p < P; p++) {
+        const int *ip = idx + p * L;
+        const ad_real *src = g + p * L * E;
+        ad_real *dst = y + p * S * E;
+        if (E == 1) {
+            for (o = 0; o < L; o++) dst[ip[o]] += src[o];
+        } else {
+            for (o = 0; o < L; o++) ad__nn_add(dst + (size_t)ip[o] * E, src + o * E, E);
+        }
+    }
+}
+
+AD__PRIVATE void ad__gather_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tensor *v = n->in[0];
+    size_t E = (size_t)n->iv[1], P = v->size / ((size_t)n->iv[0] * E);
+    ad_real *d;
+    int add;
+    if (!ad__wants(S, v)) return;
+    if (!S->create_graph) {
+        /* straight into the gradient buffer: for an embedding, only the rows used are touched */
+        if ((d = ad__grad_target(S, v, &add)) != NULL)
+            ad__scatter_kernel(g->data, n->labels, P, (size_t)n->iv[0], g->size / (P * E), E, d, add);
+        return;
+    }
+    ad__accum(S, v, ad__scatter(S->T, g, n->labels, n->iv[0], n->iv[1], n->iv[2], v->ndim, v->shape), 1);
+}
+
+AD__PRIVATE void ad__scatter_backward(ad__sweep *S, ad__node *n, ad_tensor *u)
+{
+    ad_tensor *g = n->in[0];
+    ad__accum(S, g, ad__gather(S->T, u, n->labels, n->iv[0], n->iv[1], n->iv[2], g->ndim, g->shape), 1);
+}
+
+AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const int *idx, int S, int E, int kind,
+                                  int ndim, const int *shape)
+{
+    const char *op = ad__gather_names[kind];
+    size_t P, L, p, o;
+    ad_tensor *y;
+    ad__node *node;
+    if (!v) return NULL;
+    y = ad__tensor(T, op, ndim, shape, 1);
+    if (!y) return NULL;
+    P = v->size / ((size_t)S * E);
+    L = y->size / (P * E);
+    for (p = 0; p < P; p++) {
+        const int *ip = idx + p * L;
+        const ad_real *src = v->data + p * S * E;
+        ad_real *dst = y->data + p * L * E;
+        if (E == 1) {
+            for (o = 0; o < L; o++) dst[o] = src[ip[o]];
+        } else {
+            for (o = 0; o < L; o++) ad__nn_copy(dst + o * E, src + (size_t)ip[o] * E, (size_t)E);
+        }
+    }
+    node = ad__record1(T, op, y, ad__gather_backward, v);
+    if (!node) return NULL;
+    node->iv[0] = S;
+    node->iv[1] = E;
+    node->iv[2] = kind;
+    node->labels = idx;
+    return y;
+}
+
+AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const int *idx, int S, int E, int kind,
+                                   int ndim, const int *shape)
+{
+    const char *op = ad__gather_names[kind];
+    size_t P;
+    ad_tensor *y;
+    ad__node *node;
+    if (!g) return NULL;
+    y = ad__tensor(T, op, ndim, shape, 1);
+    if (!y) return NULL;
+    P = y->size / ((size_t)S * E);
+    ad__scatter_kernel(g->data, idx, P, (size_t)S, g->size / (P * E), (size_t)E, y->data, 0);
+    node = ad__record1(T, op, y, ad__scatter_backward, g);
+    if (!node) return NULL;
+    node->iv[0] = S;
+    node->iv[1] = E;
+    node->iv[2] = kind;
+    node->labels = idx;
+    return y;
+}
+
+/* Row oy of max pooling one output at a time, for rows that hold a NaN: the first real cell
+   of each window, then any larger one or a NaN replacing a number (a NaN wins and stays, as in
+   PyTorch). */
+AD__PRIVATE void ad__max_pool_row_nan(const ad__win2d *G, const ad_real *x, int oy, ad_real *m, int *a)
+{
+    int ox, iy, ix;
+    int ys = oy * G->sh - G->ph, y0 = ys < 0 ? 0 : ys, y1 = ys + G->kh < G->h ? ys + G->kh : G->h;
+    for (ox = 0; ox < G->ow; ox++) {
+        int xs = ox * G->sw - G->pw, x0 = xs < 0 ? 0 : xs, x1 = xs + G->kw < G->w ? xs + G->kw : G->w;
+        int best = y0 * G->w + x0;
+        ad_real v, mv = x[best];
+        for (iy = y0; iy < y1; iy++)
+            for (ix = x0; ix < x1; ix++) {
+                v = x[iy * G->w + ix];
+                if ((v > mv || v != v) && mv == mv) {
+                    mv = v;
+                    best = iy * G->w + ix;
+                }
+            }
+        m[ox] = mv;
+        if (a) a[ox] = best;
+    }
+}
+
+/* One plane of max pooling: y [oh, ow] from x [h, w], and when arg is not NULL the winners'
+   positions in x (the first maximal cell of each window in row-major order). The taps of the
+   window are visited over a whole output row at a time, so that the inner loops are selects
+   without branches: first the maxima, then, taps in reverse, the first cell holding each one.
+   Padded cells are never read, and every window has a real cell (padding is at most half the
+   kernel). range[2 kj], range[2 kj + 1] are the outputs whose tap kj falls inside a row. */
+AD__PRIVATE void ad__max_pool_plane(const ad__win2d *G, const int *range, const ad_real *AD__RESTRICT x,
+                                    ad_real *AD__RESTRICT y, int *AD__RESTRICT arg)
+{
+    int oy, ox, ki, kj, lo, hi;
+    for (oy = 0; oy < G->oh; oy++) {
+        ad_real *AD__RESTRICT m = y + (size_t)oy * G->ow;
+        int *AD__RESTRICT a = arg ? arg + (size_t)oy * G->ow : NULL;
+        int nan = 0;
+        for (ox = 0; ox < G->ow; ox++) m[ox] = (ad_real)-HUGE_VAL;
+        for (ki = 0; ki < G->kh; ki++) {
+            int iy = oy * G->sh - G->ph + ki;
+            if (iy < 0 || iy >= G->h) continue;
+            for (kj = 0; kj < G->kw; kj++) {
+                int off = kj - G->pw;
+                const ad_real *row = x + (size_t)iy * G->w;
+                lo = range[2 * kj];
+                hi = range[2 * kj + 1];
+                for (ox = lo; ox < hi; ox++) {
+                    ad_real v = row[ox * G->sw + off], cur = m[ox];
+                    m[ox] = v > cur ? v : cur;
+                    nan |= v != v;
+                }
+            }
+        }
+        if (nan) {
+            ad__max_pool_row_nan(G, x, oy, m, a);
+            continue;
+        }
+        if (!a) continue;
+        for (ki = G->kh - 1; ki >= 0; ki--) {
+            int iy = oy * G->sh - G->ph + ki;
+            if (iy < 0 || iy >= G->h) continue;
+            for (kj = G->kw - 1; kj >= 0; kj--) {
+                int off = kj - G->pw, base = iy * G->w + off;
+                lo = range[2 * kj];
+                hi = range[2 * kj + 1];
+                for (ox = lo; ox < hi; ox++) {
+                    int at = base + ox * G->sw, eq = -(int)(x[at] == m[ox]);
+                    a[ox] = (a[ox] & ~eq) | (at & eq);
+                }
+            }
+        }
+    }
+}
+
+AUTODIFF_API ad_tensor *ad_max_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, int kernel_w,
+                                      const ad_pool2d_desc *desc)
+{
+    ad__win2d G;
+    int shape[4], kj, *arg, *range;
+    size_t P, p, HW, L;
+    ad_tensor *y;
+    ad__node *node;
+    if (!T || !x) return NULL;
+    if (!ad__pool_geom(T, "ad_max_pool2d", x, kernel_h, kernel_w, desc, &G)) return NULL;
+    shape[0] = G.n; shape[1] = G.c; shape[2] = G.oh; shape[3] = G.ow;
+    y = ad__tensor(T, "ad_max_pool2d", 4, shape, 1);
+    if (!y) return NULL;
+    HW = (size_t)G.h * G.w;
+    L = (size_t)G.oh * G.ow;
+    P = (size_t)G.n * G.c;
+    /* the winners' positions, kept for the backward gather / scatter pair */
+    arg = NULL;
+    if (T->grad_enabled && x->requires_grad) {
+        arg = (int *)ad__alloc(T, y->size * sizeof(int), "ad_max_pool2d");
+        if (!arg) return NULL;
+    }
+    range = (int *)ad__alloc(T, 2 * (size_t)G.kw * sizeof(int), "ad_max_pool2d");
+    if (!range) return NULL;
+    for (kj = 0; kj < G.kw; kj++) ad__win_range(kj - G.pw, G.sw, G.w, G.ow, &range[2 * kj], &range[2 * kj + 1]);
+    for (p = 0; p < P; p++)
+        ad__max_pool_plane(&G, range, x->data + p * HW, y->data + p * L, arg ? arg + p * L : NULL);
+    node = ad__record1(T, "ad_max_pool2d", y, ad__gather_backward, x);
+    if (!node) return NULL;
+    node->iv[0] = (int)HW;
+    node->iv[1] = 1;
+    node->iv[2] = AD__GATHER_MAX_POOL;
+    node->labels = arg;
+    return y;
+}
+
+/* Average pooling A x and its adjoint A^T g, one op: each is linear, and the gradient of
+   either is the other. iv[0] is the kind. */
+enum ad__avg_kind { AD__AVG_FORWARD, AD__AVG_ADJOINT };
+
+AD__PRIVATE ad_tensor *ad__avg_pool_op(ad_tape *T, int kind, ad_tensor *a, const ad__win2d *G);
+
+/* out (+)= A a (forward) or A^T a (adjoint), added into out when add is set. */
+AD__PRIVATE void ad__avg_pool_kernel(const ad__win2d *G, int kind, const ad_real *a, ad_real *out, int add)
+{
+    int oy, ox, iy, ix;
+    size_t P = (size_t)G->n * G->c, p, HW = (size_t)G->h * G->w, L = (size_t)G->oh * G->ow;
+    ad_real full = (ad_real)G->kh * (ad_real)G->kw;
+    if (kind == AD__AVG_ADJOINT && !add) memset(out, 0, P * HW * sizeof(ad_real));
+    for (p = 0; p < P; p++)
+        for (oy = 0; oy < G->oh; oy++) {
+            int ys = oy * G->sh - G->ph, y0 = ys < 0 ? 0 : ys, y1 = ys + G->kh < G->h ? ys + G->kh : G->h;
+            for (ox = 0; ox < G->ow; ox++) {
+                int xs = ox * G->sw - G->pw, x0 = xs < 0 ? 0 : xs, x1 = xs + G->kw < G->w ? xs + G->kw : G->w;
+                ad_real div = G->exclude_pad ? (ad_real)((y1 - y0) * (x1 - x0)) : full;
+                size_t o = p * L + (size_t)(oy * G->ow + ox);
+                if (kind == AD__AVG_FORWARD) {
+                    const ad_real *src = a + p * HW;
+                    ad_real s = 0;
+                    for (iy = y0; iy < y1; iy++)
+                        for (ix = x0; ix < x1; ix++) s += src[iy * G->w + ix];
+                    out[o] = add ? out[o] + s / div : s / div;
+                } else {
+                    ad_real *dst = out + p * HW, share = a[o] / div;
+                    for (iy = y0; iy < y1; iy++)
+                        for (ix = x0; ix < x1; ix++) dst[iy * G->w + ix] += share;
+                }
+            }
+        }
+}
+
+AD__PRIVATE void ad__avg_pool_backward(ad__sweep *S, ad__node *n, ad_tensor *v)
+{
+    ad_real *d;
+    int add;
+    if (!ad__wants(S, n->in[0])) return;
+    if (!S->create_graph) {
+        if ((d = ad__grad_target(S, n->in[0], &add)) != NULL)
+            ad__avg_pool_kernel(ad__win_of(n), 1 - n->iv[0], v->data, d, add);
+        return;
+    }
+    ad__accum(S, n->in[0], ad__avg_pool_op(S->T, 1 - n->iv[0], v, ad__win_of(n)), 1);
+}
+
+AD__PRIVATE ad_tensor *ad__avg_pool_op(ad_tape *T, int kind, ad_tensor *a, const ad__win2d *G)
+{
+    const char *op = kind == AD__AVG_FORWARD ? "ad_avg_pool2d" : "ad_avg_pool2d (gradient)";
+    int shape[4];
+    ad_tensor *y;
+    ad__node *node;
+    if (!a) return NULL;
+    shape[0] = G->n; shape[1] = G->c;
+    shape[2] = kind == AD__AVG_FORWARD ? G->oh : G->h;
+    shape[3] = kind == AD__AVG_FORWARD ? G->ow : G->w;
+    y = ad__tensor(T, op, 4, shape, 1);
+    if (!y) return NULL;
+    ad__avg_pool_kernel(G, kind, a->data, y->data, 0);
+    node = ad__record1(T, op, y, ad__avg_pool_backward, a);
+    if (!node) return NULL;
+    node->iv[0] = kind;
+    if (!ad__win_save(T, node, G, op)) return NULL;
+    return y;
+}
+
+AUTODIFF_API ad_tensor *ad_avg_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, int kernel_w,
+                                      const ad_pool2d_desc *desc)
+{
+    ad__win2d G;
+    if (!T || !x) return NULL;
+    if (!ad__pool_geom(T, "ad_avg_pool2d", x, kernel_h, kernel_w, desc, &G)) return NULL;
+    return ad__avg_pool_op(T, AD__AVG_FORWARD, x, &G);
+}
+
+AUTODIFF_API ad_tensor *ad_global_avg_pool2d(ad_tape *T, ad_tensor *x)
+{
+    int shape[3];
+    char s[96];
+    if (!T || !x) return NULL;
+    if (x->ndim != 4) {
+        ad__fail(T, "ad_global_avg_pool2d: x %s must be [N, C, H, W]", ad_shape_str(x, s, sizeof s));
+        return NULL;
+    }
+    shape[0] = x->shape[0];
+    shape[1] = x->shape[1];
+    shape[2] = x->shape[2] * x->shape[3];
+    return ad_mean_axis(T, ad_reshape(T, x, 3, shape), 2, 0);
+}
+
+/* >>ops:dropout ------------------------------------------------------------------------------ */
+AUTODIFF_API ad_tensor *ad_dropout(ad_tape *T, ad_tensor *x, ad_real p, ad_rng *rng)
+{
+    ad_tensor *mask;
+    ad_real keep;
+    size_t i;
+    if (!T || !x) return NULL;
+    if (x->tape != T) { ad__fail(T, "ad_dropout: the input belongs to another tape"); return NULL; }
+    if (!(p >= 0 && p <= 1)) {
+        ad__fail(T, "ad_dropout: p = %g must be in [0, 1]", (double)p);
+        return NULL;
+    }
+    if (!T->training || p == 0) return x;
+    if (!rng) { ad__fail(T, "ad_dropout: rng is NULL in training mode"); return NULL; }
+    mask = ad__like(T, "ad_dropout", x);
+    if (!mask) return NULL;
+    keep = p < 1 ? 1 / (1 - p) : 0;
+    for (i = 0; i < mask->size; i++) mask->data[i] = ad_rng_uniform(rng) < (double)p ? 0 : keep;
+    return ad_mul(T, x, mask);
+}
+
+/* >>ops:norm --------------------------------------------------------------------------------- */
+AUTODIFF_API int ad_batch_norm_init(ad_batch_norm_state *bn, int num_features, ad_real *running_mean,
+                                    ad_real *running_var)
+{
+    int i;
+    if (!bn) return -1;
+    memset(bn, 0, sizeof *bn);
+    if (num_features < 1 || (!running_mean) != (!running_var)) return -1;
+    if (!running_mean) {
+        if ((size_t)num_features > (size_t)-1 / (2 * sizeof(ad_real))) return -1;
+        running_mean = (ad_real *)AUTODIFF_MALLOC(2 * (size_t)num_features * sizeof(ad_real));
+        if (!running_mean) return -1;
+        running_var = running_mean + num_features;
+        bn->owns_buffers = 1;
+    }
+    for (i = 0; i < num_features; i++) {
+        running_mean[i] = 0;
+        running_var[i] = 1;
+    }
+    bn->num_features = num_features;
+    bn->running_mean = running_mean;
+    bn->running_var = running_var;
+    bn->momentum = (ad_real)0.1;
+    bn->eps = (ad_real)1e-5;
+    return 0;
+}
+
+AUTODIFF_API void ad_batch_norm_free(ad_batch_norm_state *bn)
+{
+    if (!bn) return;
+    if (bn->owns_buffers) AUTODIFF_FREE(bn->running_mean);
+    memset(bn, 0, sizeof *bn);
+}
+
+/* Written with ops on x viewed as [N, C, H*W] (H*W = 1 for 2-D input), so every derivative,
+   of any order, comes from the ops' own. */
+AUTODIFF_API ad_tensor *ad_batch_norm(ad_tape *T, ad_tensor *x, ad_batch_norm_state *bn,
+                                      ad_tensor *gamma, ad_tensor *beta)
+{
+    int shape3[3], cshape[3], i, c;
+    size_t count;
+    ad_tensor *x3, *y;
+    char sx[96], sp[96];
+    if (!T || !x) return NULL;
+    if (x->tape != T || (gamma && gamma->tape != T) || (beta && beta->tape != T)) {
+        ad__fail(T, "ad_batch_norm: an input belongs to another tape");
+        return NULL;
+    }
+    ad_shape_str(x, sx, sizeof sx);
+    if (x->ndim != 2 && x->ndim != 4) {
+        ad__fail(T, "ad_batch_norm: x %s must be [N, C] or [N, C, H, W]", sx);
+        return NULL;
+    }
+    if (!bn || !bn->running_mean || !bn->running_var || bn->num_features < 1) {
+        ad__fail(T, "ad_batch_norm: x %s: the state is not initialised (ad_batch_norm_init)", sx);
+        return NULL;
+    }
+    c = x->shape[1];
+    if (c != bn->num_features) {
+        ad__fail(T, "ad_batch_norm: x %s has %d channels; the state has %d features", sx, c, bn->num_features);
+        return NULL;
+    }
+    for (i = 0; i < 2; i++) {
+        ad_tensor *t = i ? beta : gamma;
+        if (t && !(t->ndim == 1 && t->shape[0] == c)) {
+            ad__fail(T, "ad_batch_norm: x %s, %s %s: it must be [%d]", sx, i ? "beta" : "gamma",
+                     ad_shape_str(t, sp, sizeof sp), c);
+            return NULL;
+        }
+    }
+    shape3[0] = x->shape[0];
+    shape3[1] = c;
+    shape3[2] = (int)(x->size / ((size_t)x->shape[0] * (size_t)c));
+    cshape[0] = 1;
+    cshape[1] = c;
+    cshape[2] = 1;
+    count = (size_t)shape3[0] * (size_t)shape3[2];
+    x3 = ad_reshape(T, x, 3, shape3);
+    if (T->training) {
+        ad_tensor *mean, *xc, *var;
+        ad_real m = bn->momentum;
+        double unbias;
+        if (count < 2) {
+            ad__fail(T, "ad_batch_norm: x %s: training needs more than one value per channel", sx);
+            return NULL;
+        }
+        mean = ad_mean_axis(T, ad_mean_axis(T, x3, 2, 1), 0, 1);
+        xc = ad_sub(T, x3, mean);
+        var = ad_mean_axis(T, ad_mean_axis(T, ad_square(T, xc), 2, 1), 0, 1);
+        y = ad_mul(T, xc, ad_pow(T, ad_add_scalar(T, var, bn->eps), (ad_real)-0.5));
+        if (!y) return NULL;
+        unbias = (double)count / (double)(count - 1);
+        for (i = 0; i < c; i++) {
+            bn->running_mean[i] = (1 - m) * bn->running_mean[i] + m * mean->data[i];
+            bn->running_var[i] = (ad_real)((1 - m) * bn->running_var[i] + m * (double)var->data[i] * unbias);
+        }
+    } else {
+        ad_tensor *mean = ad__tensor(T, "ad_batch_norm", 3, cshape, 1);
+        ad_tensor *inv = ad__tensor(T, "ad_batch_norm", 3, cshape, 1);
+        if (!mean || !inv) return NULL;
+        for (i = 0; i < c; i++) {
+            mean->data[i] = bn->running_mean[i];
+            inv->data[i] = 1 / AD__F(sqrt)(bn->running_var[i] + bn->eps);
+        }
+        y = ad_mul(T, ad_sub(T, x3, mean), inv);
+    }
+    if (gamma) y = ad_mul(T, y, ad_reshape(T, gamma, 3, cshape));
+    if (beta) y = ad_add(T, y, ad_reshape(T, beta, 3, cshape));
+    return ad_reshape(T, y, x->ndim, x->shape);
+}
+
+AUTODIFF_API ad_tensor *ad_layer_norm(ad_tape *T, ad_tensor *x, int k, ad_tensor *gamma, ad_tensor *beta,
+                                      ad_real eps)
+{
+    int shape2[2], i, j;
+    size_t inner = 1;
+    ad_tensor *x2, *xc, *var, *y;
+    char sx[96], sp[96];
+    if (!T || !x) return NULL;
+    if (x->tape != T || (gamma && gamma->tape != T) || (beta && beta->tape != T)) {
+        ad__fail(T, "ad_layer_norm: an input belongs to another tape");
+        return NULL;
+    }
+    ad_shape_str(x, sx, sizeof sx);
+    if (k < 1 || k > x->ndim) {
+        ad__fail(T, "ad_layer_norm: x %s: k = %d must be between 1 and %d", sx, k, x->ndim);
+        return NULL;
+    }
+    if (!(eps >= 0)) {
+        ad__fail(T, "ad_layer_norm: x %s: eps %g must not be negative", sx, (double)eps);
+        return NULL;
+    }
+    for (i = 0; i < 2; i++) {
+        ad_tensor *t = i ? beta : gamma;
+        int ok;
+        if (!t) continue;
+        ok = t->ndim == k;
+        for (j = 0; ok && j < k; j++)
+            if (t->shape[j] != x->shape[x->ndim - k + j]) ok = 0;
+        if (!ok) {
+            ad__fail(T, "ad_layer_norm: x %s, k = %d: %s %s must have x's last %d dimension(s)", sx, k,
+                     i ? "beta" : "gamma", ad_shape_str(t, sp, sizeof sp), k);
+            return NULL;
+        }
+    }
+    for (i = x->ndim - k; i < x->ndim; i++) inner *= (size_t)x->shape[i];
+    shape2[0] = (int)(x->size / inner);
+    shape2[1] = (int)inner;
+    x2 = ad_reshape(T, x, 2, shape2);
+    xc = ad_sub(T, x2, ad_mean_axis(T, x2, 1, 1));
+    var = ad_mean_axis(T, ad_square(T, xc), 1, 1);
+    y = ad_reshape(T, ad_mul(T, xc, ad_pow(T, ad_add_scalar(T, var, eps), (ad_real)-0.5)), x->ndim, x->shape);
+    if (gamma) y = ad_mul(T, y, gamma);
+    if (beta) y = ad_add(T, y, beta);
+    return y;
+}
+
+/* >>ops:embedding ---------------------------------------------------------------------------- */
+AUTODIFF_API ad_tensor *ad_embedding(ad_tape *T, ad_tensor *weight, const int *indices, int n)
+{
+    int shape[2], i, V;
+    const int *idx = indices;
+    char s[96];
+    if (!T || !weight) return NULL;
+    if (weight->tape != T) { ad__fail(T, "ad_embedding: weight belongs to another tape"); return NULL; }
+    ad_shape_str(weight, s, sizeof s);
+    if (weight->ndim != 2) {
+        ad__fail(T, "ad_embedding: weight %s must be [V, D]", s);
+        return NULL;
+    }
+    if (n < 1 || !indices) {
+        ad__fail(T, "ad_embedding: weight %s: %s", s, indices ? "n must be at least 1" : "indices is NULL");
+        return NULL;
+    }
+    V = weight->shape[0];
+    for (i = 0; i < n; i++)
+        if (indices[i] < 0 || indices[i] >= V) {
+            ad__fail(T, "ad_embedding: weight %s: index %d (position %d) is outside 0..%d", s, indices[i], i,
+                     V - 1);
+            return NULL;
+        }
+    if (T->grad_enabled && weight->requires_grad) {
+        /* the gradient's scatter reads them after the caller's array may be gone */
+        int *copy = (int *)ad__alloc(T, (size_t)n * sizeof(int), "ad_embedding");
+        if (!copy) return NULL;
+        memcpy(copy, indices, (size_t)n * sizeof(int));
+        idx = copy;
+    }
+    shape[0] = n;
+    shape[1] = weight->shape[1];
+    return ad__gather(T, weight, idx, V, weight->shape[1], AD__GATHER_EMBEDDING, 2, shape);
+}
+
 /* >>ops:loss --------------------------------------------------------------------------------- */
 /* A [N, C] constant with 1 at (i, labels[i]). */
 AD__PRIVATE ad_tensor *ad__one_hot(ad_tape *T, const int *labels, int rows, int classes)
@@ -5586,979 +6580,6 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b)
 
 #undef AD__DATA_FMT
 #undef AD__NEED_STB
-
-/* >>ops:conv --------------------------------------------------------------------------------- */
-/* The geometry of a 2-D sliding window, shared by convolution and pooling. An op that needs it
-   later saves a copy on the tape; node->saved points at it. */
-typedef struct ad__win2d {
-    int n, c, h, w;             /* input [n, c, h, w] */
-    int o, kh, kw;              /* convolution: weight [o, c / groups, kh, kw]; pooling: o = c */
-    int oh, ow;                 /* output [n, o, oh, ow] */
-    int sh, sw, ph, pw, dh, dw; /* stride, zero padding on each side, dilation */
-    int groups;
-    int exclude_pad;            /* average pooling: divide by the cells inside the input only */
-} ad__win2d;
-
-AD__PRIVATE const ad__win2d *ad__win_of(const ad__node *n)
-{
-    return (const ad__win2d *)n->saved;
-}
-
-/* Saves G with the entry n; 0 when memory runs out. Nothing is saved for an unrecorded op. */
-AD__PRIVATE int ad__win_save(ad_tape *T, ad__node *n, const ad__win2d *G, const char *op)
-{
-    ad__win2d *copy;
-    if (n == &T->sink) return 1;
-    copy = (ad__win2d *)ad__alloc(T, sizeof *copy, op);
-    if (!copy) return 0;
-    *copy = *G;
-    n->saved = copy;
-    return 1;
-}
-
-/* Short loops written in blocks of eight, which compilers vectorise even at -O2. */
-AD__PRIVATE void ad__nn_copy(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, size_t n)
-{
-    size_t i = 0, j;
-    for (; i + 8 <= n; i += 8)
-        for (j = 0; j < 8; j++) y[i + j] = x[i + j];
-    for (; i < n; i++) y[i] = x[i];
-}
-
-AD__PRIVATE void ad__nn_add(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, size_t n)
-{
-    size_t i = 0, j;
-    for (; i + 8 <= n; i += 8)
-        for (j = 0; j < 8; j++) y[i + j] += x[i + j];
-    for (; i < n; i++) y[i] += x[i];
-}
-
-/* y = v (add 0) or y += v (add 1) */
-AD__PRIVATE void ad__nn_fill(ad_real *AD__RESTRICT y, ad_real v, size_t n, int add)
-{
-    size_t i = 0, j;
-    if (add) {
-        for (; i + 8 <= n; i += 8)
-            for (j = 0; j < 8; j++) y[i + j] += v;
-        for (; i < n; i++) y[i] += v;
-    } else {
-        for (; i + 8 <= n; i += 8)
-            for (j = 0; j < 8; j++) y[i + j] = v;
-        for (; i < n; i++) y[i] = v;
-    }
-}
-
-/* Eight partial sums in a fixed order: the same result on every run. */
-AD__PRIVATE ad_real ad__nn_sum(const ad_real *AD__RESTRICT x, size_t n)
-{
-    ad_real p[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
-    size_t i = 0, j;
-    for (; i + 8 <= n; i += 8)
-        for (j = 0; j < 8; j++) p[j] += x[i + j];
-    for (; i < n; i++) s += x[i];
-    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7])) + s;
-}
-
-/* The outputs o in [*lo, *hi) of count whose input position o * stride + off is in [0, size). */
-AD__PRIVATE void ad__win_range(int off, int stride, int size, int count, int *lo, int *hi)
-{
-    long long a = off >= 0 ? 0 : (-(long long)off + stride - 1) / stride;
-    long long b = (long long)size - off <= 0 ? 0 : ((long long)size - off + stride - 1) / stride;
-    if (b > count) b = count;
-    if (a > b) a = b;
-    *lo = (int)a;
-    *hi = (int)b;
-}
-
-/* col [channels * kh * kw, oh * ow] from one image's channels (x points at the first): row
-   (c, ki, kj) holds, for every output position, the input value under kernel tap (ki, kj), or 0
-   in the padding. */
-AD__PRIVATE void ad__im2col(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT x,
-                            ad_real *AD__RESTRICT col)
-{
-    size_t L = (size_t)G->oh * G->ow;
-    int c, ki, kj, oy, ox, ylo, yhi, xlo, xhi;
-    for (c = 0; c < channels; c++)
-        for (ki = 0; ki < G->kh; ki++) {
-            int yoff = ki * G->dh - G->ph;
-            ad__win_range(yoff, G->sh, G->h, G->oh, &ylo, &yhi);
-            for (kj = 0; kj < G->kw; kj++) {
-                ad_real *row = col + ((size_t)(c * G->kh + ki) * G->kw + kj) * L;
-                int xoff = kj * G->dw - G->pw;
-                ad__win_range(xoff, G->sw, G->w, G->ow, &xlo, &xhi);
-                if (xlo >= xhi) { /* the tap never meets the input */
-                    memset(row, 0, L * sizeof(ad_real));
-                    continue;
-                }
-                memset(row, 0, (size_t)ylo * G->ow * sizeof(ad_real));
-                for (oy = ylo; oy < yhi; oy++) {
-                    ad_real *dst = row + (size_t)oy * G->ow;
-                    const ad_real *src = x + ((size_t)c * G->h + (size_t)(oy * G->sh + yoff)) * G->w +
-                                         (xlo * G->sw + xoff);
-                    for (ox = 0; ox < xlo; ox++) dst[ox] = 0;
-                    if (G->sw == 1) ad__nn_copy(dst + xlo, src, (size_t)(xhi - xlo));
-                    else for (ox = xlo; ox < xhi; ox++) dst[ox] = src[(size_t)(ox - xlo) * G->sw];
-                    for (ox = xhi; ox < G->ow; ox++) dst[ox] = 0;
-                }
-                memset(row + (size_t)yhi * G->ow, 0, (size_t)(G->oh - yhi) * G->ow * sizeof(ad_real));
-            }
-        }
-}
-
-/* The adjoint of ad__im2col: adds every entry of col into the input cell it was read from. */
-AD__PRIVATE void ad__col2im(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT col,
-                            ad_real *AD__RESTRICT x)
-{
-    size_t L = (size_t)G->oh * G->ow;
-    int c, ki, kj, oy, ox, ylo, yhi, xlo, xhi;
-    for (c = 0; c < channels; c++)
-        for (ki = 0; ki < G->kh; ki++) {
-            int yoff = ki * G->dh - G->ph;
-            ad__win_range(yoff, G->sh, G->h, G->oh, &ylo, &yhi);
-            for (kj = 0; kj < G->kw; kj++) {
-                const ad_real *row = col + ((size_t)(c * G->kh + ki) * G->kw + kj) * L;
-                int xoff = kj * G->dw - G->pw;
-                ad__win_range(xoff, G->sw, G->w, G->ow, &xlo, &xhi);
-                if (xlo >= xhi) continue;
-                for (oy = ylo; oy < yhi; oy++) {
-                    const ad_real *src = row + (size_t)oy * G->ow;
-                    ad_real *dst = x + ((size_t)c * G->h + (size_t)(oy * G->sh + yoff)) * G->w +
-                                   (xlo * G->sw + xoff);
-                    if (G->sw == 1) ad__nn_add(dst, src + xlo, (size_t)(xhi - xlo));
-                    else for (ox = xlo; ox < xhi; ox++) dst[(size_t)(ox - xlo) * G->sw] += src[ox];
-                }
-            }
-        }
-}
-
-/* Convolution is bilinear in (x, w). With the trilinear form L(x, w, g) = <F(x, w), g> =
-   <x, Bx(g, w)> = <w, Bw(x, g)>, the three maps
-       F(x, w)   the convolution                        [n, o, oh, ow]
-       Bx(g, w)  its input gradient (a transposed conv) [n, c, h, w]
-       Bw(x, g)  its weight gradient                    [o, c / groups, kh, kw]
-   are one op here, and the derivative of each with respect to either operand is another of
-   the three applied to the right pair (see ad__conv_backward). */
-enum ad__conv_kind { AD__CONV_FORWARD, AD__CONV_INPUT_GRAD, AD__CONV_WEIGHT_GRAD };
-static const char *const ad__conv_names[] = {
-    "ad_conv2d", "ad_conv2d (input gradient)", "ad_conv2d (weight gradient)"
-};
-
-AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor *b, ad_tensor *bias,
-                                   const ad__win2d *G);
-
-/* Does the map read its input directly (a 1x1 kernel, stride 1, no padding), without im2col? */
-AD__PRIVATE int ad__conv_direct(const ad__win2d *G)
-{
-    return G->kh == 1 && G->kw == 1 && G->sh == 1 && G->sw == 1 && G->ph == 0 && G->pw == 0;
-}
-
-/* Scratch for one image's im2col on the tape, or NULL (not an error) when the map needs none. */
-AD__PRIVATE ad_real *ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op, int *failed)
-{
-    ad_real *col;
-    *failed = 0;
-    if (ad__conv_direct(G)) return NULL;
-    col = (ad_real *)ad__alloc(T, (size_t)(G->c / G->groups) * G->kh * G->kw * ((size_t)G->oh * G->ow) *
-                                      sizeof(ad_real), op);
-    *failed = col == NULL;
-    return col;
-}
-
-/* out (+)= the map kind of (a, b) (+ bias for the forward map), added into out when add is set;
-   the operands are (x, w) for the forward map, (g, w) for Bx and (x, g) for Bw. Each image and
-   group is one GEMM around im2col / col2im (col: scratch from ad__conv_scratch). Returns 0, or
-   -1 when the GEMM's packing buffer cannot be allocated. */
-AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const ad_real *a, const ad_real *b,
-                                const ad_real *bias, ad_real *out, int add, ad_real *col)
-{
-    int cg = G->c / G->groups, og = G->o / G->groups, L = G->oh * G->ow, K = cg * G->kh * G->kw;
-    int n, g, r, rc = 0;
-    size_t HW = (size_t)G->h * G->w;
-    if (kind == AD__CONV_INPUT_GRAD && col && !add)
-        memset(out, 0, (size_t)G->n * G->c * HW * sizeof(ad_real));
-    for (n = 0; n < G->n && rc == 0; n++)
-        for (g = 0; g < G->groups && rc == 0; g++) {
-            size_t xoff = ((size_t)n * G->c + (size_t)g * cg) * HW;
-            size_t yoff = ((size_t)n * G->o + (size_t)g * og) * (size_t)L;
-            size_t woff = (size_t)g * og * (size_t)K;
-            const ad_real *src;
-            if (kind == AD__CONV_FORWARD) {
-                /* y[og, L] (+)= w[og, K] col[K, L] (+ bias) */
-                ad_real *yg = out + yoff;
-                src = a + xoff;
-                if (col) { ad__im2col(G, cg, src, col); src = col; }
-                if (bias)
-                    for (r = 0; r < og; r++) ad__nn_fill(yg + (size_t)r * L, bias[g * og + r], (size_t)L, add);
-                rc = ad__gemm(T, 0, 0, og, L, K, b + woff, K, src, L, yg, L, add || bias);
-            } else if (kind == AD__CONV_INPUT_GRAD) {
-                /* col[K, L] = w[og, K]^T g[og, L], added back into the image */
-                if (!col) {
-                    rc = ad__gemm(T, 1, 0, K, L, og, b + woff, K, a + yoff, L, out + xoff, L, add);
-                } else {
-                    rc = ad__gemm(T, 1, 0, K, L, og, b + woff, K, a + yoff, L, col, L, 0);
-                    ad__col2im(G, cg, col, out + xoff);
-                }
-            } else {
-                /* w[og, K] (+)= g[og, L] col[K, L]^T, summed over the images */
-                src = a + xoff;
-                if (col) { ad__im2col(G, cg, src, col); src = col; }
-                rc = ad__gemm(T, 0, 1, og, K, L, b + yoff, L, src, L, out + woff, K, add || n > 0);
-            }
-        }
-    return rc;
-}
-
-/* The gradients of a forward convolution when they are not recorded: each computed straight
-   into the buffer that accumulates it. */
-AD__PRIVATE void ad__conv_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *v)
-{
-    ad_tape *T = S->T;
-    const ad__win2d *G = ad__win_of(n);
-    ad_tensor *x = n->in[0], *w = n->in[1], *bias = n->nin > 2 ? n->in[2] : NULL;
-    ad_real *d, *col = NULL;
-    int add, failed = 0, o, k;
-    size_t L = (size_t)G->oh * G->ow;
-    if (ad__wants(S, x) || ad__wants(S, w)) col = ad__conv_scratch(T, G, "ad_conv2d", &failed);
-    if (!failed && ad__wants(S, x) && (d = ad__grad_target(S, x, &add)) != NULL)
-        failed = ad__conv_kernel(T, AD__CONV_INPUT_GRAD, G, v->data, w->data, NULL, d, add, col) != 0;
-    if (!failed && ad__wants(S, w) && (d = ad__grad_target(S, w, &add)) != NULL)
-        failed = ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, G, x->data, v->data, NULL, d, add, col) != 0;
-    if (!failed && bias && ad__wants(S, bias) && (d = ad__grad_target(S, bias, &add)) != NULL) {
-        if (!add) memset(d, 0, (size_t)G->o * sizeof(ad_real));
-        for (k = 0; k < G->n; k++)
-            for (o = 0; o < G->o; o++) d[o] += ad__nn_sum(v->data + ((size_t)k * G->o + o) * L, L);
-    }
-    if (failed) {
-        S->failed = 1;
-        if (!T->has_error) ad__fail(T, "ad_conv2d: out of memory in the backward sweep");
-    }
-}
-
-/* v is the gradient of this op's output. */
-AD__PRIVATE void ad__conv_backward(ad__sweep *S, ad__node *n, ad_tensor *v)
-{
-    ad_tape *T = S->T;
-    const ad__win2d *G = ad__win_of(n);
-    ad_tensor *a = n->in[0], *b = n->in[1];
-    int shape[3];
-    switch (n->iv[0]) {
-    case AD__CONV_FORWARD: /* y = F(x, w) + bias: dx = Bx(v, w), dw = Bw(x, v), dbias = sum v */
-        if (!S->create_graph) {
-            ad__conv_backward_fused(S, n, v);
-            break;
-        }
-        if (ad__wants(S, a)) ad__accum(S, a, ad__conv_op(T, AD__CONV_INPUT_GRAD, v, b, NULL, G), 1);
-        if (ad__wants(S, b)) ad__accum(S, b, ad__conv_op(T, AD__CONV_WEIGHT_GRAD, a, v, NULL, G), 1);
-        if (n->nin > 2 && ad__wants(S, n->in[2])) {
-            shape[0] = G->o;
-            shape[1] = shape[2] = 1;
-            ad__accum_to(S, n->in[2], ad_sum_to(T, v, 3, shape), 1);
-        }
-        break;
-    case AD__CONV_INPUT_GRAD: /* z = Bx(g, w): <z, v> = <F(v, w), g> = <w, Bw(v, g)> */
-        if (ad__wants(S, a)) ad__accum(S, a, ad__conv_op(T, AD__CONV_FORWARD, v, b, NULL, G), 1);
-        if (ad__wants(S, b)) ad__accum(S, b, ad__conv_op(T, AD__CONV_WEIGHT_GRAD, v, a, NULL, G), 1);
-        break;
-    case AD__CONV_WEIGHT_GRAD: /* z = Bw(x, g): <z, v> = <x, Bx(g, v)> = <F(x, v), g> */
-        if (ad__wants(S, a)) ad__accum(S, a, ad__conv_op(T, AD__CONV_INPUT_GRAD, b, v, NULL, G), 1);
-        if (ad__wants(S, b)) ad__accum(S, b, ad__conv_op(T, AD__CONV_FORWARD, a, v, NULL, G), 1);
-        break;
-    default: AUTODIFF_ASSERT(0);
-    }
-}
-
-/* One of the three maps as a recorded op; G has been validated by ad_conv2d. */
-AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor *b, ad_tensor *bias,
-                                   const ad__win2d *G)
-{
-    const char *op = ad__conv_names[kind];
-    int shape[4], failed;
-    ad_real *col;
-    ad_tensor *y, *ins[3];
-    ad__node *node;
-    if (!a || !b) return NULL;
-    if (kind == AD__CONV_FORWARD) {
-        shape[0] = G->n; shape[1] = G->o; shape[2] = G->oh; shape[3] = G->ow;
-    } else if (kind == AD__CONV_INPUT_GRAD) {
-        shape[0] = G->n; shape[1] = G->c; shape[2] = G->h; shape[3] = G->w;
-    } else {
-        shape[0] = G->o; shape[1] = G->c / G->groups; shape[2] = G->kh; shape[3] = G->kw;
-    }
-    y = ad__tensor(T, op, 4, shape, 1);
-    if (!y) return NULL;
-    col = ad__conv_scratch(T, G, op, &failed);
-    if (failed) return NULL;
-    if (ad__conv_kernel(T, kind, G, a->data, b->data, bias ? bias->data : NULL, y->data, 0, col) != 0) {
-        ad__fail(T, "%s: out of memory for the packing buffer", op);
-        return NULL;
-    }
-    ins[0] = a;
-    ins[1] = b;
-    ins[2] = bias;
-    node = ad__record(T, op, y, ad__conv_backward, ins, bias ? 3 : 2);
-    if (!node) return NULL;
-    node->iv[0] = kind;
-    if (!ad__win_save(T, node, G, op)) return NULL;
-    return y;
-}
-
-AUTODIFF_API ad_tensor *ad_conv2d(ad_tape *T, ad_tensor *x, ad_tensor *w, ad_tensor *b,
-                                  const ad_conv2d_desc *desc)
-{
-    ad_conv2d_desc d;
-    ad__win2d G;
-    long long ph2, pw2, eh, ew, oh, ow;
-    char sx[96], sw[96], sb[96];
-    if (!T || !x || !w) return NULL;
-    if (x->tape != T || w->tape != T || (b && b->tape != T)) {
-        ad__fail(T, "ad_conv2d: an input belongs to another tape");
-        return NULL;
-    }
-    if (desc) d = *desc;
-    else memset(&d, 0, sizeof d);
-    ad_shape_str(x, sx, sizeof sx);
-    ad_shape_str(w, sw, sizeof sw);
-    if (x->ndim != 4 || w->ndim != 4) {
-        ad__fail(T, "ad_conv2d: x %s, w %s: x must be [N, C, H, W] and w [O, C/groups, kH, kW]", sx, sw);
-        return NULL;
-    }
-    if (d.stride_h < 0 || d.stride_w < 0 || d.dilation_h < 0 || d.dilation_w < 0) {
-        ad__fail(T, "ad_conv2d: x %s, w %s: stride %dx%d and dilation %dx%d must be positive (0 means 1)",
-                 sx, sw, d.stride_h, d.stride_w, d.dilation_h, d.dilation_w);
-        return NULL;
-    }
-    if (d.pad_h < 0 || d.pad_w < 0) {
-        ad__fail(T, "ad_conv2d: x %s, w %s: padding %dx%d must not be negative", sx, sw, d.pad_h, d.pad_w);
-        return NULL;
-    }
-    if (d.groups < 0) {
-        ad__fail(T, "ad_conv2d: x %s, w %s: groups %d must be positive (0 means 1)", sx, sw, d.groups);
-        return NULL;
-    }
-    memset(&G, 0, sizeof G);
-    G.n = x->shape[0]; G.c = x->shape[1]; G.h = x->shape[2]; G.w = x->shape[3];
-    G.o = w->shape[0]; G.kh = w->shape[2]; G.kw = w->shape[3];
-    G.sh = d.stride_h ? d.stride_h : 1;
-    G.sw = d.stride_w ? d.stride_w : 1;
-    G.dh = d.dilation_h ? d.dilation_h : 1;
-    G.dw = d.dilation_w ? d.dilation_w : 1;
-    G.ph = d.pad_h;
-    G.pw = d.pad_w;
-    G.groups = d.groups ? d.groups : 1;
-    if (G.c % G.groups != 0 || G.o % G.groups != 0) {
-        ad__fail(T, "ad_conv2d: x %s, w %s: groups %d must divide both the %d input channels and the %d "
-                 "output channels", sx, sw, G.groups, G.c, G.o);
-        return NULL;
-    }
-    if (w->shape[1] != G.c / G.groups) {
-        ad__fail(T, "ad_conv2d: x %s, w %s: w has %d input channels per group; x's %d channels in %d "
-                 "group(s) need %d", sx, sw, w->shape[1], G.c, G.groups, G.c / G.groups);
-        return NULL;
-    }
-    if (b && (b->ndim != 1 || b->shape[0] != G.o)) {
-        ad__fail(T, "ad_conv2d: w %s, b %s: b must be [%d], one value per output channel", sw,
-                 ad_shape_str(b, sb, sizeof sb), G.o);
-        return NULL;
-    }
-    ph2 = (long long)G.h + 2LL * G.ph;
-    pw2 = (long long)G.w + 2LL * G.pw;
-    eh = (long long)G.dh * (G.kh - 1) + 1;
-    ew = (long long)G.dw * (G.kw - 1) + 1;
-    if (eh > ph2 || ew > pw2) {
-        ad__fail(T, "ad_conv2d: x %s, w %s: the kernel spans %lldx%lld (dilation %dx%d), larger than the "
-                 "padded input %lldx%lld: the output would be empty", sx, sw, eh, ew, G.dh, G.dw, ph2, pw2);
-        return NULL;
-    }
-    oh = (ph2 - eh) / G.sh + 1;
-    ow = (pw2 - ew) / G.sw + 1;
-    if (ph2 > INT_MAX || pw2 > INT_MAX || oh * ow > INT_MAX ||
-        (long long)(G.c / G.groups) * G.kh * G.kw > INT_MAX) {
-        ad__fail(T, "ad_conv2d: x %s, w %s: too large", sx, sw);
-        return NULL;
-    }
-    G.oh = (int)oh;
-    G.ow = (int)ow;
-    return ad__conv_op(T, AD__CONV_FORWARD, x, w, b, &G);
-}
-
-/* >>ops:pool --------------------------------------------------------------------------------- */
-/* Checks a pooling call and fills G; 0 with the tape's error set on a misuse. */
-AD__PRIVATE int ad__pool_geom(ad_tape *T, const char *op, const ad_tensor *x, int kh, int kw,
-                              const ad_pool2d_desc *desc, ad__win2d *G)
-{
-    ad_pool2d_desc d;
-    long long ph2, pw2;
-    char s[96];
-    if (x->tape != T) {
-        ad__fail(T, "%s: the input belongs to another tape", op);
-        return 0;
-    }
-    if (desc) d = *desc;
-    else memset(&d, 0, sizeof d);
-    ad_shape_str(x, s, sizeof s);
-    if (x->ndim != 4) {
-        ad__fail(T, "%s: x %s must be [N, C, H, W]", op, s);
-        return 0;
-    }
-    if (kh < 1 || kw < 1 || d.stride_h < 0 || d.stride_w < 0) {
-        ad__fail(T, "%s: x %s: kernel %dx%d and stride %dx%d must be positive (stride 0 means the kernel)",
-                 op, s, kh, kw, d.stride_h, d.stride_w);
-        return 0;
-    }
-    if (d.pad_h < 0 || d.pad_w < 0 || d.pad_h > kh / 2 || d.pad_w > kw / 2) {
-        ad__fail(T, "%s: x %s: padding %dx%d must be between 0 and half the kernel %dx%d", op, s, d.pad_h,
-                 d.pad_w, kh, kw);
-        return 0;
-    }
-    memset(G, 0, sizeof *G);
-    G->n = x->shape[0]; G->c = G->o = x->shape[1]; G->h = x->shape[2]; G->w = x->shape[3];
-    G->kh = kh; G->kw = kw;
-    G->sh = d.stride_h ? d.stride_h : kh;
-    G->sw = d.stride_w ? d.stride_w : kw;
-    G->ph = d.pad_h; G->pw = d.pad_w;
-    G->dh = G->dw = 1;
-    G->groups = 1;
-    G->exclude_pad = d.exclude_pad != 0;
-    ph2 = (long long)G->h + 2LL * G->ph;
-    pw2 = (long long)G->w + 2LL * G->pw;
-    if (kh > ph2 || kw > pw2) {
-        ad__fail(T, "%s: x %s: the kernel %dx%d is larger than the padded input %lldx%lld: the output would "
-                 "be empty", op, s, kh, kw, ph2, pw2);
-        return 0;
-    }
-    if (ph2 > INT_MAX || pw2 > INT_MAX || (size_t)G->h * (size_t)G->w > INT_MAX) {
-        ad__fail(T, "%s: x %s: too large", op, s);
-        return 0;
-    }
-    G->oh = (int)((ph2 - kh) / G->sh + 1);
-    G->ow = (int)((pw2 - kw) / G->sw + 1);
-    return 1;
-}
-
-/* Gather and scatter sharing one saved index array (on the tape), the pair behind max pooling
-   and embedding. Both view their data as P planes: the source of a gather has S rows of E
-   values per plane, its result L rows; row o of plane p is source row idx[p * L + o] of that
-   plane. The scatter adds the rows back: each is the other's adjoint, so each one's gradient
-   is the other. iv[0] = S, iv[1] = E, iv[2] = the public op's kind (for messages). */
-enum ad__gather_kind { AD__GATHER_MAX_POOL, AD__GATHER_EMBEDDING };
-static const char *const ad__gather_names[] = { "ad_max_pool2d", "ad_embedding" };
-
-AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const int *idx, int S, int E, int kind,
-                                  int ndim, const int *shape);
-AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const int *idx, int S, int E, int kind,
-                                   int ndim, const int *shape);
-
-/* y (+)= the rows of g added at idx: y has P planes of S rows, g P planes of L rows, E values
-   each. Only the rows named by idx are written when add is set. */
-AD__PRIVATE void ad__scatter_kernel(const ad_real *g, const int *idx, size_t P, size_t S, size_t L, size_t E,
-                                    ad_real *y, int add)
-{
-    size_t p, o;
-    if (!add) memset(y, 0, P * S * E * sizeof(ad_real));
-    for (p = 0; p < P; p++) {
-        const int *ip = idx + p * L;
-        const ad_real *src = g + p * L * E;
-        ad_real *dst = y + p * S * E;
-        if (E == 1) {
-            for (o = 0; o < L; o++) dst[ip[o]] += src[o];
-        } else {
-            for (o = 0; o < L; o++) ad__nn_add(dst + (size_t)ip[o] * E, src + o * E, E);
-        }
-    }
-}
-
-AD__PRIVATE void ad__gather_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
-{
-    ad_tensor *v = n->in[0];
-    size_t E = (size_t)n->iv[1], P = v->size / ((size_t)n->iv[0] * E);
-    ad_real *d;
-    int add;
-    if (!ad__wants(S, v)) return;
-    if (!S->create_graph) {
-        /* straight into the gradient buffer: for an embedding, only the rows used are touched */
-        if ((d = ad__grad_target(S, v, &add)) != NULL)
-            ad__scatter_kernel(g->data, n->labels, P, (size_t)n->iv[0], g->size / (P * E), E, d, add);
-        return;
-    }
-    ad__accum(S, v, ad__scatter(S->T, g, n->labels, n->iv[0], n->iv[1], n->iv[2], v->ndim, v->shape), 1);
-}
-
-AD__PRIVATE void ad__scatter_backward(ad__sweep *S, ad__node *n, ad_tensor *u)
-{
-    ad_tensor *g = n->in[0];
-    ad__accum(S, g, ad__gather(S->T, u, n->labels, n->iv[0], n->iv[1], n->iv[2], g->ndim, g->shape), 1);
-}
-
-AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const int *idx, int S, int E, int kind,
-                                  int ndim, const int *shape)
-{
-    const char *op = ad__gather_names[kind];
-    size_t P, L, p, o;
-    ad_tensor *y;
-    ad__node *node;
-    if (!v) return NULL;
-    y = ad__tensor(T, op, ndim, shape, 1);
-    if (!y) return NULL;
-    P = v->size / ((size_t)S * E);
-    L = y->size / (P * E);
-    for (p = 0; p < P; p++) {
-        const int *ip = idx + p * L;
-        const ad_real *src = v->data + p * S * E;
-        ad_real *dst = y->data + p * L * E;
-        if (E == 1) {
-            for (o = 0; o < L; o++) dst[o] = src[ip[o]];
-        } else {
-            for (o = 0; o < L; o++) ad__nn_copy(dst + o * E, src + (size_t)ip[o] * E, (size_t)E);
-        }
-    }
-    node = ad__record1(T, op, y, ad__gather_backward, v);
-    if (!node) return NULL;
-    node->iv[0] = S;
-    node->iv[1] = E;
-    node->iv[2] = kind;
-    node->labels = idx;
-    return y;
-}
-
-AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const int *idx, int S, int E, int kind,
-                                   int ndim, const int *shape)
-{
-    const char *op = ad__gather_names[kind];
-    size_t P;
-    ad_tensor *y;
-    ad__node *node;
-    if (!g) return NULL;
-    y = ad__tensor(T, op, ndim, shape, 1);
-    if (!y) return NULL;
-    P = y->size / ((size_t)S * E);
-    ad__scatter_kernel(g->data, idx, P, (size_t)S, g->size / (P * E), (size_t)E, y->data, 0);
-    node = ad__record1(T, op, y, ad__scatter_backward, g);
-    if (!node) return NULL;
-    node->iv[0] = S;
-    node->iv[1] = E;
-    node->iv[2] = kind;
-    node->labels = idx;
-    return y;
-}
-
-/* Row oy of max pooling one output at a time, for rows that hold a NaN: the first real cell
-   of each window, then any larger one or a NaN replacing a number (a NaN wins and stays, as in
-   PyTorch). */
-AD__PRIVATE void ad__max_pool_row_nan(const ad__win2d *G, const ad_real *x, int oy, ad_real *m, int *a)
-{
-    int ox, iy, ix;
-    int ys = oy * G->sh - G->ph, y0 = ys < 0 ? 0 : ys, y1 = ys + G->kh < G->h ? ys + G->kh : G->h;
-    for (ox = 0; ox < G->ow; ox++) {
-        int xs = ox * G->sw - G->pw, x0 = xs < 0 ? 0 : xs, x1 = xs + G->kw < G->w ? xs + G->kw : G->w;
-        int best = y0 * G->w + x0;
-        ad_real v, mv = x[best];
-        for (iy = y0; iy < y1; iy++)
-            for (ix = x0; ix < x1; ix++) {
-                v = x[iy * G->w + ix];
-                if ((v > mv || v != v) && mv == mv) {
-                    mv = v;
-                    best = iy * G->w + ix;
-                }
-            }
-        m[ox] = mv;
-        if (a) a[ox] = best;
-    }
-}
-
-/* One plane of max pooling: y [oh, ow] from x [h, w], and when arg is not NULL the winners'
-   positions in x (the first maximal cell of each window in row-major order). The taps of the
-   window are visited over a whole output row at a time, so that the inner loops are selects
-   without branches: first the maxima, then, taps in reverse, the first cell holding each one.
-   Padded cells are never read, and every window has a real cell (padding is at most half the
-   kernel). range[2 kj], range[2 kj + 1] are the outputs whose tap kj falls inside a row. */
-AD__PRIVATE void ad__max_pool_plane(const ad__win2d *G, const int *range, const ad_real *AD__RESTRICT x,
-                                    ad_real *AD__RESTRICT y, int *AD__RESTRICT arg)
-{
-    int oy, ox, ki, kj, lo, hi;
-    for (oy = 0; oy < G->oh; oy++) {
-        ad_real *AD__RESTRICT m = y + (size_t)oy * G->ow;
-        int *AD__RESTRICT a = arg ? arg + (size_t)oy * G->ow : NULL;
-        int nan = 0;
-        for (ox = 0; ox < G->ow; ox++) m[ox] = (ad_real)-HUGE_VAL;
-        for (ki = 0; ki < G->kh; ki++) {
-            int iy = oy * G->sh - G->ph + ki;
-            if (iy < 0 || iy >= G->h) continue;
-            for (kj = 0; kj < G->kw; kj++) {
-                int off = kj - G->pw;
-                const ad_real *row = x + (size_t)iy * G->w;
-                lo = range[2 * kj];
-                hi = range[2 * kj + 1];
-                for (ox = lo; ox < hi; ox++) {
-                    ad_real v = row[ox * G->sw + off], cur = m[ox];
-                    m[ox] = v > cur ? v : cur;
-                    nan |= v != v;
-                }
-            }
-        }
-        if (nan) {
-            ad__max_pool_row_nan(G, x, oy, m, a);
-            continue;
-        }
-        if (!a) continue;
-        for (ki = G->kh - 1; ki >= 0; ki--) {
-            int iy = oy * G->sh - G->ph + ki;
-            if (iy < 0 || iy >= G->h) continue;
-            for (kj = G->kw - 1; kj >= 0; kj--) {
-                int off = kj - G->pw, base = iy * G->w + off;
-                lo = range[2 * kj];
-                hi = range[2 * kj + 1];
-                for (ox = lo; ox < hi; ox++) {
-                    int at = base + ox * G->sw, eq = -(int)(x[at] == m[ox]);
-                    a[ox] = (a[ox] & ~eq) | (at & eq);
-                }
-            }
-        }
-    }
-}
-
-AUTODIFF_API ad_tensor *ad_max_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, int kernel_w,
-                                      const ad_pool2d_desc *desc)
-{
-    ad__win2d G;
-    int shape[4], kj, *arg, *range;
-    size_t P, p, HW, L;
-    ad_tensor *y;
-    ad__node *node;
-    if (!T || !x) return NULL;
-    if (!ad__pool_geom(T, "ad_max_pool2d", x, kernel_h, kernel_w, desc, &G)) return NULL;
-    shape[0] = G.n; shape[1] = G.c; shape[2] = G.oh; shape[3] = G.ow;
-    y = ad__tensor(T, "ad_max_pool2d", 4, shape, 1);
-    if (!y) return NULL;
-    HW = (size_t)G.h * G.w;
-    L = (size_t)G.oh * G.ow;
-    P = (size_t)G.n * G.c;
-    /* the winners' positions, kept for the backward gather / scatter pair */
-    arg = NULL;
-    if (T->grad_enabled && x->requires_grad) {
-        arg = (int *)ad__alloc(T, y->size * sizeof(int), "ad_max_pool2d");
-        if (!arg) return NULL;
-    }
-    range = (int *)ad__alloc(T, 2 * (size_t)G.kw * sizeof(int), "ad_max_pool2d");
-    if (!range) return NULL;
-    for (kj = 0; kj < G.kw; kj++) ad__win_range(kj - G.pw, G.sw, G.w, G.ow, &range[2 * kj], &range[2 * kj + 1]);
-    for (p = 0; p < P; p++)
-        ad__max_pool_plane(&G, range, x->data + p * HW, y->data + p * L, arg ? arg + p * L : NULL);
-    node = ad__record1(T, "ad_max_pool2d", y, ad__gather_backward, x);
-    if (!node) return NULL;
-    node->iv[0] = (int)HW;
-    node->iv[1] = 1;
-    node->iv[2] = AD__GATHER_MAX_POOL;
-    node->labels = arg;
-    return y;
-}
-
-/* Average pooling A x and its adjoint A^T g, one op: each is linear, and the gradient of
-   either is the other. iv[0] is the kind. */
-enum ad__avg_kind { AD__AVG_FORWARD, AD__AVG_ADJOINT };
-
-AD__PRIVATE ad_tensor *ad__avg_pool_op(ad_tape *T, int kind, ad_tensor *a, const ad__win2d *G);
-
-/* out (+)= A a (forward) or A^T a (adjoint), added into out when add is set. */
-AD__PRIVATE void ad__avg_pool_kernel(const ad__win2d *G, int kind, const ad_real *a, ad_real *out, int add)
-{
-    int oy, ox, iy, ix;
-    size_t P = (size_t)G->n * G->c, p, HW = (size_t)G->h * G->w, L = (size_t)G->oh * G->ow;
-    ad_real full = (ad_real)G->kh * (ad_real)G->kw;
-    if (kind == AD__AVG_ADJOINT && !add) memset(out, 0, P * HW * sizeof(ad_real));
-    for (p = 0; p < P; p++)
-        for (oy = 0; oy < G->oh; oy++) {
-            int ys = oy * G->sh - G->ph, y0 = ys < 0 ? 0 : ys, y1 = ys + G->kh < G->h ? ys + G->kh : G->h;
-            for (ox = 0; ox < G->ow; ox++) {
-                int xs = ox * G->sw - G->pw, x0 = xs < 0 ? 0 : xs, x1 = xs + G->kw < G->w ? xs + G->kw : G->w;
-                ad_real div = G->exclude_pad ? (ad_real)((y1 - y0) * (x1 - x0)) : full;
-                size_t o = p * L + (size_t)(oy * G->ow + ox);
-                if (kind == AD__AVG_FORWARD) {
-                    const ad_real *src = a + p * HW;
-                    ad_real s = 0;
-                    for (iy = y0; iy < y1; iy++)
-                        for (ix = x0; ix < x1; ix++) s += src[iy * G->w + ix];
-                    out[o] = add ? out[o] + s / div : s / div;
-                } else {
-                    ad_real *dst = out + p * HW, share = a[o] / div;
-                    for (iy = y0; iy < y1; iy++)
-                        for (ix = x0; ix < x1; ix++) dst[iy * G->w + ix] += share;
-                }
-            }
-        }
-}
-
-AD__PRIVATE void ad__avg_pool_backward(ad__sweep *S, ad__node *n, ad_tensor *v)
-{
-    ad_real *d;
-    int add;
-    if (!ad__wants(S, n->in[0])) return;
-    if (!S->create_graph) {
-        if ((d = ad__grad_target(S, n->in[0], &add)) != NULL)
-            ad__avg_pool_kernel(ad__win_of(n), 1 - n->iv[0], v->data, d, add);
-        return;
-    }
-    ad__accum(S, n->in[0], ad__avg_pool_op(S->T, 1 - n->iv[0], v, ad__win_of(n)), 1);
-}
-
-AD__PRIVATE ad_tensor *ad__avg_pool_op(ad_tape *T, int kind, ad_tensor *a, const ad__win2d *G)
-{
-    const char *op = kind == AD__AVG_FORWARD ? "ad_avg_pool2d" : "ad_avg_pool2d (gradient)";
-    int shape[4];
-    ad_tensor *y;
-    ad__node *node;
-    if (!a) return NULL;
-    shape[0] = G->n; shape[1] = G->c;
-    shape[2] = kind == AD__AVG_FORWARD ? G->oh : G->h;
-    shape[3] = kind == AD__AVG_FORWARD ? G->ow : G->w;
-    y = ad__tensor(T, op, 4, shape, 1);
-    if (!y) return NULL;
-    ad__avg_pool_kernel(G, kind, a->data, y->data, 0);
-    node = ad__record1(T, op, y, ad__avg_pool_backward, a);
-    if (!node) return NULL;
-    node->iv[0] = kind;
-    if (!ad__win_save(T, node, G, op)) return NULL;
-    return y;
-}
-
-AUTODIFF_API ad_tensor *ad_avg_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, int kernel_w,
-                                      const ad_pool2d_desc *desc)
-{
-    ad__win2d G;
-    if (!T || !x) return NULL;
-    if (!ad__pool_geom(T, "ad_avg_pool2d", x, kernel_h, kernel_w, desc, &G)) return NULL;
-    return ad__avg_pool_op(T, AD__AVG_FORWARD, x, &G);
-}
-
-AUTODIFF_API ad_tensor *ad_global_avg_pool2d(ad_tape *T, ad_tensor *x)
-{
-    int shape[3];
-    char s[96];
-    if (!T || !x) return NULL;
-    if (x->ndim != 4) {
-        ad__fail(T, "ad_global_avg_pool2d: x %s must be [N, C, H, W]", ad_shape_str(x, s, sizeof s));
-        return NULL;
-    }
-    shape[0] = x->shape[0];
-    shape[1] = x->shape[1];
-    shape[2] = x->shape[2] * x->shape[3];
-    return ad_mean_axis(T, ad_reshape(T, x, 3, shape), 2, 0);
-}
-
-/* >>ops:dropout ------------------------------------------------------------------------------ */
-AUTODIFF_API ad_tensor *ad_dropout(ad_tape *T, ad_tensor *x, ad_real p, ad_rng *rng)
-{
-    ad_tensor *mask;
-    ad_real keep;
-    size_t i;
-    if (!T || !x) return NULL;
-    if (x->tape != T) { ad__fail(T, "ad_dropout: the input belongs to another tape"); return NULL; }
-    if (!(p >= 0 && p <= 1)) {
-        ad__fail(T, "ad_dropout: p = %g must be in [0, 1]", (double)p);
-        return NULL;
-    }
-    if (!T->training || p == 0) return x;
-    if (!rng) { ad__fail(T, "ad_dropout: rng is NULL in training mode"); return NULL; }
-    mask = ad__like(T, "ad_dropout", x);
-    if (!mask) return NULL;
-    keep = p < 1 ? 1 / (1 - p) : 0;
-    for (i = 0; i < mask->size; i++) mask->data[i] = ad_rng_uniform(rng) < (double)p ? 0 : keep;
-    return ad_mul(T, x, mask);
-}
-
-/* >>ops:norm --------------------------------------------------------------------------------- */
-AUTODIFF_API int ad_batch_norm_init(ad_batch_norm_state *bn, int num_features, ad_real *running_mean,
-                                    ad_real *running_var)
-{
-    int i;
-    if (!bn) return -1;
-    memset(bn, 0, sizeof *bn);
-    if (num_features < 1 || (!running_mean) != (!running_var)) return -1;
-    if (!running_mean) {
-        if ((size_t)num_features > (size_t)-1 / (2 * sizeof(ad_real))) return -1;
-        running_mean = (ad_real *)AUTODIFF_MALLOC(2 * (size_t)num_features * sizeof(ad_real));
-        if (!running_mean) return -1;
-        running_var = running_mean + num_features;
-        bn->owns_buffers = 1;
-    }
-    for (i = 0; i < num_features; i++) {
-        running_mean[i] = 0;
-        running_var[i] = 1;
-    }
-    bn->num_features = num_features;
-    bn->running_mean = running_mean;
-    bn->running_var = running_var;
-    bn->momentum = (ad_real)0.1;
-    bn->eps = (ad_real)1e-5;
-    return 0;
-}
-
-AUTODIFF_API void ad_batch_norm_free(ad_batch_norm_state *bn)
-{
-    if (!bn) return;
-    if (bn->owns_buffers) AUTODIFF_FREE(bn->running_mean);
-    memset(bn, 0, sizeof *bn);
-}
-
-/* Written with ops on x viewed as [N, C, H*W] (H*W = 1 for 2-D input), so every derivative,
-   of any order, comes from the ops' own. */
-AUTODIFF_API ad_tensor *ad_batch_norm(ad_tape *T, ad_tensor *x, ad_batch_norm_state *bn,
-                                      ad_tensor *gamma, ad_tensor *beta)
-{
-    int shape3[3], cshape[3], i, c;
-    size_t count;
-    ad_tensor *x3, *y;
-    char sx[96], sp[96];
-    if (!T || !x) return NULL;
-    if (x->tape != T || (gamma && gamma->tape != T) || (beta && beta->tape != T)) {
-        ad__fail(T, "ad_batch_norm: an input belongs to another tape");
-        return NULL;
-    }
-    ad_shape_str(x, sx, sizeof sx);
-    if (x->ndim != 2 && x->ndim != 4) {
-        ad__fail(T, "ad_batch_norm: x %s must be [N, C] or [N, C, H, W]", sx);
-        return NULL;
-    }
-    if (!bn || !bn->running_mean || !bn->running_var || bn->num_features < 1) {
-        ad__fail(T, "ad_batch_norm: x %s: the state is not initialised (ad_batch_norm_init)", sx);
-        return NULL;
-    }
-    c = x->shape[1];
-    if (c != bn->num_features) {
-        ad__fail(T, "ad_batch_norm: x %s has %d channels; the state has %d features", sx, c, bn->num_features);
-        return NULL;
-    }
-    for (i = 0; i < 2; i++) {
-        ad_tensor *t = i ? beta : gamma;
-        if (t && !(t->ndim == 1 && t->shape[0] == c)) {
-            ad__fail(T, "ad_batch_norm: x %s, %s %s: it must be [%d]", sx, i ? "beta" : "gamma",
-                     ad_shape_str(t, sp, sizeof sp), c);
-            return NULL;
-        }
-    }
-    shape3[0] = x->shape[0];
-    shape3[1] = c;
-    shape3[2] = (int)(x->size / ((size_t)x->shape[0] * (size_t)c));
-    cshape[0] = 1;
-    cshape[1] = c;
-    cshape[2] = 1;
-    count = (size_t)shape3[0] * (size_t)shape3[2];
-    x3 = ad_reshape(T, x, 3, shape3);
-    if (T->training) {
-        ad_tensor *mean, *xc, *var;
-        ad_real m = bn->momentum;
-        double unbias;
-        if (count < 2) {
-            ad__fail(T, "ad_batch_norm: x %s: training needs more than one value per channel", sx);
-            return NULL;
-        }
-        mean = ad_mean_axis(T, ad_mean_axis(T, x3, 2, 1), 0, 1);
-        xc = ad_sub(T, x3, mean);
-        var = ad_mean_axis(T, ad_mean_axis(T, ad_square(T, xc), 2, 1), 0, 1);
-        y = ad_mul(T, xc, ad_pow(T, ad_add_scalar(T, var, bn->eps), (ad_real)-0.5));
-        if (!y) return NULL;
-        unbias = (double)count / (double)(count - 1);
-        for (i = 0; i < c; i++) {
-            bn->running_mean[i] = (1 - m) * bn->running_mean[i] + m * mean->data[i];
-            bn->running_var[i] = (ad_real)((1 - m) * bn->running_var[i] + m * (double)var->data[i] * unbias);
-        }
-    } else {
-        ad_tensor *mean = ad__tensor(T, "ad_batch_norm", 3, cshape, 1);
-        ad_tensor *inv = ad__tensor(T, "ad_batch_norm", 3, cshape, 1);
-        if (!mean || !inv) return NULL;
-        for (i = 0; i < c; i++) {
-            mean->data[i] = bn->running_mean[i];
-            inv->data[i] = 1 / AD__F(sqrt)(bn->running_var[i] + bn->eps);
-        }
-        y = ad_mul(T, ad_sub(T, x3, mean), inv);
-    }
-    if (gamma) y = ad_mul(T, y, ad_reshape(T, gamma, 3, cshape));
-    if (beta) y = ad_add(T, y, ad_reshape(T, beta, 3, cshape));
-    return ad_reshape(T, y, x->ndim, x->shape);
-}
-
-AUTODIFF_API ad_tensor *ad_layer_norm(ad_tape *T, ad_tensor *x, int k, ad_tensor *gamma, ad_tensor *beta,
-                                      ad_real eps)
-{
-    int shape2[2], i, j;
-    size_t inner = 1;
-    ad_tensor *x2, *xc, *var, *y;
-    char sx[96], sp[96];
-    if (!T || !x) return NULL;
-    if (x->tape != T || (gamma && gamma->tape != T) || (beta && beta->tape != T)) {
-        ad__fail(T, "ad_layer_norm: an input belongs to another tape");
-        return NULL;
-    }
-    ad_shape_str(x, sx, sizeof sx);
-    if (k < 1 || k > x->ndim) {
-        ad__fail(T, "ad_layer_norm: x %s: k = %d must be between 1 and %d", sx, k, x->ndim);
-        return NULL;
-    }
-    if (!(eps >= 0)) {
-        ad__fail(T, "ad_layer_norm: x %s: eps %g must not be negative", sx, (double)eps);
-        return NULL;
-    }
-    for (i = 0; i < 2; i++) {
-        ad_tensor *t = i ? beta : gamma;
-        int ok;
-        if (!t) continue;
-        ok = t->ndim == k;
-        for (j = 0; ok && j < k; j++)
-            if (t->shape[j] != x->shape[x->ndim - k + j]) ok = 0;
-        if (!ok) {
-            ad__fail(T, "ad_layer_norm: x %s, k = %d: %s %s must have x's last %d dimension(s)", sx, k,
-                     i ? "beta" : "gamma", ad_shape_str(t, sp, sizeof sp), k);
-            return NULL;
-        }
-    }
-    for (i = x->ndim - k; i < x->ndim; i++) inner *= (size_t)x->shape[i];
-    shape2[0] = (int)(x->size / inner);
-    shape2[1] = (int)inner;
-    x2 = ad_reshape(T, x, 2, shape2);
-    xc = ad_sub(T, x2, ad_mean_axis(T, x2, 1, 1));
-    var = ad_mean_axis(T, ad_square(T, xc), 1, 1);
-    y = ad_reshape(T, ad_mul(T, xc, ad_pow(T, ad_add_scalar(T, var, eps), (ad_real)-0.5)), x->ndim, x->shape);
-    if (gamma) y = ad_mul(T, y, gamma);
-    if (beta) y = ad_add(T, y, beta);
-    return y;
-}
-
-/* >>ops:embedding ---------------------------------------------------------------------------- */
-AUTODIFF_API ad_tensor *ad_embedding(ad_tape *T, ad_tensor *weight, const int *indices, int n)
-{
-    int shape[2], i, V;
-    const int *idx = indices;
-    char s[96];
-    if (!T || !weight) return NULL;
-    if (weight->tape != T) { ad__fail(T, "ad_embedding: weight belongs to another tape"); return NULL; }
-    ad_shape_str(weight, s, sizeof s);
-    if (weight->ndim != 2) {
-        ad__fail(T, "ad_embedding: weight %s must be [V, D]", s);
-        return NULL;
-    }
-    if (n < 1 || !indices) {
-        ad__fail(T, "ad_embedding: weight %s: %s", s, indices ? "n must be at least 1" : "indices is NULL");
-        return NULL;
-    }
-    V = weight->shape[0];
-    for (i = 0; i < n; i++)
-        if (indices[i] < 0 || indices[i] >= V) {
-            ad__fail(T, "ad_embedding: weight %s: index %d (position %d) is outside 0..%d", s, indices[i], i,
-                     V - 1);
-            return NULL;
-        }
-    if (T->grad_enabled && weight->requires_grad) {
-        /* the gradient's scatter reads them after the caller's array may be gone */
-        int *copy = (int *)ad__alloc(T, (size_t)n * sizeof(int), "ad_embedding");
-        if (!copy) return NULL;
-        memcpy(copy, indices, (size_t)n * sizeof(int));
-        idx = copy;
-    }
-    shape[0] = n;
-    shape[1] = weight->shape[1];
-    return ad__gather(T, weight, idx, V, weight->shape[1], AD__GATHER_EMBEDDING, 2, shape);
-}
-
-/* >>impl:extensions */
 
 #ifdef AD__POP_OPTIONS
 #pragma GCC pop_options
