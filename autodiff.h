@@ -2428,9 +2428,11 @@ AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, const ad_re
     int add, kind = n->iv[0];
     d = ad__grad_target(S, n->in[0], &add);
     if (!d) return;
-#define AD__FUSED(EXPR)                                                    \
-    if (add) for (i = 0; i < size; i++) d[i] += g[i] * (EXPR);            \
-    else for (i = 0; i < size; i++) d[i] = g[i] * (EXPR);
+/* the factor gets a statement of its own: GCC if-converts (and vectorises) a conditional
+   factor only then */
+#define AD__FUSED(EXPR)                                                                       \
+    if (add) for (i = 0; i < size; i++) { ad_real f_ = (EXPR); d[i] += g[i] * f_; }          \
+    else for (i = 0; i < size; i++) { ad_real f_ = (EXPR); d[i] = g[i] * f_; }
     switch (kind) {
     case AD__U_RELU: AD__FUSED(xv[i] > 0 ? (ad_real)1 : (ad_real)0) break;
     case AD__U_TANH: AD__FUSED(1 - yv[i] * yv[i]) break;
@@ -2506,8 +2508,12 @@ AD__PRIVATE ad_tensor *ad__mask_grad(ad_tape *T, ad_tensor *g, ad_tensor *x, int
     yv = y->data;
     size = x->size;
     switch (kind) {
-    case AD__U_RELU: for (i = 0; i < size; i++) yv[i] = xv[i] > 0 ? gv[i] : 0; break;
-    case AD__U_LEAKY_RELU: for (i = 0; i < size; i++) yv[i] = xv[i] > 0 ? gv[i] : p0 * gv[i]; break;
+    case AD__U_RELU:
+        for (i = 0; i < size; i++) { ad_real gi = gv[i]; yv[i] = xv[i] > 0 ? gi : 0; }
+        break;
+    case AD__U_LEAKY_RELU:
+        for (i = 0; i < size; i++) { ad_real f = xv[i] > 0 ? (ad_real)1 : p0; yv[i] = gv[i] * f; }
+        break;
     case AD__U_ABS:
         for (i = 0; i < size; i++) yv[i] = xv[i] > 0 ? gv[i] : (xv[i] < 0 ? -gv[i] : 0);
         break;
