@@ -2035,6 +2035,10 @@ typedef struct ad__gemm_kernel {
         NAME##_vec c[MR][NV], zero;                                                              \
         int i, j, k;                                                                             \
         memset(&zero, 0, sizeof zero);                                                           \
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                      \
+            __builtin_prefetch(C + i * ldc, 1); /* the C tile arrives while A and B stream */    \
+            __builtin_prefetch(C + i * ldc + NV * VL - 1, 1);                                    \
+        }                                                                                        \
         _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)                                        \
         _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) c[i][j] = zero;                        \
         for (k = 0; k < kc; k++) {                                                               \
@@ -2042,7 +2046,7 @@ typedef struct ad__gemm_kernel {
             _Pragma("GCC unroll 16") for (j = 0; j < NV; j++)                                    \
                 memcpy(&b[j], B + (ptrdiff_t)k * ldb + j * VL, VBYTES);                         \
             _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                  \
-                NAME##_vec a = zero + A[(size_t)k * MR + i];                                     \
+                NAME##_vec a = A[(size_t)k * MR + i] - zero; /* a - 0 is a: one broadcast load */\
                 _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) c[i][j] += a * b[j];           \
             }                                                                                    \
         }                                                                                        \
@@ -2118,6 +2122,29 @@ AD__PRIVATE void ad__pack_a(int ta, const ad_real *A, ptrdiff_t lda, int i0, int
     int p, r, k;
     for (p = 0; p < mc; p += mr, dst += (size_t)mr * kc) {
         int rows = mc - p < mr ? mc - p : mr;
+        if (mr == 8 && rows == 8) {
+            /* a full panel of eight rows, with constant trip counts the compiler turns into
+               straight-line code: not transposed, eight read streams and one contiguous write;
+               transposed, one copy of eight values per k */
+            if (!ta) {
+                const ad_real *s = A + (ptrdiff_t)(i0 + p) * lda + k0;
+                for (k = 0; k < kc; k++) {
+                    ad_real *d = dst + (size_t)k * 8;
+                    d[0] = s[k];
+                    d[1] = s[lda + k];
+                    d[2] = s[2 * lda + k];
+                    d[3] = s[3 * lda + k];
+                    d[4] = s[4 * lda + k];
+                    d[5] = s[5 * lda + k];
+                    d[6] = s[6 * lda + k];
+                    d[7] = s[7 * lda + k];
+                }
+            } else {
+                for (k = 0; k < kc; k++)
+                    memcpy(dst + (size_t)k * 8, A + (ptrdiff_t)(k0 + k) * lda + i0 + p, 8 * sizeof(ad_real));
+            }
+            continue;
+        }
         if (!ta) {
             for (r = 0; r < rows; r++) {
                 const ad_real *src = A + (ptrdiff_t)(i0 + p + r) * lda + k0;
@@ -2145,7 +2172,9 @@ AD__PRIVATE void ad__pack_b(int tb, const ad_real *B, ptrdiff_t ldb, int k0, int
             for (k = 0; k < kc; k++) {
                 const ad_real *src = B + (ptrdiff_t)(k0 + k) * ldb + j0 + p;
                 ad_real *d = dst + (size_t)k * nr;
-                for (c = 0; c < cols; c++) d[c] = src[c];
+                /* copies of a constant size are inlined; a loop over cols becomes a call */
+                for (c = 0; c + 16 <= cols; c += 16) memcpy(d + c, src + c, 16 * sizeof(ad_real));
+                for (; c < cols; c++) d[c] = src[c];
                 for (; c < nr; c++) d[c] = 0;
             }
         } else {

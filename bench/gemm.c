@@ -1,0 +1,231 @@
+/* GEMM throughput: autodiff.h's ad__gemm (the routine behind ad_matmul, ad_matmul_t and
+   ad_linear) against OpenBLAS's cblas_sgemm, both on AUTODIFF_THREADS threads (default 1), at
+   square sizes and at the products of a 784-128-10 MLP trained with batch 64. Also measures one
+   core's fp32 peak with an FMA loop on 512-bit vectors, and checks that both libraries give the
+   same product. Timed batches of the two libraries alternate.
+
+   Build: cc -O2 -I. bench/gemm.c -lm -lpthread                        (autodiff.h alone)
+          cc -O2 -I. -DBENCH_CBLAS bench/gemm.c -lopenblas -lm -lpthread  (with OpenBLAS)
+   Run:   bench/gemm [name ...]     (names as in shapes[] below; default: all)
+          environment: AUTODIFF_THREADS (default 1), BENCH_CLOCK=cpu (see bench.h)
+   Prints "@ key value" lines for bench/run.sh and a readable line per product. */
+#define _POSIX_C_SOURCE 200809L
+#define AUTODIFF_IMPLEMENTATION
+#include "autodiff.h"
+#include "bench/bench.h"
+
+#ifdef BENCH_CBLAS
+#include <cblas.h>
+/* OpenBLAS's own functions (not every cblas.h declares them) */
+void openblas_set_num_threads(int num_threads);
+char *openblas_get_config(void);
+char *openblas_get_corename(void);
+#endif
+
+typedef struct gemm_shape {
+    const char *name, *what;
+    int ta, tb, M, N, K;
+} gemm_shape;
+
+static const gemm_shape shapes[] = {
+    {"sq256", "256x256 . 256x256", 0, 0, 256, 256, 256},
+    {"sq512", "512x512 . 512x512", 0, 0, 512, 512, 512},
+    {"sq1024", "1024x1024 . 1024x1024", 0, 0, 1024, 1024, 1024},
+    {"sq2048", "2048x2048 . 2048x2048", 0, 0, 2048, 2048, 2048},
+    /* 784-128-10 MLP, batch 64: forward x.W1, h.W2; backward g2.W2^T, h^T.g2, x^T.g1 */
+    {"mlp_fwd1", "x[64,784] . W1[784,128]", 0, 0, 64, 128, 784},
+    {"mlp_fwd2", "h[64,128] . W2[128,10]", 0, 0, 64, 10, 128},
+    {"mlp_gWt2", "g[64,10] . W2^T", 0, 1, 64, 128, 10},
+    {"mlp_hTg2", "h^T . g[64,10]", 1, 0, 128, 10, 64},
+    {"mlp_xTg1", "x^T . g[64,128]", 1, 0, 784, 128, 64},
+};
+#define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
+
+/* ---- peak: independent FMA chains on 512-bit vectors ---------------------------------------- */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+typedef float bench_v16 __attribute__((vector_size(64)));
+
+__attribute__((target("avx512f,avx2,fma"), noinline)) static float peak_loop(long iters, float m, float a)
+{
+    bench_v16 acc[16], vm, va, s;
+    int j;
+    long it;
+    for (j = 0; j < 16; j++) {
+        memset(&acc[j], 0, sizeof acc[j]);
+        acc[j] += (float)j;
+    }
+    memset(&vm, 0, sizeof vm);
+    vm += m;
+    memset(&va, 0, sizeof va);
+    va += a;
+    for (it = 0; it < iters; it++) {
+#pragma GCC unroll 16
+        for (j = 0; j < 16; j++) acc[j] = acc[j] * vm + va;
+    }
+    s = acc[0];
+    for (j = 1; j < 16; j++) s += acc[j];
+    return s[0] + s[15];
+}
+
+/* GFLOP/s of one core on fused multiply-adds of 16 floats, or 0 without AVX-512: the best of
+   a few short runs, in thread CPU time, so that other programs on the machine do not lower it. */
+static double measure_peak(void)
+{
+    double best = 0, t;
+    long iters = 4000000;
+    volatile float sink;
+    int rep;
+    if (!__builtin_cpu_supports("avx512f")) return 0;
+    sink = peak_loop(1000, 0.999f, 0.001f);
+    for (rep = 0; rep < 7; rep++) {
+        double gf;
+        t = bench_thread_cpu();
+        sink = peak_loop(iters, 0.999f, 0.001f);
+        t = bench_thread_cpu() - t;
+        gf = (double)iters * 16 * 16 * 2 / t * 1e-9;
+        if (gf > best) best = gf;
+    }
+    (void)sink;
+    return best;
+}
+#else
+static double measure_peak(void) { return 0; }
+#endif
+
+/* ---- the two implementations ------------------------------------------------------------------- */
+typedef struct gemm_job {
+    const gemm_shape *s;
+    const float *A, *B;
+    float *C;
+    ad_tape *T;
+} gemm_job;
+
+static void run_ours(const gemm_job *j)
+{
+    const gemm_shape *s = j->s;
+    int lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
+    if (ad__gemm(j->T, s->ta, s->tb, s->M, s->N, s->K, j->A, lda, j->B, ldb, j->C, s->N, 0) != 0) {
+        fprintf(stderr, "gemm: out of memory\n");
+        exit(1);
+    }
+}
+
+#ifdef BENCH_CBLAS
+static void run_blas(const gemm_job *j)
+{
+    const gemm_shape *s = j->s;
+    int lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
+    cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans,
+                s->M, s->N, s->K, 1.0f, j->A, lda, j->B, ldb, 0.0f, j->C, s->N);
+}
+#endif
+
+typedef void (*gemm_fn)(const gemm_job *j);
+
+static double time_reps(gemm_fn fn, const gemm_job *j, int reps)
+{
+    double t = bench_time();
+    int r;
+    for (r = 0; r < reps; r++) fn(j);
+    return bench_time() - t;
+}
+
+static void fill(float *x, size_t n, ad_rng *rng)
+{
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = (float)(2 * ad_rng_uniform(rng) - 1);
+}
+
+int main(int argc, char **argv)
+{
+    enum { BATCHES = 5 };
+    const double batch_seconds = 0.06;
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    double peak;
+    int si;
+#ifdef BENCH_CBLAS
+    openblas_set_num_threads(bench_threads());
+    printf("# OpenBLAS %s, kernels for %s\n", openblas_get_config(), openblas_get_corename());
+#endif
+    if (!T) return 1;
+    ad_set_threads(T, bench_threads());
+    ad_rng_seed(&rng, 42);
+    peak = measure_peak();
+    printf("# peak of one core (FMA loop on 512-bit vectors): %.1f GFLOP/s\n", peak);
+    if (peak > 0) bench_result("peak.gflops", peak);
+    for (si = 0; si < NSHAPES; si++) {
+        const gemm_shape *s = &shapes[si];
+        size_t na = (size_t)s->M * s->K, nb = (size_t)s->K * s->N, nc = (size_t)s->M * s->N, i;
+        double flops = 2.0 * s->M * s->N * s->K, t_ours[BATCHES], t_blas[BATCHES], g_ours, t;
+        gemm_job job;
+        char key[128], line[512];
+        int reps, b, wanted = argc < 2, a;
+        float *A, *B, *C;
+        for (a = 1; a < argc; a++)
+            if (strcmp(argv[a], s->name) == 0) wanted = 1;
+        if (!wanted) continue;
+        A = (float *)malloc(na * sizeof(float));
+        B = (float *)malloc(nb * sizeof(float));
+        C = (float *)malloc(nc * sizeof(float));
+        if (!A || !B || !C) return 1;
+        fill(A, na, &rng);
+        fill(B, nb, &rng);
+        job.s = s;
+        job.A = A;
+        job.B = B;
+        job.C = C;
+        job.T = T;
+        /* how many products make one timed batch */
+        t = time_reps(run_ours, &job, 1);
+        reps = 1;
+        while (t * reps < batch_seconds && reps < 1 << 20) reps *= 2;
+        for (b = 0; b < BATCHES; b++) {
+            t_ours[b] = time_reps(run_ours, &job, reps);
+#ifdef BENCH_CBLAS
+            t_blas[b] = time_reps(run_blas, &job, reps);
+#endif
+        }
+        g_ours = flops * reps / bench_median(t_ours, BATCHES) * 1e-9;
+        snprintf(key, sizeof key, "gemm.%s.ours", s->name);
+        bench_result(key, g_ours);
+        snprintf(line, sizeof line, "# %-9s %s%s %-24s autodiff.h %6.1f GFLOP/s", s->name,
+                 s->ta ? "T" : "N", s->tb ? "T" : "N", s->what, g_ours);
+        if (peak > 0)
+            snprintf(line + strlen(line), sizeof line - strlen(line), " (%2.0f%% of peak)",
+                     100 * g_ours / (peak * bench_threads()));
+#ifdef BENCH_CBLAS
+        {
+            double g_blas = flops * reps / bench_median(t_blas, BATCHES) * 1e-9, diff = 0, big = 0;
+            float *R = (float *)malloc(nc * sizeof(float));
+            if (!R) return 1;
+            run_ours(&job);
+            memcpy(R, C, nc * sizeof(float));
+            run_blas(&job);
+            for (i = 0; i < nc; i++) {
+                double d = fabs((double)R[i] - (double)C[i]);
+                diff = d > diff ? d : diff;
+                big = fabs((double)C[i]) > big ? fabs((double)C[i]) : big;
+            }
+            snprintf(key, sizeof key, "gemm.%s.openblas", s->name);
+            bench_result(key, g_blas);
+            snprintf(key, sizeof key, "gemm.%s.maxdiff", s->name);
+            bench_result(key, diff);
+            snprintf(line + strlen(line), sizeof line - strlen(line),
+                     "  OpenBLAS %6.1f  ratio %.2f  max|diff| %.2g (max|C| %.3g)", g_blas, g_ours / g_blas,
+                     diff, big);
+            free(R);
+        }
+#else
+        (void)t_blas;
+        (void)i;
+#endif
+        printf("%s\n", line);
+        fflush(stdout);
+        free(A);
+        free(B);
+        free(C);
+    }
+    ad_tape_free(T);
+    return 0;
+}

@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# Benchmarks autodiff.h side by side with OpenBLAS (GEMM) and PyTorch (GEMM, scalar tape, MLP
+# epochs), where installed. Builds the programs, runs each several times, interleaving ours and
+# the peer's, and prints one table of medians, also written to build/bench.md. Raw results go
+# to build/bench/results.txt, the programs' commentary to build/bench/log.txt.
+#
+# Environment:
+#   CC                compiler (default cc); programs are built with -O2 and no -march flags
+#   MNIST_DIR         folder with MNIST's train-* files (raw or .gz); else ../shared/data/mnist
+#                     when it has them; else the MLP runs on random data of the same size
+#   BENCH_THREADS     thread counts to measure, one column group each (default "1"; "1 2" adds
+#                     two-thread columns); each count is given to autodiff.h (AUTODIFF_THREADS
+#                     and ad_set_threads), OpenBLAS (OPENBLAS_NUM_THREADS) and PyTorch
+#                     (torch.set_num_threads). Several threads need otherwise idle cores.
+#   BENCH_RUNS        runs of the GEMM and tape benchmarks (default 5)
+#   BENCH_EPOCH_RUNS  runs of the MLP epochs (default 3)
+#   BENCH_CLOCK       wall (default) or cpu: time single-thread rows in CPU time of the working
+#                     thread, which a busy machine disturbs less (rows with more threads always
+#                     use wall time)
+#   PYTHON            a Python with torch (default: /usr/bin/python3 or python3, whichever has it)
+set -u
+cd "$(dirname "$0")/.." || exit 1
+CC=${CC:-cc}
+OUT=build/bench
+RUNS=${BENCH_RUNS:-5}
+EPOCH_RUNS=${BENCH_EPOCH_RUNS:-3}
+NPROC=$(nproc 2>/dev/null || echo 1)
+THREADS=${BENCH_THREADS:-1}
+mkdir -p "$OUT"
+RAW=$OUT/results.txt
+LOG=$OUT/log.txt
+: > "$RAW"
+: > "$LOG"
+start=$(date +%s)
+load_start=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
+CLOCK=${BENCH_CLOCK:-wall}
+
+# ---- build ---------------------------------------------------------------------------------------
+CFLAGS="-O2 -Wall -Wextra -I."
+LIBS="-lm -lpthread"
+for p in tape mlp; do
+    $CC $CFLAGS "bench/$p.c" -o "$OUT/$p" $LIBS || { echo "bench: cannot build bench/$p.c"; exit 1; }
+done
+BLAS=0
+for dir in /usr/include/x86_64-linux-gnu /usr/include/aarch64-linux-gnu /usr/include/openblas \
+           /usr/include /usr/local/include /opt/homebrew/opt/openblas/include; do
+    [ -e "$dir/cblas.h" ] || continue
+    if $CC $CFLAGS -I"$dir" -DBENCH_CBLAS bench/gemm.c -o "$OUT/gemm" -lopenblas $LIBS >"$OUT/build_blas.log" 2>&1; then
+        BLAS=1
+        break
+    fi
+done
+if [ $BLAS = 0 ]; then
+    echo "bench: OpenBLAS not found (cblas.h and -lopenblas); GEMM runs without a peer"
+    $CC $CFLAGS bench/gemm.c -o "$OUT/gemm" $LIBS || { echo "bench: cannot build bench/gemm.c"; exit 1; }
+fi
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+    for cand in /usr/bin/python3 python3; do
+        if command -v "$cand" >/dev/null && "$cand" -c 'import torch' >/dev/null 2>&1; then PY=$cand; break; fi
+    done
+fi
+if [ -n "$PY" ] && ! "$PY" -c 'import torch' >/dev/null 2>&1; then PY=; fi
+[ -z "$PY" ] && echo "bench: no Python with torch; PyTorch columns stay empty"
+
+# ---- data ----------------------------------------------------------------------------------------
+has_mnist() { [ -e "$1/train-images-idx3-ubyte" ] || [ -e "$1/train-images-idx3-ubyte.gz" ]; }
+if [ -z "${MNIST_DIR:-}" ] || ! has_mnist "$MNIST_DIR"; then
+    if has_mnist ../shared/data/mnist; then
+        MNIST_DIR=$(cd ../shared/data/mnist && pwd)
+    else
+        MNIST_DIR=
+    fi
+fi
+export MNIST_DIR
+
+# ---- runs ----------------------------------------------------------------------------------------
+# one THREADS RUN NAME COMMAND...: runs a program, keeps its "@ key value" lines as
+# "threads run key value" in $RAW and everything else in $LOG
+one() {
+    local t=$1 r=$2 name=$3
+    shift 3
+    printf '  %-28s' "$name" >&2
+    local t0
+    t0=$(date +%s.%N)
+    echo "== threads $t, run $r: $name" >>"$LOG"
+    if ! "$@" >"$OUT/last.txt" 2>>"$LOG"; then
+        echo "bench: $name failed (see $LOG)" >&2
+    fi
+    cat "$OUT/last.txt" >>"$LOG"
+    awk -v t="$t" -v r="$r" '$1 == "@" { print t, r, $2, $3 }' "$OUT/last.txt" >>"$RAW"
+    awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%6.1f s\n", b - a }' >&2
+}
+
+for t in $THREADS; do
+    export AUTODIFF_THREADS=$t OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t
+    if [ "$CLOCK" = cpu ] && [ "$t" = 1 ]; then export BENCH_CLOCK=cpu; else export BENCH_CLOCK=wall; fi
+    for r in $(seq 1 "$RUNS"); do
+        echo "threads $t, run $r of $RUNS: GEMM and tape" >&2
+        # alternate who goes first, so neither side always gets the quieter moment
+        if [ $((r % 2)) = 1 ]; then order="ours torch"; else order="torch ours"; fi
+        for who in $order; do
+            if [ $who = ours ]; then
+                one "$t" "$r" "gemm (autodiff.h, OpenBLAS)" "$OUT/gemm"
+                one "$t" "$r" "tape (autodiff.h)" "$OUT/tape"
+            elif [ -n "$PY" ]; then
+                one "$t" "$r" "gemm (torch.mm)" "$PY" bench/torch_bench.py gemm
+                one "$t" "$r" "tape (PyTorch)" "$PY" bench/torch_bench.py tape
+            fi
+        done
+    done
+    for r in $(seq 1 "$EPOCH_RUNS"); do
+        echo "threads $t, run $r of $EPOCH_RUNS: MLP epochs" >&2
+        if [ $((r % 2)) = 1 ]; then order="ours torch"; else order="torch ours"; fi
+        for cfg in 784,128,10 784,512,256,10; do
+            for who in $order; do
+                if [ $who = ours ]; then
+                    one "$t" "$r" "mlp $cfg (autodiff.h)" "$OUT/mlp" "$cfg"
+                elif [ -n "$PY" ]; then
+                    one "$t" "$r" "mlp $cfg (PyTorch)" "$PY" bench/torch_bench.py mlp "$cfg"
+                fi
+            done
+        done
+    done
+done
+
+# ---- table ---------------------------------------------------------------------------------------
+# rows: label | our key | peer key | peer | hi (bigger is better), lo (smaller is better) or -
+ROWS=$OUT/rows.txt
+{
+    for s in "sq256 256x256x256" "sq512 512x512x512" "sq1024 1024x1024x1024" "sq2048 2048x2048x2048" \
+             "mlp_fwd1 MLP fwd x.W1 64x784.784x128" "mlp_fwd2 MLP fwd h.W2 64x128.128x10" \
+             "mlp_gWt2 MLP bwd g.W2^T 64x10.10x128" "mlp_hTg2 MLP bwd h^T.g 128x64.64x10" \
+             "mlp_xTg1 MLP bwd x^T.g 784x64.64x128"; do
+        set -- $s
+        key=$1; shift
+        echo "GEMM $*, GFLOP/s|gemm.$key.ours|gemm.$key.openblas|OpenBLAS|hi"
+    done
+    for s in "sq256 256x256x256" "sq512 512x512x512" "sq1024 1024x1024x1024" "sq2048 2048x2048x2048" \
+             "mlp_fwd1 MLP fwd 64x784.784x128" "mlp_fwd2 MLP fwd 64x128.128x10" \
+             "mlp_gWt2 MLP bwd 64x10.10x128^T" "mlp_hTg2 MLP bwd 128x64^T.64x10" \
+             "mlp_xTg1 MLP bwd 784x64^T.64x128"; do
+        set -- $s
+        key=$1; shift
+        echo "GEMM $*, GFLOP/s|gemm.$key.ours|gemm.$key.torch|torch.mm|hi"
+    done
+    echo "scalar tape f(a,b): record+backward+reset, ns/op|tape.ns_op.ours|tape.ns_op.torch|PyTorch|lo"
+    echo "MNIST MLP 784-128-10 epoch, s|mlp.784-128-10.s_epoch.ours|mlp.784-128-10.s_epoch.torch|PyTorch|lo"
+    echo "MNIST MLP 784-512-256-10 epoch, s|mlp.784-512-256-10.s_epoch.ours|mlp.784-512-256-10.s_epoch.torch|PyTorch|lo"
+    echo "MLP 784-128-10 last-epoch train loss|mlp.784-128-10.loss.ours|mlp.784-128-10.loss.torch|PyTorch|-"
+    echo "MLP 784-512-256-10 last-epoch train loss|mlp.784-512-256-10.loss.ours|mlp.784-512-256-10.loss.torch|PyTorch|-"
+} >"$ROWS"
+
+model=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: *//')
+family=$(grep -m1 '^cpu family' /proc/cpuinfo 2>/dev/null | sed 's/.*: *//')
+cpumodel=$(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo 2>/dev/null | sed 's/.*: *//')
+blasinfo=$(grep -m1 '^# OpenBLAS' "$LOG" | sed 's/^# OpenBLAS OpenBLAS /# OpenBLAS /; s/^# //')
+torchver=$([ -n "$PY" ] && "$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)
+data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIST_DIR"] : "random data (MNIST_DIR not set)"); exit }' "$RAW")
+{
+    echo "## autodiff.h benchmarks, $(date '+%Y-%m-%d %H:%M %Z')"
+    echo
+    echo "Machine: ${model:-unknown CPU} (family ${family:-?} model ${cpumodel:-?}), $NPROC online CPUs, $(uname -sr)."
+    echo "Compiler: $($CC --version | head -1), -O2, no -march. Peers: ${blasinfo:-no OpenBLAS}; PyTorch ${torchver:-not installed}."
+    echo "MLP data: ${data:-not run}. Batch 64, SGD lr 0.1, 1 epoch per run."
+    echo
+    awk -F'|' -v threads="$THREADS" -v runs="$RUNS" -v eruns="$EPOCH_RUNS" '
+    function median(arr, n,    i, j, x) {
+        for (i = 2; i <= n; i++) { x = arr[i]; for (j = i - 1; j >= 1 && arr[j] > x; j--) arr[j + 1] = arr[j]; arr[j + 1] = x }
+        return n % 2 ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
+    }
+    # median over runs of key at thread count t; sets found
+    function med(t, key,    r, n, v) {
+        n = 0
+        for (r = 1; r <= maxrun; r++) if ((t, r, key) in val) v[++n] = val[t, r, key]
+        found = n
+        return n ? median(v, n) : 0
+    }
+    # median over runs of the per-run ratio (our speed / peer speed)
+    function ratio(t, a, b, dir,    r, n, v) {
+        n = 0
+        for (r = 1; r <= maxrun; r++)
+            if ((t, r, a) in val && (t, r, b) in val && val[t, r, a] > 0 && val[t, r, b] > 0)
+                v[++n] = dir == "hi" ? val[t, r, a] / val[t, r, b] : val[t, r, b] / val[t, r, a]
+        return n ? sprintf("%.2f", median(v, n)) : "-"
+    }
+    function fmt(x, key) {
+        if (key ~ /loss/) return sprintf("%.4f", x)
+        if (key ~ /s_epoch/) return sprintf("%.2f", x)
+        return sprintf("%.1f", x)
+    }
+    FILENAME == ARGV[1] {
+        split($0, f, " ")
+        val[f[1], f[2], f[3]] = f[4]
+        if (f[2] > maxrun) maxrun = f[2]
+        next
+    }
+    {
+        rows[++nrows] = $0
+    }
+    END {
+        nt = split(threads, tl, " ")
+        peak = med(tl[1], "peak.gflops")
+        head = "| work |"; rule = "|---|"
+        for (i = 1; i <= nt; i++) {
+            head = head " autodiff.h, " tl[i] " thr | peer, " tl[i] " thr | ratio |"
+            rule = rule "---:|---:|---:|"
+        }
+        print head; print rule
+        for (k = 1; k <= nrows; k++) {
+            split(rows[k], f, "|")
+            line = "| " f[1] " |"
+            shown = 0
+            for (i = 1; i <= nt; i++) {
+                t = tl[i]
+                o = med(t, f[2]); fo = found
+                p = med(t, f[3]); fp = found
+                cell = fo ? fmt(o, f[2]) : "-"
+                if (fo && f[2] ~ /^gemm/ && peak > 0) cell = cell sprintf(" (%.0f%%)", 100 * o / (peak * t))
+                pcell = fp ? fmt(p, f[3]) " " f[4] : "-"
+                rc = (f[5] == "-" || !fo || !fp) ? "-" : ratio(t, f[2], f[3], f[5])
+                line = line " " cell " | " pcell " | " rc " |"
+                shown += fo + fp
+            }
+            if (shown) print line
+        }
+        print ""
+        printf "ratio = autodiff.h speed / peer speed (above 1: autodiff.h is faster), the median of per-run ratios; "
+        printf "values are medians of %d runs (%d for epochs). GEMM vs OpenBLAS: both in one process, batches interleaved; ", runs, eruns
+        printf "vs PyTorch: separate processes run back to back, order alternating. "
+        if (peak > 0) printf "(%%) = share of the measured peak, %.1f GFLOP/s per core (FMA loop on 512-bit vectors), times the threads.\n", peak
+        else printf "\n"
+    }' "$RAW" "$ROWS"
+    echo
+    awk '$3 ~ /^gemm\..*\.maxdiff$/ { if ($4 > m) m = $4; n++ }
+         END { if (n) printf "GEMM check: largest |autodiff.h - OpenBLAS| over all products and runs: %.3g (inputs uniform in [-1, 1]).\n", m }' "$RAW"
+    awk '$3 ~ /^tape\.df/ { split($3, k, "."); v[k[2] "." k[3]] = $4 }
+         END { if (("dfda.ours" in v) && ("dfda.torch" in v))
+                   printf "Tape check: df/da, df/db at (1.5, 0.7): autodiff.h %.6g, %.6g; PyTorch %.6g, %.6g.\n",
+                          v["dfda.ours"], v["dfdb.ours"], v["dfda.torch"], v["dfdb.torch"] }' "$RAW"
+    if [ "$CLOCK" = cpu ]; then
+        echo "Clock: CPU time of the working thread for 1-thread rows, wall time for the others."
+    else
+        echo "Clock: wall time."
+    fi
+    echo "Load average (1, 5, 15 min) at the start: ${load_start:-?}; at the end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null). Total benchmark time: $(( $(date +%s) - start )) s."
+} >build/bench.md
+echo
+cat build/bench.md

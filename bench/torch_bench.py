@@ -1,0 +1,205 @@
+"""The PyTorch side of bench/run.sh: the same work as bench/gemm.c, bench/tape.c and bench/mlp.c.
+
+    python3 bench/torch_bench.py gemm [name ...]
+    python3 bench/torch_bench.py tape
+    python3 bench/torch_bench.py mlp 784,128,10
+
+Threads: torch.set_num_threads(AUTODIFF_THREADS, default 1); the caller also sets
+OPENBLAS_NUM_THREADS (and OMP_NUM_THREADS) in the environment, since the BLAS that torch.mm
+calls may read them when it is loaded. Data: MNIST_DIR as in bench/mlp.c, else random data of
+the same size. Prints "@ key value" lines (the keys of the C programs, with .torch for .ours)
+and "#" commentary.
+"""
+import gzip
+import math
+import os
+import statistics
+import struct
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+THREADS = max(1, int(os.environ.get("AUTODIFF_THREADS", "1") or 1))
+torch.set_num_threads(THREADS)
+# BENCH_CLOCK=cpu: CPU time of this thread, as in bench/bench.h (single-thread runs only)
+now = time.thread_time if os.environ.get("BENCH_CLOCK") == "cpu" else time.perf_counter
+
+
+def result(key, value):
+    print("@ %s %.6g" % (key, value), flush=True)
+
+
+# name, description, trans_a, trans_b, M, N, K: as in bench/gemm.c
+SHAPES = [
+    ("sq256", "256x256 . 256x256", 0, 0, 256, 256, 256),
+    ("sq512", "512x512 . 512x512", 0, 0, 512, 512, 512),
+    ("sq1024", "1024x1024 . 1024x1024", 0, 0, 1024, 1024, 1024),
+    ("sq2048", "2048x2048 . 2048x2048", 0, 0, 2048, 2048, 2048),
+    ("mlp_fwd1", "x[64,784] . W1[784,128]", 0, 0, 64, 128, 784),
+    ("mlp_fwd2", "h[64,128] . W2[128,10]", 0, 0, 64, 10, 128),
+    ("mlp_gWt2", "g[64,10] . W2^T", 0, 1, 64, 128, 10),
+    ("mlp_hTg2", "h^T . g[64,10]", 1, 0, 128, 10, 64),
+    ("mlp_xTg1", "x^T . g[64,128]", 1, 0, 784, 128, 64),
+]
+
+
+def bench_gemm(names):
+    torch.manual_seed(42)
+    for name, what, ta, tb, m, n, k in SHAPES:
+        if names and name not in names:
+            continue
+        a = (torch.rand(k, m) * 2 - 1).t() if ta else torch.rand(m, k) * 2 - 1
+        b = (torch.rand(n, k) * 2 - 1).t() if tb else torch.rand(k, n) * 2 - 1
+        c = torch.empty(m, n)
+        torch.mm(a, b, out=c)
+        t = now()
+        torch.mm(a, b, out=c)
+        t = now() - t
+        reps = 1
+        while t * reps < 0.06 and reps < 1 << 20:
+            reps *= 2
+        times = []
+        for _ in range(5):
+            t = now()
+            for _ in range(reps):
+                torch.mm(a, b, out=c)
+            times.append(now() - t)
+        gflops = 2.0 * m * n * k * reps / statistics.median(times) * 1e-9
+        result("gemm.%s.torch" % name, gflops)
+        print("# %-9s %s%s %-24s torch.mm %6.1f GFLOP/s" % (name, "T" if ta else "N", "T" if tb else "N", what, gflops))
+
+
+def tutorial_f(a, b):
+    return (a / b - a) * (b / a + a + b) * (a - b)
+
+
+def bench_tape():
+    ops = 8  # div, sub, div, add, add, sub, mul, mul: the entries bench/tape.c records
+
+    def step(av, bv):
+        a = torch.tensor(av, requires_grad=True)
+        b = torch.tensor(bv, requires_grad=True)
+        y = tutorial_f(a, b)
+        y.backward()
+        return y, a.grad, b.grad
+
+    for _ in range(500):
+        step(1.5, 0.7)
+    iters = 256
+    while True:
+        t = now()
+        for _ in range(iters):
+            step(1.5, 0.7)
+        t = now() - t
+        if t > 0.1 or iters >= 1 << 22:
+            break
+        iters *= 2
+    times = []
+    for _ in range(7):
+        t = now()
+        for _ in range(iters):
+            step(1.5, 0.7)
+        times.append(now() - t)
+    y, ga, gb = step(1.5, 0.7)
+    ns_iter = statistics.median(times) / iters * 1e9
+    print("# f(1.5, 0.7) = %.6f  df/da = %.6f  df/db = %.6f" % (y.item(), ga.item(), gb.item()))
+    print("# %.1f ns per iteration, %.1f ns per op (%d iterations per batch)" % (ns_iter, ns_iter / ops, iters))
+    result("tape.ns_iter.torch", ns_iter)
+    result("tape.ns_op.torch", ns_iter / ops)
+    result("tape.dfda.torch", ga.item())
+    result("tape.dfdb.torch", gb.item())
+
+
+def read_idx(d, name):
+    """The bytes of d/name, or of d/name.gz decompressed."""
+    path = os.path.join(d, name)
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return f.read()
+    with gzip.open(path + ".gz", "rb") as f:
+        return f.read()
+
+
+def load_mnist():
+    """(images [n, 784] float32 in [0, 1], labels [n] int64) from MNIST_DIR, or None."""
+    d = os.environ.get("MNIST_DIR")
+    if not d:
+        return None
+    try:
+        img = read_idx(d, "train-images-idx3-ubyte")
+        lab = read_idx(d, "train-labels-idx1-ubyte")
+    except OSError:
+        return None
+    magic, count, rows, cols = struct.unpack(">IIII", img[:16])
+    lmagic, lcount = struct.unpack(">II", lab[:8])
+    if (magic != 0x803 or lmagic != 0x801 or rows != 28 or cols != 28 or lcount != count
+            or len(img) < 16 + count * 784 or len(lab) < 8 + count):
+        print("# %s: not MNIST IDX files" % d, file=sys.stderr)
+        return None
+    x = torch.frombuffer(bytearray(img[16:16 + count * 784]), dtype=torch.uint8).reshape(count, 784)
+    y = torch.frombuffer(bytearray(lab[8:8 + count]), dtype=torch.uint8).long()
+    return x.float() / 255.0, y
+
+
+def bench_mlp(spec):
+    widths = [int(w) for w in spec.split(",")]
+    epochs = max(1, min(64, int(os.environ.get("BENCH_EPOCHS", "1"))))
+    batch, lr = 64, 0.1
+    data = load_mnist()
+    real = data is not None
+    torch.manual_seed(7)
+    if data is None:
+        data = (torch.rand(60000, 784), torch.randint(0, 10, (60000,)))
+    x, y = data
+    n = x.shape[0]
+    torch.manual_seed(1)
+    layers = []
+    for i in range(len(widths) - 1):
+        lin = torch.nn.Linear(widths[i], widths[i + 1])
+        bound = math.sqrt(6.0 / widths[i])
+        torch.nn.init.uniform_(lin.weight, -bound, bound)
+        torch.nn.init.zeros_(lin.bias)
+        layers.append(lin)
+        if i < len(widths) - 2:
+            layers.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*layers)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    print("# MLP %s, %s (%d images), batch %d, SGD lr %g, %d epoch(s), %d thread(s)"
+          % (spec, "MNIST" if real else "synthetic data", n, batch, lr, epochs, THREADS))
+    times, loss_sum = [], 0.0
+    for e in range(epochs):
+        perm = torch.randperm(n)
+        loss_sum = 0.0
+        t0 = now()
+        for s in range(0, n, batch):
+            idx = perm[s:s + batch]
+            xb, yb = x[idx], y[idx]
+            loss = F.cross_entropy(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            loss_sum += loss.item() * len(idx)
+        times.append(now() - t0)
+        print("# epoch %d: %.3f s, mean train loss %.4f" % (e + 1, times[-1], loss_sum / n), flush=True)
+    name = spec.replace(",", "-")
+    result("mlp.%s.loss.torch" % name, loss_sum / n)
+    result("mlp.%s.s_epoch.torch" % name, statistics.median(times))
+
+
+def main():
+    if len(sys.argv) < 2 or sys.argv[1] not in ("gemm", "tape", "mlp"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    if sys.argv[1] == "gemm":
+        bench_gemm(sys.argv[2:])
+    elif sys.argv[1] == "tape":
+        bench_tape()
+    else:
+        bench_mlp(sys.argv[2] if len(sys.argv) > 2 else "784,128,10")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
