@@ -38,7 +38,7 @@ CLOCK=${BENCH_CLOCK:-wall}
 # ---- build ---------------------------------------------------------------------------------------
 CFLAGS="-O2 -Wall -Wextra -I."
 LIBS="-lm -lpthread"
-for p in tape mlp; do
+for p in tape mlp cnn; do
     $CC $CFLAGS "bench/$p.c" -o "$OUT/$p" $LIBS || { echo "bench: cannot build bench/$p.c"; exit 1; }
 done
 BLAS=0
@@ -121,6 +121,13 @@ for t in $THREADS; do
                 fi
             done
         done
+        for who in $order; do
+            if [ $who = ours ]; then
+                one "$t" "$r" "cnn (autodiff.h)" "$OUT/cnn"
+            elif [ -n "$PY" ]; then
+                one "$t" "$r" "cnn (PyTorch)" "$PY" bench/torch_bench.py cnn
+            fi
+        done
     done
 done
 
@@ -148,7 +155,9 @@ ROWS=$OUT/rows.txt
     echo "MNIST MLP 784-128-10 epoch, s|mlp.784-128-10.s_epoch.ours|mlp.784-128-10.s_epoch.torch|PyTorch|lo"
     echo "MNIST MLP 784-512-256-10 epoch, s|mlp.784-512-256-10.s_epoch.ours|mlp.784-512-256-10.s_epoch.torch|PyTorch|lo"
     echo "MLP 784-128-10 last-epoch train loss|mlp.784-128-10.loss.ours|mlp.784-128-10.loss.torch|PyTorch|-"
+    echo "MNIST CNN conv5x5(1-8)-pool-conv5x5(8-16)-pool-fc epoch, s|cnn.s_epoch.ours|cnn.s_epoch.torch|PyTorch|lo"
     echo "MLP 784-512-256-10 last-epoch train loss|mlp.784-512-256-10.loss.ours|mlp.784-512-256-10.loss.torch|PyTorch|-"
+    echo "CNN last-epoch train loss|cnn.loss.ours|cnn.loss.torch|PyTorch|-"
 } >"$ROWS"
 
 model=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: *//')

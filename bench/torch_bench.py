@@ -1,8 +1,10 @@
-"""The PyTorch side of bench/run.sh: the same work as bench/gemm.c, bench/tape.c and bench/mlp.c.
+"""The PyTorch side of bench/run.sh: the same work as bench/gemm.c, bench/tape.c, bench/mlp.c and
+bench/cnn.c.
 
     python3 bench/torch_bench.py gemm [name ...]
     python3 bench/torch_bench.py tape
     python3 bench/torch_bench.py mlp 784,128,10
+    python3 bench/torch_bench.py cnn
 
 Threads: torch.set_num_threads(AUTODIFF_THREADS, default 1); the caller also sets
 OPENBLAS_NUM_THREADS (and OMP_NUM_THREADS) in the environment, since the BLAS that torch.mm
@@ -188,14 +190,54 @@ def bench_mlp(spec):
     result("mlp.%s.s_epoch.torch" % name, statistics.median(times))
 
 
+def bench_cnn():
+    """The CNN of bench/cnn.c: conv5x5(1-8)-ReLU-pool-conv5x5(8-16)-ReLU-pool-linear, SGD 0.05."""
+    epochs = max(1, min(64, int(os.environ.get("BENCH_EPOCHS", "1"))))
+    batch, lr = 64, 0.05
+    data = load_mnist()
+    real = data is not None
+    torch.manual_seed(7)
+    if data is None:
+        data = (torch.rand(60000, 784), torch.randint(0, 10, (60000,)))
+    x, y = data
+    x = x.reshape(-1, 1, 28, 28)
+    n = x.shape[0]
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 5), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 16, 5), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    print("# CNN, %s (%d images), batch %d, SGD lr %g, %d epoch(s), %d thread(s)"
+          % ("MNIST" if real else "synthetic data", n, batch, lr, epochs, THREADS))
+    times, loss_sum = [], 0.0
+    for e in range(epochs):
+        perm = torch.randperm(n)
+        loss_sum = 0.0
+        t0 = now()
+        for s in range(0, n, batch):
+            idx = perm[s:s + batch]
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            loss_sum += loss.item() * len(idx)
+        times.append(now() - t0)
+        print("# epoch %d: %.3f s, mean train loss %.4f" % (e + 1, times[-1], loss_sum / n), flush=True)
+    result("cnn.loss.torch", loss_sum / n)
+    result("cnn.s_epoch.torch", statistics.median(times))
+
+
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("gemm", "tape", "mlp"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("gemm", "tape", "mlp", "cnn"):
         print(__doc__, file=sys.stderr)
         return 2
     if sys.argv[1] == "gemm":
         bench_gemm(sys.argv[2:])
     elif sys.argv[1] == "tape":
         bench_tape()
+    elif sys.argv[1] == "cnn":
+        bench_cnn()
     else:
         bench_mlp(sys.argv[2] if len(sys.argv) > 2 else "784,128,10")
     return 0
