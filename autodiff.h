@@ -3593,8 +3593,9 @@ AD__PRIVATE ad_real *ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char
     ad_real *col;
     *failed = 0;
     if (ad__conv_direct(G)) return NULL;
-    col = (ad_real *)ad__alloc(T, (size_t)(G->c / G->groups) * G->kh * G->kw * ((size_t)G->oh * G->ow) *
-                                      sizeof(ad_real), op);
+    /* im2col's [K, L] and, behind it, the [K, og] block of a weight gradient */
+    col = (ad_real *)ad__alloc(T, (size_t)(G->c / G->groups) * G->kh * G->kw *
+                                      ((size_t)G->oh * G->ow + (size_t)(G->o / G->groups)) * sizeof(ad_real), op);
     *failed = col == NULL;
     return col;
 }
@@ -3634,10 +3635,20 @@ AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const 
                     ad__col2im(G, cg, col, out + xoff);
                 }
             } else {
-                /* w[og, K] (+)= g[og, L] col[K, L]^T, summed over the images */
-                src = a + xoff;
-                if (col) { ad__im2col(G, cg, src, col); src = col; }
-                rc = ad__gemm(T, 0, 1, og, K, L, b + yoff, L, src, L, out + woff, K, add || n > 0);
+                /* w[og, K] (+)= g[og, L] col[K, L]^T, summed over the images. With im2col it is
+                   computed transposed, col g^T into [K, og], so that the large operand col is
+                   packed as rows (cheap) rather than as a transposed panel; then added back. */
+                if (col) {
+                    ad_real *wt = col + (size_t)K * L, *wg = out + woff;
+                    int k;
+                    ad__im2col(G, cg, a + xoff, col);
+                    rc = ad__gemm(T, 0, 1, K, og, L, col, L, b + yoff, L, wt, og, 0);
+                    for (r = 0; r < og; r++)
+                        for (k = 0; k < K; k++)
+                            wg[(size_t)r * K + k] = (add || n > 0 ? wg[(size_t)r * K + k] : 0) + wt[(size_t)k * og + r];
+                } else {
+                    rc = ad__gemm(T, 0, 1, og, K, L, b + yoff, L, a + xoff, L, out + woff, K, add || n > 0);
+                }
             }
         }
     return rc;
