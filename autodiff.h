@@ -105,7 +105,12 @@
    >>memory
    ad_tape_new allocates the tape; its arena grows by chunks (never moving data) and keeps them
    across ad_tape_reset, so the steady state of a loop allocates nothing. ad_tape_free releases
-   all of it. ad_tape_bytes_used and ad_tape_bytes_peak report the arena's use.
+   all of it. ad_tape_bytes_used and ad_tape_bytes_peak report the arena's use. Besides the arena
+   a tape keeps the GEMM's packing buffers and, once a large product runs, its worker threads.
+   A backward sweep adds gradients straight into the buffers that leaves already have (a
+   parameter store's gradients) and into buffers it made itself, so a training step needs about
+   one extra copy of its activations. Parameter stores, optimizers, datasets and images are
+   allocated with AUTODIFF_MALLOC and released by their _free functions.
 
    >>errors
    The library never aborts, exits or asserts on user input. A failing call records a message on
