@@ -5554,14 +5554,15 @@ AUTODIFF_API int ad_checkpoint_save(const char *path, ad_params *P, const ad_opt
 
 /* The whole file in a new buffer, or NULL with P's error set. Files longer than limit bytes
    are refused without reading them to the end. */
-AD__PRIVATE unsigned char *ad__ckpt_read_file(ad_params *P, const char *path, size_t limit, size_t *len)
+AD__PRIVATE unsigned char *ad__ckpt_read_file(ad_params *P, const char *op, const char *path, size_t limit,
+                                              size_t *len)
 {
     FILE *f = fopen(path, "rb");
     unsigned char *buf = NULL, *grown;
     size_t n = 0, cap = 0, got = 1;
     const char *why = NULL;
     if (!f) {
-        ad__pfail(P, "ad_checkpoint_load: cannot open %.200s: %s", path, strerror(errno));
+        ad__pfail(P, "%s: cannot open %.200s: %s", op, path, strerror(errno));
         return NULL;
     }
     while (!why && got > 0) {
@@ -5579,7 +5580,7 @@ AD__PRIVATE unsigned char *ad__ckpt_read_file(ad_params *P, const char *path, si
     if (!why && ferror(f)) why = "read error";
     fclose(f);
     if (why) {
-        ad__pfail(P, "ad_checkpoint_load: %.200s: %s", path, why);
+        ad__pfail(P, "%s: %.200s: %s", op, path, why);
         AUTODIFF_FREE(buf);
         return NULL;
     }
@@ -5600,7 +5601,7 @@ AUTODIFF_API int ad_checkpoint_load(const char *path, ad_params *P, ad_optim *O)
     }
     limit = ad__ckpt_bytes(P, 2);
     if (limit == 0 || limit > (size_t)-1 / 2) limit = (size_t)-1 / 2;
-    data = ad__ckpt_read_file(P, path, limit, &len);
+    data = ad__ckpt_read_file(P, "ad_checkpoint_load", path, limit, &len);
     if (!data) return -1;
     snprintf(what, sizeof what, "ad_checkpoint_load: %.200s", path);
     rc = ad__ckpt_load(what, data, len, P, O);
@@ -5657,7 +5658,7 @@ AUTODIFF_API ad_params *ad_params_load(const char *path, char *err, size_t errle
     }
     snprintf(what, sizeof what, "ad_params_load: %.200s", path ? path : "(null)");
     if (!path) ad__pfail(P, "ad_params_load: path is NULL");
-    else data = ad__ckpt_read_file(P, path, (size_t)-1 / 2, &len);
+    else data = ad__ckpt_read_file(P, "ad_params_load", path, (size_t)-1 / 2, &len);
     if (data && ad__ckpt_adopt(P, what, data, len) == 0) rc = ad__ckpt_load(what, data, len, P, NULL);
     AUTODIFF_FREE(data);
     if (rc == 0) return P;
