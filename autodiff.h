@@ -3437,6 +3437,8 @@ typedef struct ad__win2d {
     int sh, sw, ph, pw, dh, dw; /* stride, zero padding on each side, dilation */
     int groups;
     int exclude_pad;            /* average pooling: divide by the cells inside the input only */
+    ad_real *cols;              /* a recorded convolution: its input's im2col matrices, kept for
+                                   the weight gradient (NULL when not kept) */
 } ad__win2d;
 
 AD__PRIVATE const ad__win2d *ad__win_of(const ad__node *n)
@@ -3607,10 +3609,12 @@ AD__PRIVATE ad_real *ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char
 
 /* out (+)= the map kind of (a, b) (+ bias for the forward map), added into out when add is set;
    the operands are (x, w) for the forward map, (g, w) for Bx and (x, g) for Bw. Each image and
-   group is one GEMM around im2col / col2im (col: scratch from ad__conv_scratch). Returns 0, or
+   group is one GEMM around im2col / col2im (col: scratch from ad__conv_scratch). cols, when not
+   NULL, holds the im2col matrix of every image and group of the forward map's x: the forward
+   map fills it, the weight gradient of the same x reads it instead of rebuilding. Returns 0, or
    -1 when the GEMM's packing buffer cannot be allocated. */
 AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const ad_real *a, const ad_real *b,
-                                const ad_real *bias, ad_real *out, int add, ad_real *col)
+                                const ad_real *bias, ad_real *out, int add, ad_real *col, ad_real *cols)
 {
     int cg = G->c / G->groups, og = G->o / G->groups, L = G->oh * G->ow, K = cg * G->kh * G->kw;
     int n, g, r, rc = 0;
@@ -3622,12 +3626,17 @@ AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const 
             size_t xoff = ((size_t)n * G->c + (size_t)g * cg) * HW;
             size_t yoff = ((size_t)n * G->o + (size_t)g * og) * (size_t)L;
             size_t woff = (size_t)g * og * (size_t)K;
+            ad_real *kept = cols ? cols + ((size_t)n * G->groups + g) * (size_t)K * L : NULL;
             const ad_real *src;
             if (kind == AD__CONV_FORWARD) {
                 /* y[og, L] (+)= w[og, K] col[K, L] (+ bias) */
                 ad_real *yg = out + yoff;
                 src = a + xoff;
-                if (col) { ad__im2col(G, cg, src, col); src = col; }
+                if (col) {
+                    ad_real *dst = kept ? kept : col;
+                    ad__im2col(G, cg, src, dst);
+                    src = dst;
+                }
                 if (bias)
                     for (r = 0; r < og; r++) ad__nn_fill(yg + (size_t)r * L, bias[g * og + r], (size_t)L, add);
                 rc = ad__gemm(T, 0, 0, og, L, K, b + woff, K, src, L, yg, L, add || bias);
@@ -3646,8 +3655,8 @@ AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const 
                 if (col) {
                     ad_real *wt = col + (size_t)K * L, *wg = out + woff;
                     int k;
-                    ad__im2col(G, cg, a + xoff, col);
-                    rc = ad__gemm(T, 0, 1, K, og, L, col, L, b + yoff, L, wt, og, 0);
+                    if (!kept) ad__im2col(G, cg, a + xoff, col);
+                    rc = ad__gemm(T, 0, 1, K, og, L, kept ? kept : col, L, b + yoff, L, wt, og, 0);
                     for (r = 0; r < og; r++)
                         for (k = 0; k < K; k++)
                             wg[(size_t)r * K + k] = (add || n > 0 ? wg[(size_t)r * K + k] : 0) + wt[(size_t)k * og + r];
@@ -3671,9 +3680,9 @@ AD__PRIVATE void ad__conv_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *v
     size_t L = (size_t)G->oh * G->ow;
     if (ad__wants(S, x) || ad__wants(S, w)) col = ad__conv_scratch(T, G, "ad_conv2d", &failed);
     if (!failed && ad__wants(S, x) && (d = ad__grad_target(S, x, &add)) != NULL)
-        failed = ad__conv_kernel(T, AD__CONV_INPUT_GRAD, G, v->data, w->data, NULL, d, add, col) != 0;
+        failed = ad__conv_kernel(T, AD__CONV_INPUT_GRAD, G, v->data, w->data, NULL, d, add, col, NULL) != 0;
     if (!failed && ad__wants(S, w) && (d = ad__grad_target(S, w, &add)) != NULL)
-        failed = ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, G, x->data, v->data, NULL, d, add, col) != 0;
+        failed = ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, G, x->data, v->data, NULL, d, add, col, G->cols) != 0;
     if (!failed && bias && ad__wants(S, bias) && (d = ad__grad_target(S, bias, &add)) != NULL) {
         if (!add) memset(d, 0, (size_t)G->o * sizeof(ad_real));
         for (k = 0; k < G->n; k++)
@@ -3727,6 +3736,7 @@ AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor
     ad_real *col;
     ad_tensor *y, *ins[3];
     ad__node *node;
+    ad__win2d kept;
     if (!a || !b) return NULL;
     if (kind == AD__CONV_FORWARD) {
         shape[0] = G->n; shape[1] = G->o; shape[2] = G->oh; shape[3] = G->ow;
@@ -3739,7 +3749,15 @@ AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor
     if (!y) return NULL;
     col = ad__conv_scratch(T, G, op, &failed);
     if (failed) return NULL;
-    if (ad__conv_kernel(T, kind, G, a->data, b->data, bias ? bias->data : NULL, y->data, 0, col) != 0) {
+    kept = *G;
+    kept.cols = NULL;
+    if (kind == AD__CONV_FORWARD && col && T->grad_enabled && b->requires_grad) {
+        /* the weight gradient will need x's im2col matrices again: keep them on the tape */
+        kept.cols = (ad_real *)ad__alloc(T, (size_t)G->n * G->groups * (G->c / G->groups) * G->kh * G->kw *
+                                                ((size_t)G->oh * G->ow) * sizeof(ad_real), op);
+        if (!kept.cols) return NULL;
+    }
+    if (ad__conv_kernel(T, kind, G, a->data, b->data, bias ? bias->data : NULL, y->data, 0, col, kept.cols) != 0) {
         ad__fail(T, "%s: out of memory for the packing buffer", op);
         return NULL;
     }
@@ -3749,7 +3767,7 @@ AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor
     node = ad__record(T, op, y, ad__conv_backward, ins, bias ? 3 : 2);
     if (!node) return NULL;
     node->iv[0] = kind;
-    if (!ad__win_save(T, node, G, op)) return NULL;
+    if (!ad__win_save(T, node, &kept, op)) return NULL;
     return y;
 }
 
