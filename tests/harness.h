@@ -40,6 +40,19 @@ static int th_passed, th_failed;
                  needle, th_msg ? th_msg : "(none)");                                \
     } while (0)
 
+/* Parameter stores (ad_params) keep their own error: the message, never NULL. */
+#define th_params_error(P) (ad_params_error(P) ? ad_params_error(P) : "(none)")
+
+/* Checks that the store's error contains needle, then clears it. */
+#define TH_CHECK_PERROR(P, needle)                                                   \
+    do {                                                                             \
+        const char *th_pmsg = ad_params_error(P);                                    \
+        TH_CHECK(th_pmsg && strstr(th_pmsg, needle),                                 \
+                 "expected store error containing \"%s\", got \"%s\"", needle,      \
+                 th_pmsg ? th_pmsg : "(none)");                                      \
+        ad_params_clear_error(P);                                                    \
+    } while (0)
+
 TH_UNUSED static int th_summary(void)
 {
     printf("%d passed, %d failed\n", th_passed, th_failed);

@@ -6,21 +6,6 @@
 #include "tests/harness.h"
 #include <time.h>
 
-/* Checks the store's error, then clears it. */
-#define CHECK_PERROR(P, needle)                                                              \
-    do {                                                                                     \
-        const char *m_ = ad_params_error(P);                                                 \
-        TH_CHECK(m_ && strstr(m_, needle), "expected store error containing \"%s\", got \"%s\"", \
-                 needle, m_ ? m_ : "(none)");                                                \
-        ad_params_clear_error(P);                                                            \
-    } while (0)
-
-static const char *perr(const ad_params *P)
-{
-    const char *m = ad_params_error(P);
-    return m ? m : "(none)";
-}
-
 static int quick(void) { return getenv("TH_QUICK") != NULL; }
 
 /* ---- the file format, written out independently of the library ---- */
@@ -96,7 +81,7 @@ static unsigned char *snapshot(ad_params *P, const ad_optim *O, size_t *len)
     *len = ad_checkpoint_size(P, O);
     buf = (unsigned char *)malloc(*len);
     if (ad_checkpoint_save_memory(buf, *len, P, O) != 0) {
-        printf("FAIL snapshot: %s\n", perr(P));
+        printf("FAIL snapshot: %s\n", th_params_error(P));
         exit(1);
     }
     return buf;
@@ -134,20 +119,20 @@ static void test_round_trip(void)
     TH_CHECK(la == 32 + 43 + NSC * sizeof(ad_real) * 3 + 72 + 8, "checkpoint size %zu", la);
     TH_CHECK(memcmp(a, "\x89" "ADCK\r\n\x1a", 8) == 0 && a[8] == 1 && a[12] == sizeof(ad_real), "magic, version, type");
     TH_CHECK(a[16] + 256 * a[17] == (int)la && a[24] == 3 && a[28] == 2, "length, count, optimizer kind");
-    TH_CHECK(ad_checkpoint_load_memory(a, la, B, OB) == 0, "load: %s", perr(B));
+    TH_CHECK(ad_checkpoint_load_memory(a, la, B, OB) == 0, "load: %s", th_params_error(B));
     b = snapshot(B, OB, &lb);
     TH_CHECK(la == lb && memcmp(a, b, la) == 0, "memory round trip is bitwise");
     TH_CHECK(ad_optim_steps(OB) == 3 && ad_optim_lr(OB) == 0.125, "step count and lr restored");
     free(b);
     temp_path(path, sizeof path, "rt");
-    TH_CHECK(ad_checkpoint_save(path, A, OA) == 0, "save: %s", perr(A));
-    TH_CHECK(ad_checkpoint_load(path, C, NULL) == 0, "load without optimizer: %s", perr(C));
+    TH_CHECK(ad_checkpoint_save(path, A, OA) == 0, "save: %s", th_params_error(A));
+    TH_CHECK(ad_checkpoint_load(path, C, NULL) == 0, "load without optimizer: %s", th_params_error(C));
     TH_CHECK(memcmp(ad_params_values(A), ad_params_values(C), NSC * sizeof(ad_real)) == 0,
              "file round trip is bitwise");
     remove(path);
     /* an empty store */
     a = (free(a), snapshot(E, NULL, &la));
-    TH_CHECK(la == 40 && ad_checkpoint_load_memory(a, la, E2, NULL) == 0, "empty store: %zu bytes, %s", la, perr(E2));
+    TH_CHECK(la == 40 && ad_checkpoint_load_memory(a, la, E2, NULL) == 0, "empty store: %zu bytes, %s", la, th_params_error(E2));
     free(a);
     ad_optim_free(OA);
     ad_optim_free(OB);
@@ -221,10 +206,10 @@ static void check_resume(const char *what, ad_optim_kind kind, double momentum, 
     train_net(P, OP, STEPS, STEPS, straight);
     train_net(Q, OQ, CUT, STEPS, resumed);
     temp_path(path, sizeof path, "resume");
-    TH_CHECK(ad_checkpoint_save(path, Q, OQ) == 0, "%s: save: %s", what, perr(Q));
+    TH_CHECK(ad_checkpoint_save(path, Q, OQ) == 0, "%s: save: %s", what, th_params_error(Q));
     ad_optim_free(OQ);
     ad_params_free(Q);
-    TH_CHECK(ad_checkpoint_load(path, R, OR) == 0, "%s: load: %s", what, perr(R));
+    TH_CHECK(ad_checkpoint_load(path, R, OR) == 0, "%s: load: %s", what, th_params_error(R));
     remove(path);
     train_net(R, OR, STEPS, STEPS, resumed);
     TH_CHECK(memcmp(straight, resumed, sizeof straight) == 0, "%s: resumed losses differ (%.17g vs %.17g at the end)",
@@ -347,7 +332,7 @@ static void test_truncated(void)
     for (n = 0; n < len; n += len / 5) {
         TH_CHECK(write_file(path, good, n), "write %s", path);
         TH_CHECK(ad_checkpoint_load(path, v.P, v.O) != 0, "truncated file of %zu bytes accepted", n);
-        CHECK_PERROR(v.P, "truncated");
+        TH_CHECK_PERROR(v.P, "truncated");
     }
     remove(path);
     victim_free(&v);
@@ -456,7 +441,7 @@ static void test_malformed(void)
     {
         ad_params *P = make_store(1);
         TH_CHECK(ad_checkpoint_load_memory(bad, len, P, NULL) != 0, "leftover bytes accepted");
-        CHECK_PERROR(P, "bytes left over before the checksum");
+        TH_CHECK_PERROR(P, "bytes left over before the checksum");
         ad_params_free(P);
     }
     free(good);
@@ -477,22 +462,22 @@ static void test_mismatch(void)
     plain = snapshot(A, NULL, &lp);
     before = snapshot(B, NULL, &lb);
     TH_CHECK(ad_checkpoint_load_memory(a, la, B, NULL) != 0, "name mismatch accepted");
-    CHECK_PERROR(B, "parameter 1: name \"b\" in the file, \"c\" in the store");
+    TH_CHECK_PERROR(B, "parameter 1: name \"b\" in the file, \"c\" in the store");
     TH_CHECK(ad_checkpoint_load_memory(a, la, C, NULL) != 0, "shape mismatch accepted");
-    CHECK_PERROR(C, "parameter 0 (\"w\"): shape [3,5,7] in the file, [3,7,5] in the store");
+    TH_CHECK_PERROR(C, "parameter 0 (\"w\"): shape [3,5,7] in the file, [3,7,5] in the store");
     ad_params_add(D, "w", 1, s, NULL);
     TH_CHECK(ad_checkpoint_load_memory(a, la, D, NULL) != 0, "count mismatch accepted");
-    CHECK_PERROR(D, "3 parameters in the file, 1 in the store");
+    TH_CHECK_PERROR(D, "3 parameters in the file, 1 in the store");
     TH_CHECK(ad_checkpoint_load_memory(a, la, E, OE) != 0, "optimizer kind mismatch accepted");
-    CHECK_PERROR(E, "optimizer Adam in the file, SGD here");
+    TH_CHECK_PERROR(E, "optimizer Adam in the file, SGD here");
     TH_CHECK(ad_checkpoint_load_memory(plain, lp, E, OE) != 0, "file without optimizer state accepted");
-    CHECK_PERROR(E, "the file holds no optimizer state");
+    TH_CHECK_PERROR(E, "the file holds no optimizer state");
     TH_CHECK(ad_checkpoint_load_memory(a, la, E, OA) != 0, "optimizer of another store accepted");
-    CHECK_PERROR(E, "the optimizer belongs to another parameter store");
+    TH_CHECK_PERROR(E, "the optimizer belongs to another parameter store");
     free(a);
     a = snapshot(E, OE, &la);
     TH_CHECK(ad_checkpoint_load_memory(a, la, F, OS) != 0, "plain SGD state loaded into momentum SGD");
-    CHECK_PERROR(F, "momentum is on in one of file and optimizer, off in the other");
+    TH_CHECK_PERROR(F, "momentum is on in one of file and optimizer, off in the other");
     free(a);
     a = snapshot(B, NULL, &la);
     TH_CHECK(la == lb && memcmp(a, before, la) == 0, "refusals left the store alone");
@@ -520,16 +505,16 @@ static void test_files(void)
     size_t ls, la;
     temp_path(path, sizeof path, "files");
     TH_CHECK(ad_checkpoint_load(path, B, NULL) != 0, "missing file accepted");
-    CHECK_PERROR(B, "cannot open");
+    TH_CHECK_PERROR(B, "cannot open");
     snprintf(bad_dir, sizeof bad_dir, "%s.no-such-dir/x.ckpt", path);
     TH_CHECK(ad_checkpoint_save(bad_dir, A, OA) != 0, "save into a missing folder succeeded");
-    CHECK_PERROR(A, "cannot create");
+    TH_CHECK_PERROR(A, "cannot create");
     /* saving replaces the old file */
-    TH_CHECK(ad_checkpoint_save(path, B, NULL) == 0, "first save: %s", perr(B));
+    TH_CHECK(ad_checkpoint_save(path, B, NULL) == 0, "first save: %s", th_params_error(B));
     train_random(A, OA, 2, 5);
-    TH_CHECK(ad_checkpoint_save(path, A, OA) == 0, "second save: %s", perr(A));
+    TH_CHECK(ad_checkpoint_save(path, A, OA) == 0, "second save: %s", th_params_error(A));
     OB = make_optim(B, AD_OPTIM_SGD, 0.5);
-    TH_CHECK(ad_checkpoint_load(path, B, OB) == 0, "load: %s", perr(B));
+    TH_CHECK(ad_checkpoint_load(path, B, OB) == 0, "load: %s", th_params_error(B));
     a = snapshot(A, OA, &la);
     small = snapshot(B, OB, &ls);
     TH_CHECK(la == ls && memcmp(a, small, la) == 0, "the second save replaced the first");
@@ -537,18 +522,18 @@ static void test_files(void)
     free(small);
     /* a file far larger than any checkpoint of the store is refused before reading it all */
     ad_params_add(Big, "big", 2, s, NULL);
-    TH_CHECK(ad_checkpoint_save(path, Big, NULL) == 0, "save big: %s", perr(Big));
+    TH_CHECK(ad_checkpoint_save(path, Big, NULL) == 0, "save big: %s", th_params_error(Big));
     TH_CHECK(ad_checkpoint_load(path, B, NULL) != 0, "oversized file accepted");
-    CHECK_PERROR(B, "larger than any checkpoint of this store");
+    TH_CHECK_PERROR(B, "larger than any checkpoint of this store");
     remove(path);
     small = (unsigned char *)malloc(16);
     TH_CHECK(ad_checkpoint_save_memory(small, 16, A, OA) != 0, "save into a small buffer");
-    CHECK_PERROR(A, "the buffer holds 16 bytes, the checkpoint needs");
+    TH_CHECK_PERROR(A, "the buffer holds 16 bytes, the checkpoint needs");
     free(small);
     TH_CHECK(ad_checkpoint_save(NULL, A, NULL) != 0 && ad_checkpoint_load(NULL, A, NULL) != 0, "NULL paths");
-    CHECK_PERROR(A, "path is NULL");
+    TH_CHECK_PERROR(A, "path is NULL");
     TH_CHECK(ad_checkpoint_load_memory(NULL, 10, A, NULL) != 0, "NULL data");
-    CHECK_PERROR(A, "data is NULL");
+    TH_CHECK_PERROR(A, "data is NULL");
     TH_CHECK(ad_checkpoint_save("x", NULL, NULL) != 0 && ad_checkpoint_load_memory("x", 1, NULL, NULL) != 0 &&
                  ad_checkpoint_size(NULL, NULL) == 0,
              "NULL stores");
@@ -626,7 +611,7 @@ static void test_params_load(void)
     int id;
     train_random(A, O, 3, 5);
     temp_path(path, sizeof path, "adopt");
-    TH_CHECK(ad_checkpoint_save(path, A, O) == 0, "save: %s", perr(A));
+    TH_CHECK(ad_checkpoint_save(path, A, O) == 0, "save: %s", th_params_error(A));
     L = ad_params_load(path, err, sizeof err);
     TH_CHECK(L != NULL, "ad_params_load: %s", err);
     if (L) {
@@ -680,7 +665,7 @@ static void test_frozen(void)
         d.lr = 0.1;
         d.momentum = kinds[k] == AD_OPTIM_SGD ? 0.9 : 0;
         d.weight_decay = 0.1;
-        TH_CHECK(ad_params_set_trainable(A, 1, 0) == 0, "freeze: %s", perr(A));
+        TH_CHECK(ad_params_set_trainable(A, 1, 0) == 0, "freeze: %s", th_params_error(A));
         TH_CHECK(ad_params_set_trainable(A, 9, 0) != 0, "freezing a missing parameter was accepted");
         ad_params_clear_error(A);
         O = ad_optim_new(A, &d);

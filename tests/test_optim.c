@@ -5,21 +5,6 @@
 #include "autodiff.h"
 #include "tests/harness.h"
 
-#define CHECK_PERROR(P, needle)                                                              \
-    do {                                                                                     \
-        const char *m_ = ad_params_error(P);                                                 \
-        TH_CHECK(m_ && strstr(m_, needle), "expected store error containing \"%s\", got \"%s\"", \
-                 needle, m_ ? m_ : "(none)");                                                \
-        ad_params_clear_error(P);                                                            \
-    } while (0)
-
-/* The store's error for a message, never NULL. */
-static const char *perr(const ad_params *P)
-{
-    const char *m = ad_params_error(P);
-    return m ? m : "(none)";
-}
-
 #define NS 112 /* scalars of the test store: [3,5,7] and [7] */
 
 static ad_params *make_store(void)
@@ -80,7 +65,7 @@ static void compare(const char *what, const ad_optim_desc *desc, const ad_optim_
     ad_rng rng;
     double worst = 0;
     int step, i;
-    TH_CHECK(O != NULL, "%s: %s", what, perr(P));
+    TH_CHECK(O != NULL, "%s: %s", what, th_params_error(P));
     if (!O) { ad_params_free(P); return; }
     memset(&r, 0, sizeof r);
     r.d = *full;
@@ -97,7 +82,7 @@ static void compare(const char *what, const ad_optim_desc *desc, const ad_optim_
         r.t = step;
         if (full->kind == AD_OPTIM_SGD) ref_sgd(&r, g);
         else ref_adam(&r, g);
-        TH_CHECK(ad_optim_step(O) == 0, "%s: step %d: %s", what, step, perr(P));
+        TH_CHECK(ad_optim_step(O) == 0, "%s: step %d: %s", what, step, th_params_error(P));
         TH_CHECK(memcmp(g, ad_params_grads(P), sizeof g) == 0, "%s: step changed the gradients", what);
         for (i = 0; i < NS; i++) {
             double e = fabs(ad_params_values(P)[i] - r.p[i]);
@@ -187,31 +172,31 @@ static void test_defaults_and_errors(void)
     ad_optim_free(O);
     d = sgd(0.1, 0, 0, 1, 0);
     TH_CHECK(ad_optim_new(P, &d) == NULL, "Nesterov without momentum refused");
-    CHECK_PERROR(P, "Nesterov momentum needs momentum > 0 and dampening 0");
+    TH_CHECK_PERROR(P, "Nesterov momentum needs momentum > 0 and dampening 0");
     d = sgd(0.1, 0.9, 0.1, 1, 0);
     TH_CHECK(ad_optim_new(P, &d) == NULL, "Nesterov with dampening refused");
-    CHECK_PERROR(P, "Nesterov");
+    TH_CHECK_PERROR(P, "Nesterov");
     d = sgd(-0.1, 0, 0, 0, 0);
     TH_CHECK(ad_optim_new(P, &d) == NULL, "negative lr refused");
-    CHECK_PERROR(P, "lr must be finite");
+    TH_CHECK_PERROR(P, "lr must be finite");
     d = sgd(0.1, 0, 0, 0, NAN);
     TH_CHECK(ad_optim_new(P, &d) == NULL, "NaN weight decay refused");
-    CHECK_PERROR(P, "weight_decay");
+    TH_CHECK_PERROR(P, "weight_decay");
     d = adam(AD_OPTIM_ADAM, 0.1, 1.0, 0.999, 1e-8, 0);
     TH_CHECK(ad_optim_new(P, &d) == NULL, "beta1 = 1 refused");
-    CHECK_PERROR(P, "beta1 and beta2 must lie in [0, 1)");
+    TH_CHECK_PERROR(P, "beta1 and beta2 must lie in [0, 1)");
     d = adam(AD_OPTIM_ADAM, 0.1, 0.9, 0.999, -1, 0);
     TH_CHECK(ad_optim_new(P, &d) == NULL, "negative eps refused");
-    CHECK_PERROR(P, "eps");
+    TH_CHECK_PERROR(P, "eps");
     d.kind = (ad_optim_kind)7;
     TH_CHECK(ad_optim_new(P, &d) == NULL, "unknown kind refused");
-    CHECK_PERROR(P, "unknown optimizer kind");
+    TH_CHECK_PERROR(P, "unknown optimizer kind");
     TH_CHECK(ad_optim_new(NULL, NULL) == NULL && ad_optim_step(NULL) == -1, "NULL store and optimizer");
     O = ad_optim_new(P, NULL);
     ad_optim_set_lr(O, -1);
-    CHECK_PERROR(P, "ad_optim_set_lr: lr -1");
+    TH_CHECK_PERROR(P, "ad_optim_set_lr: lr -1");
     ad_optim_set_lr(O, INFINITY);
-    CHECK_PERROR(P, "ad_optim_set_lr");
+    TH_CHECK_PERROR(P, "ad_optim_set_lr");
     TH_CHECK(ad_optim_lr(O) == 1e-3, "refused lr left the lr alone");
     ad_optim_set_lr(O, 0);
     TH_CHECK(ad_optim_lr(O) == 0 && !ad_params_error(P), "lr 0 is allowed");
@@ -221,7 +206,7 @@ static void test_defaults_and_errors(void)
     }
     memcpy(before, ad_params_values(P), sizeof before);
     TH_CHECK(ad_optim_step(O) == -1, "step after adding a parameter refused");
-    CHECK_PERROR(P, "make the optimizer after adding every parameter");
+    TH_CHECK_PERROR(P, "make the optimizer after adding every parameter");
     TH_CHECK(memcmp(before, ad_params_values(P), sizeof before) == 0 && ad_optim_steps(O) == 0,
              "refused step changed nothing");
     ad_optim_free(O);
@@ -292,9 +277,9 @@ static void test_clip(void)
     got = ad_clip_grad_norm(P, 1);
     TH_CHECK(got == INFINITY && memcmp(g, ad_params_grads(P), sizeof g) == 0, "an infinite norm scales nothing");
     TH_CHECK(ad_clip_grad_norm(P, -1) == -1, "negative max_norm refused");
-    CHECK_PERROR(P, "max_norm is -1");
+    TH_CHECK_PERROR(P, "max_norm is -1");
     TH_CHECK(ad_clip_grad_norm(P, NAN) == -1, "NaN max_norm refused");
-    CHECK_PERROR(P, "max_norm");
+    TH_CHECK_PERROR(P, "max_norm");
     TH_CHECK(ad_clip_grad_norm(E, 1) == 0 && ad_clip_grad_norm(NULL, 1) == -1, "empty and NULL stores");
     ad_params_free(P);
     ad_params_free(E);

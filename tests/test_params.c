@@ -4,21 +4,6 @@
 #include "autodiff.h"
 #include "tests/harness.h"
 
-#define CHECK_PERROR(P, needle)                                                              \
-    do {                                                                                     \
-        const char *m_ = ad_params_error(P);                                                 \
-        TH_CHECK(m_ && strstr(m_, needle), "expected store error containing \"%s\", got \"%s\"", \
-                 needle, m_ ? m_ : "(none)");                                                \
-        ad_params_clear_error(P);                                                            \
-    } while (0)
-
-/* The store's error for a message, never NULL. */
-static const char *perr(const ad_params *P)
-{
-    const char *m = ad_params_error(P);
-    return m ? m : "(none)";
-}
-
 static void test_layout(void)
 {
     static const int s0[3] = {3, 5, 7}, s1[1] = {1}, s2[3] = {4, 1, 2};
@@ -79,7 +64,7 @@ static void test_growth(void)
         if (ad_params_add(P, name, 2, s, &u) != i) bad++;
         ad_params_info(P, i).grad[0] = i;
     }
-    TH_CHECK(bad == 0 && !ad_params_error(P), "300 adds: %d bad, %s", bad, perr(P));
+    TH_CHECK(bad == 0 && !ad_params_error(P), "300 adds: %d bad, %s", bad, th_params_error(P));
     TH_CHECK(memcmp(first, ad_params_info(P, 0).value, sizeof first) == 0, "values survive growth");
     TH_CHECK(ad_params_info(P, 0).grad[7] == 42, "gradients survive growth");
     for (i = 1, bad = 0; i < 300; i++) {
@@ -109,47 +94,47 @@ static void test_errors(void)
     TH_CHECK(ad_params_error(P) == NULL, "no error yet");
     memcpy(before, ad_params_values(P), sizeof before);
     TH_CHECK(ad_params_add(P, "w", 2, s, NULL) == -1, "duplicate refused");
-    CHECK_PERROR(P, "\"w\" already exists");
+    TH_CHECK_PERROR(P, "\"w\" already exists");
     TH_CHECK(ad_params_add(P, "z", 2, zero, NULL) == -1, "zero dimension refused");
-    CHECK_PERROR(P, "shape [2,0]: dimensions must be positive");
+    TH_CHECK_PERROR(P, "shape [2,0]: dimensions must be positive");
     TH_CHECK(ad_params_add(P, "n", 2, neg, NULL) == -1, "negative dimension refused");
-    CHECK_PERROR(P, "shape [-1,3]");
+    TH_CHECK_PERROR(P, "shape [-1,3]");
     TH_CHECK(ad_params_add(P, "n", 9, nine, NULL) == -1, "9 dimensions refused");
-    CHECK_PERROR(P, "9 dimensions");
+    TH_CHECK_PERROR(P, "9 dimensions");
     TH_CHECK(ad_params_add(P, "n", 2, NULL, NULL) == -1, "NULL shape refused");
-    CHECK_PERROR(P, "no shape");
+    TH_CHECK_PERROR(P, "no shape");
     TH_CHECK(ad_params_add(P, "h", 3, huge, NULL) == -1, "overflowing shape refused");
-    CHECK_PERROR(P, "too many scalars");
+    TH_CHECK_PERROR(P, "too many scalars");
     TH_CHECK(ad_params_add(P, "", 2, s, NULL) == -1, "empty name refused");
-    CHECK_PERROR(P, "1 to 1024 are allowed");
+    TH_CHECK_PERROR(P, "1 to 1024 are allowed");
     TH_CHECK(ad_params_add(P, NULL, 2, s, NULL) == -1, "NULL name refused");
-    CHECK_PERROR(P, "is 0 bytes long");
+    TH_CHECK_PERROR(P, "is 0 bytes long");
     memset(longname, 'x', sizeof longname - 1);
     longname[sizeof longname - 1] = 0;
     TH_CHECK(ad_params_add(P, longname, 2, s, NULL) == -1, "long name refused");
-    CHECK_PERROR(P, "is 1025 bytes long");
+    TH_CHECK_PERROR(P, "is 1025 bytes long");
     memset(&bad, 0, sizeof bad);
     bad.kind = AD_INIT_UNIFORM;
     bad.a = 1;
     bad.b = -1;
     TH_CHECK(ad_params_add(P, "u", 2, s, &bad) == -1, "uniform with a > b refused");
-    CHECK_PERROR(P, "low bound a is above the high bound b");
+    TH_CHECK_PERROR(P, "low bound a is above the high bound b");
     bad.kind = (ad_init_kind)99;
     TH_CHECK(ad_params_init(P, 0, &bad) == -1, "unknown init kind refused");
-    CHECK_PERROR(P, "unknown kind");
+    TH_CHECK_PERROR(P, "unknown kind");
     bad.kind = AD_INIT_NORMAL;
     bad.a = 0;
     bad.b = NAN;
     TH_CHECK(ad_params_init(P, 0, &bad) == -1, "NaN std refused");
-    CHECK_PERROR(P, "must be finite");
+    TH_CHECK_PERROR(P, "must be finite");
     TH_CHECK(ad_params_init(P, 5, NULL) == -1, "init of a bad id refused");
-    CHECK_PERROR(P, "no parameter 5; the store has 1");
+    TH_CHECK_PERROR(P, "no parameter 5; the store has 1");
     TH_CHECK(memcmp(before, ad_params_values(P), sizeof before) == 0, "refusals leave values alone");
     TH_CHECK(ad_params_count(P) == 1 && ad_params_scalars(P) == 6, "refusals add nothing");
     /* the first error sticks */
     ad_params_add(P, "w", 2, s, NULL);
     ad_params_add(P, "", 2, s, NULL);
-    CHECK_PERROR(P, "already exists");
+    TH_CHECK_PERROR(P, "already exists");
     TH_CHECK(ad_params_error(P) == NULL, "cleared");
     TH_CHECK(strstr(ad_params_error(NULL), "NULL") != NULL, "error of a NULL store");
     TH_CHECK(ad_param(T, P, 1) == NULL, "ad_param with a bad id returns NULL");
@@ -302,7 +287,7 @@ static void check_init(const char *what, ad_init_kind kind, double a, double b, 
     init.a = a;
     init.b = b;
     init.gain = gain;
-    TH_CHECK(ad_params_add(P, what, ndim, shape, &init) == 0, "%s: %s", what, perr(P));
+    TH_CHECK(ad_params_add(P, what, ndim, shape, &init) == 0, "%s: %s", what, th_params_error(P));
     in = ad_params_info(P, 0);
     s = stats_of(in.value, in.size);
     se_mean = std / sqrt((double)in.size);
