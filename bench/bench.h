@@ -196,4 +196,25 @@ BENCH_FN int bench_synthetic(bench_data *d, uint64_t seed)
     return 0;
 }
 
+/* A new random order of the n samples (Fisher-Yates), for an epoch. */
+BENCH_FN void bench_shuffle(int *perm, int n, ad_rng *rng)
+{
+    int i;
+    for (i = n - 1; i > 0; i--) {
+        int j = (int)ad_rng_below(rng, (uint64_t)i + 1), tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+}
+
+/* Copies the samples perm[start .. start + count) into one batch: images xb, labels yb. */
+BENCH_FN void bench_gather(const bench_data *d, const int *perm, int start, int count, float *xb, int *yb)
+{
+    int r;
+    for (r = 0; r < count; r++) {
+        memcpy(xb + (size_t)r * d->dim, d->x + (size_t)perm[start + r] * d->dim, (size_t)d->dim * sizeof(float));
+        yb[r] = d->y[perm[start + r]];
+    }
+}
+
 #endif

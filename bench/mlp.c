@@ -102,20 +102,13 @@ int main(int argc, char **argv)
     for (e = 0; e < epochs; e++) {
         double t0;
         int start;
-        for (i = d.n - 1; i > 0; i--) {
-            int j = (int)ad_rng_below(&rng, (uint64_t)i + 1), tmp = perm[i];
-            perm[i] = perm[j];
-            perm[j] = tmp;
-        }
+        bench_shuffle(perm, d.n, &rng);
         loss_sum = 0;
         t0 = bench_time();
         for (start = 0; start < d.n; start += BATCH) {
-            int bs = d.n - start < BATCH ? d.n - start : BATCH, shape[2], r;
+            int bs = d.n - start < BATCH ? d.n - start : BATCH, shape[2];
             ad_tensor *h, *loss;
-            for (r = 0; r < bs; r++) {
-                memcpy(xb + (size_t)r * d.dim, d.x + (size_t)perm[start + r] * d.dim, (size_t)d.dim * sizeof(float));
-                yb[r] = d.y[perm[start + r]];
-            }
+            bench_gather(&d, perm, start, bs, xb, yb);
             ad_tape_reset(T);
             shape[0] = bs;
             shape[1] = d.dim;
