@@ -405,7 +405,8 @@ static void test_arena(void)
 static void test_float_matmul(void)
 {
     static const int sizes[][3] = {{1, 1, 1},   {3, 300, 7},   {13, 17, 255}, {12, 33, 257}, {8, 64, 1},
-                                   {64, 10, 50}, {145, 19, 41}, {200, 130, 300}, {5, 2100, 3}};
+                                   {64, 10, 50}, {145, 19, 41}, {200, 130, 300}, {5, 2100, 3},
+                                   {67, 13, 300}, {150, 16, 40}, {9, 5, 17}};
     ad_rng rng;
     size_t i;
     int ta, tb;
@@ -437,6 +438,55 @@ static void test_float_matmul(void)
             }
 }
 
+/* (i) the thread pool: many products in quick succession, split by rows and by columns, on more
+   threads than the machine may have cores, now and then after a pause long enough for the
+   workers to fall asleep; every result must equal the single-thread one bit for bit. */
+static void busy_wait_ms(double ms)
+{
+    clock_t until = clock() + (clock_t)(ms * CLOCKS_PER_SEC / 1000.0);
+    while (clock() < until) {}
+}
+
+static void test_threads(void)
+{
+    static const int sizes[][3] = {{64, 128, 784}, {300, 40, 70}, {33, 257, 65}, {129, 129, 129}};
+    enum { NSIZES = sizeof sizes / sizeof sizes[0], ROUNDS = 120 };
+    static const int thread_counts[] = {2, 3, 5};
+    ad_tape *ref = ad_tape_new(), *T;
+    ad_tensor *a[NSIZES], *b[NSIZES], *want[NSIZES];
+    ad_rng rng;
+    size_t t;
+    int i, r, mismatches;
+    ad_rng_seed(&rng, 5);
+    ad_set_threads(ref, 1);
+    for (i = 0; i < NSIZES; i++) {
+        int sa[2], sb[2];
+        sa[0] = sizes[i][0]; sa[1] = sizes[i][2];
+        sb[0] = sizes[i][2]; sb[1] = sizes[i][1];
+        a[i] = ad_rand(ref, 2, sa, -1, 1, &rng);
+        b[i] = ad_rand(ref, 2, sb, -1, 1, &rng);
+        want[i] = ad_matmul(ref, a[i], b[i]);
+    }
+    for (t = 0; t < sizeof thread_counts / sizeof thread_counts[0]; t++) {
+        T = ad_tape_new();
+        ad_set_threads(T, thread_counts[t]);
+        mismatches = 0;
+        for (r = 0; r < ROUNDS; r++) {
+            ad_tensor *y;
+            i = r % NSIZES;
+            if (r % 40 == 39) busy_wait_ms(3);
+            y = ad_matmul(T, ad_tensor_view(T, 2, a[i]->shape, a[i]->data, NULL, 0),
+                          ad_tensor_view(T, 2, b[i]->shape, b[i]->data, NULL, 0));
+            if (!y || memcmp(y->data, want[i]->data, y->size * sizeof(ad_real)) != 0) mismatches++;
+            ad_tape_reset(T);
+        }
+        TH_CHECK(mismatches == 0, "%d threads: %d of %d products differ from one thread's", thread_counts[t],
+                 mismatches, (int)ROUNDS);
+        ad_tape_free(T);
+    }
+    ad_tape_free(ref);
+}
+
 int main(void)
 {
     long start = live();
@@ -448,6 +498,7 @@ int main(void)
     test_views();
     test_arena();
     test_float_matmul();
+    test_threads();
     TH_CHECK(live() == start, "%ld blocks leaked in total", live() - start);
     return th_summary();
 }
