@@ -970,24 +970,51 @@ AD__PRIVATE void ad__arena_free(ad__arena *A)
    make every task write its own outputs, so results never depend on the thread count. */
 typedef void (*ad__task_fn)(void *ctx, int task, int thread);
 
-#if defined(AUTODIFF_NO_THREADS) || !(defined(__unix__) || defined(__APPLE__))
+/* Threads need POSIX threads and the GCC/Clang __atomic builtins. */
+#if defined(AUTODIFF_NO_THREADS) || !(defined(__unix__) || defined(__APPLE__)) || !defined(__GNUC__)
 #define AD__THREADS 0
 #else
 #define AD__THREADS 1
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 #endif
 
 #if AD__THREADS
+/* Jobs come in quick succession during a training step, and waking a sleeping thread costs tens
+   of microseconds, more than a mid-sized product takes. So a worker that finishes a job spins
+   for a while (AD__SPINS rounds of a pause instruction, roughly 0.1-0.3 ms) watching for the next
+   one, and only then sleeps on a condition variable.
+
+   Tasks are claimed through one word: the job's number in the high half, the next task in the
+   low half. A worker reads the word, then the job's description, then claims a task with a
+   compare-and-swap that succeeds only while the word is unchanged, so a worker that read a stale
+   description never runs it. Before rewriting the description the caller marks the word with the
+   new job's number and AD__UNPUBLISHED, which makes every stale claim fail; the description is
+   written with release stores, so a worker that sees any of it also sees that mark. */
+#define AD__SPINS 4096
+#define AD__UNPUBLISHED 0xffffffffull
+#define AD__TASK_MASK 0xffffffffull
+
+#if defined(__x86_64__) || defined(__i386__)
+#define AD__CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__) || defined(__arm__)
+#define AD__CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define AD__CPU_RELAX() ((void)0)
+#endif
+
 typedef struct ad__pool {
     pthread_mutex_t mu;
-    pthread_cond_t wake, done;
+    pthread_cond_t wake;
     pthread_t *workers;
     int nworkers;
-    ad__task_fn fn;
+    unsigned long long claim;    /* job number << 32 | next task; AD__UNPUBLISHED while written */
+    ad__task_fn fn;              /* the current job */
     void *ctx;
-    int ntasks, next_task, unfinished;
-    unsigned generation;
+    int ntasks;
+    int finished;                /* tasks of the current job done */
+    int sleepers;                /* workers waiting on wake */
     int stop;
 } ad__pool;
 
@@ -996,47 +1023,87 @@ typedef struct ad__worker_arg {
     int thread;
 } ad__worker_arg;
 
-/* Takes and runs tasks of the current job until none is left. Called with mu held. */
-AD__PRIVATE void ad__pool_drain(ad__pool *P, int thread)
+/* Claims and runs tasks of the job whose claim word was read as `word` until none is left or a
+   newer job replaces it. */
+AD__PRIVATE void ad__pool_work(ad__pool *P, unsigned long long word, int thread)
 {
-    while (P->next_task < P->ntasks) {
-        int task = P->next_task++;
-        pthread_mutex_unlock(&P->mu);
-        P->fn(P->ctx, task, thread);
-        pthread_mutex_lock(&P->mu);
-        if (--P->unfinished == 0) pthread_cond_signal(&P->done);
+    for (;;) {
+        ad__task_fn fn = __atomic_load_n(&P->fn, __ATOMIC_ACQUIRE);
+        void *ctx = __atomic_load_n(&P->ctx, __ATOMIC_ACQUIRE);
+        int ntasks = __atomic_load_n(&P->ntasks, __ATOMIC_ACQUIRE);
+        unsigned long long task = word & AD__TASK_MASK;
+        if (task == AD__UNPUBLISHED || task >= (unsigned long long)ntasks) return;
+        if (__atomic_compare_exchange_n(&P->claim, &word, word + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            fn(ctx, (int)task, thread);
+            __atomic_fetch_add(&P->finished, 1, __ATOMIC_RELEASE);
+            word++;
+        }
+        /* on failure word now holds the current claim word; a different job number ends this one */
     }
+}
+
+/* Waits until the claim word shows a published job newer than `seen`, or the pool stops;
+   returns the word (0 when stopping). */
+AD__PRIVATE unsigned long long ad__pool_wait(ad__pool *P, unsigned long long seen)
+{
+    unsigned long long word;
+    int spin;
+#define AD__IS_NEW(w) ((w) >> 32 != seen && ((w) & AD__TASK_MASK) != AD__UNPUBLISHED)
+    for (spin = 0; spin < AD__SPINS; spin++) {
+        word = __atomic_load_n(&P->claim, __ATOMIC_ACQUIRE);
+        if (AD__IS_NEW(word) || __atomic_load_n(&P->stop, __ATOMIC_ACQUIRE)) return word;
+        AD__CPU_RELAX();
+    }
+    pthread_mutex_lock(&P->mu);
+    __atomic_fetch_add(&P->sleepers, 1, __ATOMIC_SEQ_CST);
+    for (;;) {
+        word = __atomic_load_n(&P->claim, __ATOMIC_SEQ_CST);
+        if (AD__IS_NEW(word) || __atomic_load_n(&P->stop, __ATOMIC_SEQ_CST)) break;
+        pthread_cond_wait(&P->wake, &P->mu);
+    }
+    __atomic_fetch_sub(&P->sleepers, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&P->mu);
+#undef AD__IS_NEW
+    return word;
 }
 
 AD__PRIVATE void *ad__worker_main(void *arg)
 {
     ad__pool *P = ((ad__worker_arg *)arg)->pool;
     int thread = ((ad__worker_arg *)arg)->thread;
-    unsigned seen = 0;
+    unsigned long long seen = 0;
     AUTODIFF_FREE(arg);
-    pthread_mutex_lock(&P->mu);
     for (;;) {
-        while (!P->stop && P->generation == seen) pthread_cond_wait(&P->wake, &P->mu);
-        if (P->stop) break;
-        seen = P->generation;
-        ad__pool_drain(P, thread);
+        unsigned long long word = ad__pool_wait(P, seen);
+        if (__atomic_load_n(&P->stop, __ATOMIC_ACQUIRE)) break;
+        seen = word >> 32;
+        ad__pool_work(P, word, thread);
     }
-    pthread_mutex_unlock(&P->mu);
     return NULL;
+}
+
+/* Wakes workers that went to sleep; called after a change they wait for. The sleepers count and
+   the claim word are both sequentially consistent, so either the caller sees a worker counted
+   here, or that worker sees the change before it sleeps. */
+AD__PRIVATE void ad__pool_wake(ad__pool *P)
+{
+    if (__atomic_load_n(&P->sleepers, __ATOMIC_SEQ_CST) == 0) return;
+    pthread_mutex_lock(&P->mu);
+    pthread_cond_broadcast(&P->wake);
+    pthread_mutex_unlock(&P->mu);
 }
 
 AD__PRIVATE void ad__pool_free(struct ad__pool *P)
 {
     int i;
     if (!P) return;
+    __atomic_store_n(&P->stop, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_lock(&P->mu);
-    P->stop = 1;
     pthread_cond_broadcast(&P->wake);
     pthread_mutex_unlock(&P->mu);
     for (i = 0; i < P->nworkers; i++) pthread_join(P->workers[i], NULL);
     pthread_mutex_destroy(&P->mu);
     pthread_cond_destroy(&P->wake);
-    pthread_cond_destroy(&P->done);
     AUTODIFF_FREE(P->workers);
     AUTODIFF_FREE(P);
 }
@@ -1052,7 +1119,6 @@ AD__PRIVATE ad__pool *ad__pool_new(int nworkers)
     if (!P->workers) { AUTODIFF_FREE(P); return NULL; }
     pthread_mutex_init(&P->mu, NULL);
     pthread_cond_init(&P->wake, NULL);
-    pthread_cond_init(&P->done, NULL);
     for (i = 0; i < nworkers; i++) {
         ad__worker_arg *arg = (ad__worker_arg *)AUTODIFF_MALLOC(sizeof(ad__worker_arg));
         if (!arg) break;
@@ -1246,17 +1312,19 @@ AD__PRIVATE void ad__parallel(ad_tape *T, ad__task_fn fn, void *ctx, int ntasks)
 #if AD__THREADS
     ad__pool *P = T->pool;
     if (P && ntasks > 1) {
-        pthread_mutex_lock(&P->mu);
-        P->fn = fn;
-        P->ctx = ctx;
-        P->ntasks = ntasks;
-        P->next_task = 0;
-        P->unfinished = ntasks;
-        P->generation++;
-        pthread_cond_broadcast(&P->wake);
-        ad__pool_drain(P, 0);
-        while (P->unfinished > 0) pthread_cond_wait(&P->done, &P->mu);
-        pthread_mutex_unlock(&P->mu);
+        unsigned long long job = (__atomic_load_n(&P->claim, __ATOMIC_RELAXED) >> 32) + 1;
+        int spin = 0;
+        __atomic_store_n(&P->claim, job << 32 | AD__UNPUBLISHED, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&P->finished, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&P->fn, fn, __ATOMIC_RELEASE);
+        __atomic_store_n(&P->ctx, ctx, __ATOMIC_RELEASE);
+        __atomic_store_n(&P->ntasks, ntasks, __ATOMIC_RELEASE);
+        __atomic_store_n(&P->claim, job << 32, __ATOMIC_SEQ_CST);
+        ad__pool_wake(P);
+        ad__pool_work(P, job << 32, 0);
+        /* the other threads' last tasks are running: their ends are near */
+        while (__atomic_load_n(&P->finished, __ATOMIC_ACQUIRE) < ntasks)
+            if (++spin % 1024 == 0) sched_yield(); else AD__CPU_RELAX();
         return;
     }
 #endif
@@ -2019,24 +2087,29 @@ AD__PRIVATE void ad__split_axis(const ad_tensor *x, int axis, size_t *outer, siz
 #define AD__MR_MAX 12
 #define AD__NR_MAX (64 / (int)sizeof(ad_real) * 2)
 
-typedef void (*ad__microkernel)(int kc, const ad_real *A, const ad_real *B, ptrdiff_t ldb, ad_real *C,
-                                ptrdiff_t ldc, int accumulate);
+/* A micro-kernel reads element (i, k) of its A operand at A[i * a_row + k * a_k]: a packed panel
+   (a_row 1, a_k MR), or op(A) in place. */
+typedef void (*ad__microkernel)(int kc, const ad_real *A, ptrdiff_t a_row, ptrdiff_t a_k, const ad_real *B,
+                                ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate);
 typedef struct ad__gemm_kernel {
-    ad__microkernel fn;
+    ad__microkernel fn;          /* for packed A, whose strides it knows at compile time */
+    ad__microkernel fn_strided;  /* for A in place; NULL where there is none */
     int mr, nr;
 } ad__gemm_kernel;
 
 #if AD__HAS_VECTOR_EXT
-/* An MR x (NV vectors of VBYTES) micro-kernel. A holds kc columns of MR values, B kc rows of
-   NV * VL values, ldb apart (a packed panel, or B itself); the tile is added to C (row stride
-   ldc) when accumulate is set. */
-#define AD__DEFINE_KERNEL(NAME, ATTR, VBYTES, MR, NV)                                             \
+/* An MR x (NV vectors of VBYTES) micro-kernel. A holds kc columns of MR values, packed (PACKED
+   1: the strides are MR and 1, known to the compiler) or anywhere (PACKED 0: a_row, a_k); B kc
+   rows of NV * VL values, ldb apart (a packed panel, or B itself); the tile is added to C (row
+   stride ldc) when accumulate is set. */
+#define AD__DEFINE_KERNEL(NAME, ATTR, VBYTES, MR, NV, PACKED)                                     \
     typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                            \
-    static ATTR AD__UNUSED void NAME(int kc, const ad_real *AD__RESTRICT A,                      \
-                                     const ad_real *AD__RESTRICT B, ptrdiff_t ldb, ad_real *C,   \
-                                     ptrdiff_t ldc, int accumulate)                              \
+    static ATTR AD__UNUSED void NAME(int kc, const ad_real *AD__RESTRICT A, ptrdiff_t a_row,     \
+                                     ptrdiff_t a_k, const ad_real *AD__RESTRICT B, ptrdiff_t ldb, \
+                                     ad_real *C, ptrdiff_t ldc, int accumulate)                  \
     {                                                                                            \
         enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
+        const ptrdiff_t row_step = PACKED ? 1 : a_row, k_step = PACKED ? MR : a_k;               \
         NAME##_vec c[MR][NV], zero;                                                              \
         int i, j, k;                                                                             \
         memset(&zero, 0, sizeof zero);                                                           \
@@ -2051,7 +2124,7 @@ typedef struct ad__gemm_kernel {
             _Pragma("GCC unroll 16") for (j = 0; j < NV; j++)                                    \
                 memcpy(&b[j], B + (ptrdiff_t)k * ldb + j * VL, VBYTES);                         \
             _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                  \
-                NAME##_vec a = A[(size_t)k * MR + i] - zero; /* a - 0 is a: one broadcast load */\
+                NAME##_vec a = A[k * k_step + i * row_step] - zero; /* a - 0: a broadcast load */  \
                 _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) c[i][j] += a * b[j];           \
             }                                                                                    \
         }                                                                                        \
@@ -2067,23 +2140,27 @@ typedef struct ad__gemm_kernel {
             memcpy(dst, &t, VBYTES);                                                             \
         }                                                                                        \
     }
-AD__DEFINE_KERNEL(ad__kernel_generic, , 16, 6, 2)
+AD__DEFINE_KERNEL(ad__kernel_generic, , 16, 6, 2, 1)
+AD__DEFINE_KERNEL(ad__kernel_generic_strided, , 16, 6, 2, 0)
 #if AD__X86_DISPATCH
-AD__DEFINE_KERNEL(ad__kernel_avx2, __attribute__((target("avx2,fma"))), 32, 6, 2)
-AD__DEFINE_KERNEL(ad__kernel_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 2)
-AD__DEFINE_KERNEL(ad__kernel_avx512_narrow, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 1)
+AD__DEFINE_KERNEL(ad__kernel_avx2, __attribute__((target("avx2,fma"))), 32, 6, 2, 1)
+AD__DEFINE_KERNEL(ad__kernel_avx2_strided, __attribute__((target("avx2,fma"))), 32, 6, 2, 0)
+AD__DEFINE_KERNEL(ad__kernel_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 2, 1)
+AD__DEFINE_KERNEL(ad__kernel_avx512_narrow, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 1, 1)
+AD__DEFINE_KERNEL(ad__kernel_avx512_narrow_strided, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 1, 0)
 #endif
 #undef AD__DEFINE_KERNEL
 #else
 /* Plain C: a 4 x 4 tile. */
-static void ad__kernel_generic(int kc, const ad_real *AD__RESTRICT A, const ad_real *AD__RESTRICT B,
-                               ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
+static void ad__kernel_generic(int kc, const ad_real *AD__RESTRICT A, ptrdiff_t a_row, ptrdiff_t a_k,
+                               const ad_real *AD__RESTRICT B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc,
+                               int accumulate)
 {
     ad_real c[4][4] = {{0}};
     int i, j, k;
     for (k = 0; k < kc; k++)
         for (i = 0; i < 4; i++)
-            for (j = 0; j < 4; j++) c[i][j] += A[k * 4 + i] * B[k * ldb + j];
+            for (j = 0; j < 4; j++) c[i][j] += A[k * a_k + i * a_row] * B[k * ldb + j];
     for (i = 0; i < 4; i++)
         for (j = 0; j < 4; j++) C[i * ldc + j] = accumulate ? C[i * ldc + j] + c[i][j] : c[i][j];
 }
@@ -2097,12 +2174,14 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
     if (__builtin_cpu_supports("avx512f")) {
         int narrow = N <= 64 / (int)sizeof(ad_real);
         k.fn = narrow ? ad__kernel_avx512_narrow : ad__kernel_avx512;
+        k.fn_strided = narrow ? ad__kernel_avx512_narrow_strided : NULL;
         k.mr = 8;
         k.nr = (narrow ? 1 : 2) * 64 / (int)sizeof(ad_real);
         return k;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         k.fn = ad__kernel_avx2;
+        k.fn_strided = ad__kernel_avx2_strided;
         k.mr = 6;
         k.nr = 2 * 32 / (int)sizeof(ad_real);
         return k;
@@ -2111,9 +2190,11 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
     (void)N;
     k.fn = ad__kernel_generic;
 #if AD__HAS_VECTOR_EXT
+    k.fn_strided = ad__kernel_generic_strided;
     k.mr = 6;
     k.nr = 2 * 16 / (int)sizeof(ad_real);
 #else
+    k.fn_strided = ad__kernel_generic;
     k.mr = 4;
     k.nr = 4;
 #endif
@@ -2215,39 +2296,49 @@ AD__PRIVATE void ad__gemm_small(int ta, int tb, int M, int N, int K, const ad_re
 }
 
 /* The product for one block of C with one thread's packing buffers pa (AD__MC x AD__KC) and
-   pb (AD__KC x AD__NC). When op(A) has few rows, each element of B is used only a few times, so
-   packing B would cost more than it saves: the micro-kernel then reads B's rows in place (when B
-   is not transposed), and only a last, partial panel is packed. */
+   pb (AD__KC x AD__NC). Packing pays off when a panel is used many times. When op(A) has few
+   rows, each element of B is used only a few times: the micro-kernel then reads B's rows in place
+   (when B is not transposed). When op(B) has at most one panel of columns, each element of A is
+   used once: the micro-kernel reads A in place. Only a last, partial panel is packed then. */
 AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int tb, int M, int N,
                                  int K, const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
                                  ad_real *C, ptrdiff_t ldc, int accumulate)
 {
-    int jc, pc, ic, jr, ir, direct = !tb && M <= AD__MC;
+    int jc, pc, ic, jr, ir, b_direct = !tb && M <= AD__MC;
     for (jc = 0; jc < N; jc += AD__NC) {
         int nc = N - jc < AD__NC ? N - jc : AD__NC;
-        int full = direct ? nc / ker.nr * ker.nr : 0; /* columns read in place */
+        int b_full = b_direct ? nc / ker.nr * ker.nr : 0; /* columns read in place */
+        int a_direct = ker.fn_strided && nc <= ker.nr;
         for (pc = 0; pc < K; pc += AD__KC) {
             int kc = K - pc < AD__KC ? K - pc : AD__KC;
             int acc = accumulate || pc > 0;
-            if (full < nc) ad__pack_b(tb, B, ldb, pc, kc, jc + full, nc - full, ker.nr, pb);
+            if (b_full < nc) ad__pack_b(tb, B, ldb, pc, kc, jc + b_full, nc - b_full, ker.nr, pb);
             for (ic = 0; ic < M; ic += AD__MC) {
                 int mc = M - ic < AD__MC ? M - ic : AD__MC;
-                ad__pack_a(ta, A, lda, ic, mc, pc, kc, ker.mr, pa);
+                int a_full = a_direct ? mc / ker.mr * ker.mr : 0; /* rows read in place */
+                if (a_full < mc) ad__pack_a(ta, A, lda, ic + a_full, mc - a_full, pc, kc, ker.mr, pa);
                 for (jr = 0; jr < nc; jr += ker.nr) {
                     int nr = nc - jr < ker.nr ? nc - jr : ker.nr;
-                    const ad_real *bp = jr < full ? B + (ptrdiff_t)pc * ldb + jc + jr : pb + (size_t)(jr - full) * kc;
-                    ptrdiff_t bstride = jr < full ? ldb : ker.nr;
+                    const ad_real *bp = jr < b_full ? B + (ptrdiff_t)pc * ldb + jc + jr : pb + (size_t)(jr - b_full) * kc;
+                    ptrdiff_t bstride = jr < b_full ? ldb : ker.nr;
                     for (ir = 0; ir < mc; ir += ker.mr) {
-                        int mr = mc - ir < ker.mr ? mc - ir : ker.mr;
-                        const ad_real *ap = pa + (size_t)ir * kc;
+                        int mr = mc - ir < ker.mr ? mc - ir : ker.mr, in_place = ir < a_full;
+                        ad__microkernel fn = in_place ? ker.fn_strided : ker.fn;
+                        const ad_real *ap = pa + (size_t)(ir - a_full) * kc;
+                        ptrdiff_t a_row = 1, a_k = ker.mr;
                         ad_real *c = C + (ptrdiff_t)(ic + ir) * ldc + jc + jr;
+                        if (in_place) {
+                            ap = ta ? A + (ptrdiff_t)pc * lda + ic + ir : A + (ptrdiff_t)(ic + ir) * lda + pc;
+                            a_row = ta ? 1 : lda;
+                            a_k = ta ? lda : 1;
+                        }
                         if (mr == ker.mr && nr == ker.nr) {
-                            ker.fn(kc, ap, bp, bstride, c, ldc, acc);
+                            fn(kc, ap, a_row, a_k, bp, bstride, c, ldc, acc);
                         } else {
                             /* an edge tile: computed whole into a scratch tile, partly stored */
                             ad_real tile[AD__MR_MAX * AD__NR_MAX];
                             int i, j;
-                            ker.fn(kc, ap, bp, bstride, tile, ker.nr, 0);
+                            fn(kc, ap, a_row, a_k, bp, bstride, tile, ker.nr, 0);
                             for (i = 0; i < mr; i++) {
                                 ad_real *row = c + (ptrdiff_t)i * ldc;
                                 const ad_real *t = tile + i * ker.nr;
