@@ -2248,18 +2248,25 @@ AD__PRIVATE void ad__pack_a(int ta, const ad_real *A, ptrdiff_t lda, int i0, int
     }
 }
 
-/* Packs rows k0..k0+kc-1, columns j0..j0+nc-1 of op(B) into panels of nr columns. */
-AD__PRIVATE void ad__pack_b(int tb, const ad_real *B, ptrdiff_t ldb, int k0, int kc, int j0, int nc,
-                            int nr, ad_real *AD__RESTRICT dst)
+/* Packs rows k0..k0+kc-1, columns j0..j0+nc-1 of op(B) into panels of nr columns. B's values
+   end at b_end. A last, partial panel of an untransposed B is copied in whole blocks of 16 where
+   those stay before b_end: its extra columns then hold whatever follows in B, which only reaches
+   columns of edge tiles that are never stored. */
+AD__PRIVATE void ad__pack_b(int tb, const ad_real *B, ptrdiff_t ldb, const ad_real *b_end, int k0, int kc,
+                            int j0, int nc, int nr, ad_real *AD__RESTRICT dst)
 {
     int p, c, k;
     for (p = 0; p < nc; p += nr, dst += (size_t)nr * kc) {
-        int cols = nc - p < nr ? nc - p : nr;
+        int cols = nc - p < nr ? nc - p : nr, whole = (cols + 15) / 16 * 16;
         if (!tb) {
             for (k = 0; k < kc; k++) {
                 const ad_real *src = B + (ptrdiff_t)(k0 + k) * ldb + j0 + p;
                 ad_real *d = dst + (size_t)k * nr;
                 /* copies of a constant size are inlined; a loop over cols becomes a call */
+                if (whole <= nr && b_end - src >= whole) {
+                    for (c = 0; c < whole; c += 16) memcpy(d + c, src + c, 16 * sizeof(ad_real));
+                    continue;
+                }
                 for (c = 0; c + 16 <= cols; c += 16) memcpy(d + c, src + c, 16 * sizeof(ad_real));
                 for (; c < cols; c++) d[c] = src[c];
                 for (; c < nr; c++) d[c] = 0;
@@ -2307,6 +2314,7 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
                                  ad_real *C, ptrdiff_t ldc, int accumulate)
 {
     int jc, pc, ic, jr, ir, b_direct = !tb && M <= AD__MC;
+    const ad_real *b_end = tb ? B + (ptrdiff_t)(N - 1) * ldb + K : B + (ptrdiff_t)(K - 1) * ldb + N;
     for (jc = 0; jc < N; jc += AD__NC) {
         int nc = N - jc < AD__NC ? N - jc : AD__NC;
         int b_full = b_direct ? nc / ker.nr * ker.nr : 0; /* columns read in place */
@@ -2314,7 +2322,7 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
         for (pc = 0; pc < K; pc += AD__KC) {
             int kc = K - pc < AD__KC ? K - pc : AD__KC;
             int acc = accumulate || pc > 0;
-            if (b_full < nc) ad__pack_b(tb, B, ldb, pc, kc, jc + b_full, nc - b_full, ker.nr, pb);
+            if (b_full < nc) ad__pack_b(tb, B, ldb, b_end, pc, kc, jc + b_full, nc - b_full, ker.nr, pb);
             for (ic = 0; ic < M; ic += AD__MC) {
                 int mc = M - ic < AD__MC ? M - ic : AD__MC;
                 int a_full = a_direct ? mc / ker.mr * ker.mr : 0; /* rows read in place */
