@@ -128,9 +128,12 @@
    than 2.34 needs -lpthread). ad_set_threads(T, n) sets the count; the default is the
    environment variable AUTODIFF_THREADS, else the number of online processors. Every output
    element is computed by the same operations in the same order whatever the split, so results
-   are bitwise identical for any thread count. A program that runs tapes on threads of its own
-   should divide the cores between them (ad_set_threads(T, cores / its threads)) so the machine
-   is not oversubscribed. Define AUTODIFF_NO_THREADS to build without threads.
+   are bitwise identical for any thread count. Between products the workers wait by spinning for
+   a fraction of a millisecond (the next product of a training step usually comes sooner than a
+   sleeping thread could be woken), then sleep; ad_set_threads(T, 1) stops them. A program that
+   runs tapes on threads of its own should divide the cores between them (ad_set_threads(T,
+   cores / its threads)) so the machine is not oversubscribed. Threads need POSIX threads and
+   GCC or Clang; define AUTODIFF_NO_THREADS to build without them.
 
    >>limits
    No strided views (transposes are done by kernels or copies), no sparse tensors, no GPU, no
