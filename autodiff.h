@@ -2094,10 +2094,19 @@ AD__PRIVATE void ad__split_axis(const ad_tensor *x, int axis, size_t *outer, siz
    (a_row 1, a_k MR), or op(A) in place. */
 typedef void (*ad__microkernel)(int kc, const ad_real *A, ptrdiff_t a_row, ptrdiff_t a_k, const ad_real *B,
                                 ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate);
+/* A column micro-kernel computes rows x ncols of C (rows <= its height, ncols <= AD__COLUMN_NC)
+   from kc columns of op(A), a_k apart, each with its rows contiguous, and kc packed rows of
+   AD__COLUMN_NC values of B. */
+typedef void (*ad__column_kernel)(int kc, const ad_real *A, ptrdiff_t a_k, const ad_real *B, ad_real *C,
+                                  ptrdiff_t ldc, int rows, int ncols, int accumulate);
+#define AD__COLUMN_NC 12
+
 typedef struct ad__gemm_kernel {
     ad__microkernel fn;          /* for packed A, whose strides it knows at compile time */
     ad__microkernel fn_strided;  /* for A in place; NULL where there is none */
     int mr, nr;
+    ad__column_kernel columns;   /* for few columns and A stored by columns; NULL where none */
+    int column_height;
 } ad__gemm_kernel;
 
 #if AD__HAS_VECTOR_EXT
@@ -2143,6 +2152,47 @@ typedef struct ad__gemm_kernel {
             memcpy(dst, &t, VBYTES);                                                             \
         }                                                                                        \
     }
+/* A column micro-kernel (see ad__column_kernel) with MV vectors of VBYTES down the rows: for a
+   product with few columns, each column of C a broadcast and each vector a run of rows, so no
+   lane goes to columns C does not have. The tile is stored transposed through a scratch tile. */
+#define AD__DEFINE_COLUMN_KERNEL(NAME, ATTR, VBYTES, MV)                                          \
+    typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                            \
+    static ATTR AD__UNUSED void NAME(int kc, const ad_real *AD__RESTRICT A, ptrdiff_t a_k,       \
+                                     const ad_real *AD__RESTRICT B, ad_real *C, ptrdiff_t ldc,   \
+                                     int rows, int ncols, int accumulate)                        \
+    {                                                                                            \
+        enum { VL = (int)(VBYTES / sizeof(ad_real)), NC = AD__COLUMN_NC };                       \
+        NAME##_vec c[NC][MV], zero;                                                              \
+        ad_real t[NC][MV * VL];                                                                  \
+        int i, j, k, v;                                                                          \
+        memset(&zero, 0, sizeof zero);                                                           \
+        _Pragma("GCC unroll 16") for (j = 0; j < NC; j++)                                        \
+        _Pragma("GCC unroll 16") for (v = 0; v < MV; v++) c[j][v] = zero;                        \
+        for (k = 0; k < kc; k++) {                                                               \
+            NAME##_vec a[MV];                                                                    \
+            _Pragma("GCC unroll 16") for (v = 0; v < MV; v++)                                    \
+                memcpy(&a[v], A + k * a_k + v * VL, VBYTES);                                     \
+            _Pragma("GCC unroll 16") for (j = 0; j < NC; j++) {                                  \
+                NAME##_vec b = B[k * NC + j] - zero;                                             \
+                _Pragma("GCC unroll 16") for (v = 0; v < MV; v++) c[j][v] += a[v] * b;           \
+            }                                                                                    \
+        }                                                                                        \
+        _Pragma("GCC unroll 16") for (j = 0; j < NC; j++)                                        \
+        _Pragma("GCC unroll 16") for (v = 0; v < MV; v++) memcpy(&t[j][v * VL], &c[j][v], VBYTES);\
+        for (i = 0; i < rows; i++) {                                                             \
+            ad_real *dst = C + i * ldc;                                                          \
+            if (accumulate)                                                                      \
+                for (j = 0; j < ncols; j++) dst[j] += t[j][i];                                   \
+            else                                                                                 \
+                for (j = 0; j < ncols; j++) dst[j] = t[j][i];                                    \
+        }                                                                                        \
+    }
+#if AD__X86_DISPATCH
+/* 24 accumulators need AVX-512's 32 registers */
+AD__DEFINE_COLUMN_KERNEL(ad__columns_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 2)
+#endif
+#undef AD__DEFINE_COLUMN_KERNEL
+
 AD__DEFINE_KERNEL(ad__kernel_generic, , 16, 6, 2, 1)
 AD__DEFINE_KERNEL(ad__kernel_generic_strided, , 16, 6, 2, 0)
 #if AD__X86_DISPATCH
@@ -2174,6 +2224,8 @@ static void ad__kernel_generic(int kc, const ad_real *AD__RESTRICT A, ptrdiff_t 
 AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
 {
     ad__gemm_kernel k;
+    k.columns = NULL;
+    k.column_height = 0;
 #if AD__X86_DISPATCH
     if (__builtin_cpu_supports("avx512f")) {
         int narrow = N <= 64 / (int)sizeof(ad_real);
@@ -2181,6 +2233,8 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
         k.fn_strided = narrow ? ad__kernel_avx512_narrow_strided : ad__kernel_avx512_strided;
         k.mr = 8;
         k.nr = (narrow ? 1 : 2) * 64 / (int)sizeof(ad_real);
+        k.columns = ad__columns_avx512;
+        k.column_height = 2 * 64 / (int)sizeof(ad_real);
         return k;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -2306,6 +2360,29 @@ AD__PRIVATE void ad__gemm_small(int ta, int tb, int M, int N, int K, const ad_re
     }
 }
 
+/* The product with a column kernel: op(A) transposed, so its columns are contiguous, B not
+   transposed and at most AD__COLUMN_NC columns. Only the rows of a last, partial tile are packed. */
+AD__PRIVATE void ad__gemm_columns(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int M, int N, int K,
+                                  const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb, ad_real *C,
+                                  ptrdiff_t ldc, int accumulate)
+{
+    const ad_real *b_end = B + (ptrdiff_t)(K - 1) * ldb + N;
+    int pc, i, height = ker.column_height;
+    for (pc = 0; pc < K; pc += AD__KC) {
+        int kc = K - pc < AD__KC ? K - pc : AD__KC, acc = accumulate || pc > 0;
+        ad__pack_b(0, B, ldb, b_end, pc, kc, 0, N, AD__COLUMN_NC, pb);
+        for (i = 0; i < M; i += height) {
+            int rows = M - i < height ? M - i : height;
+            if (rows == height) {
+                ker.columns(kc, A + (ptrdiff_t)pc * lda + i, lda, pb, C + (ptrdiff_t)i * ldc, ldc, rows, N, acc);
+            } else {
+                ad__pack_a(1, A, lda, i, rows, pc, kc, height, pa);
+                ker.columns(kc, pa, height, pb, C + (ptrdiff_t)i * ldc, ldc, rows, N, acc);
+            }
+        }
+    }
+}
+
 /* The product for one block of C with one thread's packing buffers pa (AD__MC x AD__KC) and
    pb (AD__KC x AD__NC). Packing pays off when a panel is used many times. When op(A) has few
    rows, each element of B is used only a few times: the micro-kernel then reads B's rows in place
@@ -2318,6 +2395,10 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
 {
     int jc, pc, ic, jr, ir, b_direct = !tb && M <= AD__MC;
     const ad_real *b_end = tb ? B + (ptrdiff_t)(N - 1) * ldb + K : B + (ptrdiff_t)(K - 1) * ldb + N;
+    if (ta && !tb && N <= AD__COLUMN_NC && ker.columns) {
+        ad__gemm_columns(ker, pa, pb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+        return;
+    }
     for (jc = 0; jc < N; jc += AD__NC) {
         int nc = N - jc < AD__NC ? N - jc : AD__NC;
         int b_full = b_direct ? nc / ker.nr * ker.nr : 0; /* columns read in place */
