@@ -851,13 +851,16 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 #if defined(__GNUC__) || defined(__clang__)
 #define AD__UNUSED __attribute__((unused))
 #define AD__RESTRICT __restrict__
+#define AD__INLINE_KEYWORD __inline__
 #define AD__HAS_VECTOR_EXT 1
 #elif defined(_MSC_VER)
 #define AD__UNUSED
 #define AD__RESTRICT __restrict
+#define AD__INLINE_KEYWORD __inline
 #else
 #define AD__UNUSED
 #define AD__RESTRICT
+#define AD__INLINE_KEYWORD
 #endif
 #if !defined(AD__HAS_VECTOR_EXT)
 #define AD__HAS_VECTOR_EXT 0
@@ -868,6 +871,8 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 #define AD__X86_DISPATCH 0
 #endif
 #define AD__PRIVATE static AD__UNUSED
+/* the few small functions that every op calls (allocation, recording) */
+#define AD__INLINE static AD__INLINE_KEYWORD AD__UNUSED
 
 #ifdef AUTODIFF_DOUBLE
 #define AD__F(name) name
@@ -887,13 +892,15 @@ typedef struct ad__chunk {
 
 typedef struct ad__arena {
     ad__chunk *head, *cur;
-    size_t in_use, peak;
+    size_t done;  /* bytes used in the chunks before cur */
+    size_t peak;  /* the most in use at any earlier reset; see ad__arena_peak */
 } ad__arena;
 
 AD__PRIVATE ad__chunk *ad__chunk_new(size_t cap)
 {
     ad__chunk *c;
-    if (cap > (size_t)-1 - sizeof(ad__chunk) - AD__ALIGN) return NULL;
+    if (cap > (size_t)-1 - sizeof(ad__chunk) - 2 * AD__ALIGN) return NULL;
+    cap = (cap + AD__ALIGN - 1) & ~(size_t)(AD__ALIGN - 1); /* so an aligned start never passes cap */
     c = (ad__chunk *)AUTODIFF_MALLOC(sizeof(ad__chunk) + cap + AD__ALIGN);
     if (!c) return NULL;
     c->next = NULL;
@@ -919,38 +926,57 @@ AD__PRIVATE int ad__arena_advance(ad__arena *A, size_t bytes)
     }
     next->next = *link;
     *link = next;
+    if (A->cur) A->done += A->cur->used;
     A->cur = next;
     A->cur->used = 0;
     return 1;
 }
 
-/* Bump allocation of bytes at the given alignment (a power of two, at most AD__ALIGN). */
-AD__PRIVATE void *ad__arena_alloc(ad__arena *A, size_t bytes, size_t align)
+/* The allocation that does not fit in the current chunk: bytes at the start of another one. */
+AD__PRIVATE void *ad__arena_alloc_in_next(ad__arena *A, size_t bytes)
 {
-    ad__chunk *c = A->cur;
-    size_t start, end;
     if (bytes > (size_t)-1 / 2) return NULL;
     bytes = (bytes + 15) & ~(size_t)15;
+    if (!ad__arena_advance(A, bytes)) return NULL;
+    A->cur->used = bytes;
+    return A->cur->base;
+}
+
+/* Bump allocation of bytes at the given alignment (a power of two, 16 to AD__ALIGN). Blocks are
+   multiples of 16 bytes, so used stays a multiple of 16 and, chunks being multiples of
+   AD__ALIGN, an aligned start never passes cap. */
+AD__INLINE void *ad__arena_alloc(ad__arena *A, size_t bytes, size_t align)
+{
+    ad__chunk *c = A->cur;
     if (c) {
-        start = (c->used + align - 1) & ~(align - 1);
-        end = start + bytes;
+        size_t start = (c->used + align - 1) & ~(align - 1);
+        if (bytes <= c->cap - start) {
+            c->used = start + ((bytes + 15) & ~(size_t)15);
+            return c->base + start;
+        }
     }
-    if (!c || end > c->cap) {
-        if (!ad__arena_advance(A, bytes)) return NULL;
-        c = A->cur;
-        start = 0;
-        end = bytes;
-    }
-    A->in_use += end - c->used;
-    if (A->in_use > A->peak) A->peak = A->in_use;
-    c->used = end;
-    return c->base + start;
+    return ad__arena_alloc_in_next(A, bytes);
+}
+
+/* Bytes in use, counting the padding that alignment skipped (not the unused ends of chunks). */
+AD__PRIVATE size_t ad__arena_in_use(const ad__arena *A)
+{
+    return A->cur ? A->done + A->cur->used : 0;
+}
+
+/* The most bytes ever in use. Use only grows between resets, so the peak is the larger of the
+   use now and the use at the resets, which ad__arena_reset keeps. */
+AD__PRIVATE size_t ad__arena_peak(const ad__arena *A)
+{
+    size_t now = ad__arena_in_use(A);
+    return now > A->peak ? now : A->peak;
 }
 
 AD__PRIVATE void ad__arena_reset(ad__arena *A)
 {
+    A->peak = ad__arena_peak(A);
     A->cur = NULL;
-    A->in_use = 0;
+    A->done = 0;
 }
 
 AD__PRIVATE void ad__arena_free(ad__arena *A)
@@ -1202,8 +1228,8 @@ AUTODIFF_API int ad_set_training(ad_tape *T, int training)
 
 AUTODIFF_API int ad_is_training(const ad_tape *T) { return T ? T->training : 0; }
 
-AUTODIFF_API size_t ad_tape_bytes_used(const ad_tape *T) { return T ? T->arena.in_use : 0; }
-AUTODIFF_API size_t ad_tape_bytes_peak(const ad_tape *T) { return T ? T->arena.peak : 0; }
+AUTODIFF_API size_t ad_tape_bytes_used(const ad_tape *T) { return T ? ad__arena_in_use(&T->arena) : 0; }
+AUTODIFF_API size_t ad_tape_bytes_peak(const ad_tape *T) { return T ? ad__arena_peak(&T->arena) : 0; }
 AUTODIFF_API size_t ad_tape_length(const ad_tape *T) { return T ? T->nentries : 0; }
 
 AUTODIFF_API void ad_set_threads(ad_tape *T, int nthreads)
