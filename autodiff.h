@@ -1292,7 +1292,7 @@ AD__PRIVATE void ad__parallel(ad_tape *T, ad__task_fn fn, void *ctx, int ntasks)
     }
 }
 
-AD__PRIVATE void *ad__alloc(ad_tape *T, size_t bytes, const char *op)
+AD__INLINE void *ad__alloc(ad_tape *T, size_t bytes, const char *op)
 {
     void *p = ad__arena_alloc(&T->arena, bytes, AD__ALIGN);
     if (!p) ad__fail(T, "%s: out of memory allocating %zu bytes", op, bytes);
@@ -1356,20 +1356,15 @@ AD__PRIVATE int ad__check_shape(ad_tape *T, const char *op, int ndim, const int 
     return 1;
 }
 
-/* A tensor on T with the given shape and uninitialised data (or no data when with_data is 0).
-   The header and the data are one arena block; the data starts on a 64-byte boundary. */
+/* A tensor on T with a checked shape of size elements and uninitialised data (or no data when
+   with_data is 0). The header and the data are one arena block; the data starts on a 64-byte
+   boundary. */
 #define AD__HEADER_BYTES ((sizeof(ad_tensor) + AD__ALIGN - 1) & ~(size_t)(AD__ALIGN - 1))
-AD__PRIVATE ad_tensor *ad__tensor(ad_tape *T, const char *op, int ndim, const int *shape, int with_data)
+AD__INLINE ad_tensor *ad__tensor_sized(ad_tape *T, const char *op, int ndim, const int *shape, size_t size,
+                                       int with_data)
 {
-    ad_tensor *t;
-    size_t size = 1;
+    ad_tensor *t = (ad_tensor *)ad__alloc(T, AD__HEADER_BYTES + (with_data ? size * sizeof(ad_real) : 0), op);
     int i;
-    if (ndim == 0) {
-        size = 1;
-    } else if (!ad__check_shape(T, op, ndim, shape, &size)) {
-        return NULL;
-    }
-    t = (ad_tensor *)ad__alloc(T, AD__HEADER_BYTES + (with_data ? size * sizeof(ad_real) : 0), op);
     if (!t) return NULL;
     t->data = with_data ? (ad_real *)((unsigned char *)t + AD__HEADER_BYTES) : NULL;
     t->grad = NULL;
@@ -1385,10 +1380,18 @@ AD__PRIVATE ad_tensor *ad__tensor(ad_tape *T, const char *op, int ndim, const in
     return t;
 }
 
-/* A new tensor shaped like x. */
-AD__PRIVATE ad_tensor *ad__like(ad_tape *T, const char *op, const ad_tensor *x)
+/* The same for a shape given by the caller, which is checked first. */
+AD__PRIVATE ad_tensor *ad__tensor(ad_tape *T, const char *op, int ndim, const int *shape, int with_data)
 {
-    return ad__tensor(T, op, x->ndim, x->shape, 1);
+    size_t size = 1;
+    if (ndim != 0 && !ad__check_shape(T, op, ndim, shape, &size)) return NULL;
+    return ad__tensor_sized(T, op, ndim, shape, size, with_data);
+}
+
+/* A new tensor shaped like x. */
+AD__INLINE ad_tensor *ad__like(ad_tape *T, const char *op, const ad_tensor *x)
+{
+    return ad__tensor_sized(T, op, x->ndim, x->shape, x->size, 1);
 }
 
 AD__PRIVATE void ad__make_leaf(ad_tape *T, ad_tensor *t, int requires_grad)
