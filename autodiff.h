@@ -1632,34 +1632,6 @@ AD__PRIVATE void ad__add_into(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRI
     for (i = 0; i < n; i++) y[i] += x[i];
 }
 
-/* Adds g (x's shape) into x's gradient. fresh says g is a new buffer that nothing else reads,
-   so that a later contribution may be added into it in place. */
-AD__PRIVATE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
-{
-    ad_tape *T = S->T;
-    ad_tensor **slot;
-    if (!g) { S->failed = 1; return; }
-    if (!ad__wants(S, x)) return;
-    AUTODIFF_ASSERT(g->size == x->size);
-    slot = &S->gacc[x->id];
-    if (!*slot) {
-        *slot = g;
-        S->owned[x->id] = (unsigned char)fresh;
-    } else if (S->create_graph) {
-        *slot = ad_add(T, *slot, g);
-        if (!*slot) S->failed = 1;
-    } else {
-        if (!S->owned[x->id]) {
-            ad_tensor *copy = ad__like(T, "ad_backward", x);
-            if (!copy) { S->failed = 1; return; }
-            memcpy(copy->data, (*slot)->data, x->size * sizeof(ad_real));
-            *slot = copy;
-            S->owned[x->id] = 1;
-        }
-        ad__add_into((*slot)->data, g->data, x->size);
-    }
-}
-
 /* Where a fused backward kernel writes x's gradient directly: the buffer that holds x's
    gradient so far, with *add set (add into it), or a new buffer, with *add clear (assign).
    Only for sweeps that do not record (create_graph off). NULL when memory runs out. */
@@ -1682,6 +1654,28 @@ AD__PRIVATE ad_real *ad__grad_target(ad__sweep *S, ad_tensor *x, int *add)
     S->owned[x->id] = 1;
     *add = 0;
     return (*slot)->data;
+}
+
+/* Adds g (x's shape) into x's gradient. fresh says g is a new buffer that nothing else reads,
+   so that a later contribution may be added into it in place. */
+AD__PRIVATE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
+{
+    ad_tensor **slot;
+    ad_real *d;
+    int add;
+    if (!g) { S->failed = 1; return; }
+    if (!ad__wants(S, x)) return;
+    AUTODIFF_ASSERT(g->size == x->size);
+    slot = &S->gacc[x->id];
+    if (!*slot) {
+        *slot = g;
+        S->owned[x->id] = (unsigned char)fresh;
+    } else if (S->create_graph) {
+        *slot = ad_add(S->T, *slot, g);
+        if (!*slot) S->failed = 1;
+    } else if ((d = ad__grad_target(S, x, &add)) != NULL) {
+        ad__add_into(d, g->data, x->size); /* add is set: x had a gradient */
+    }
 }
 
 /* Sums or broadcasts g to x's shape, then accumulates it. */
@@ -2699,21 +2693,26 @@ AD__PRIVATE void ad__binary_local(int kind, ad_real x, ad_real z, ad_real y, ad_
     }
 }
 
-/* One input's gradient in one pass when nothing was broadcast; for sweeps that do not record. */
-AD__PRIVATE void ad__binary_backward_fused(ad__sweep *S, ad__node *n, const ad_real *AD__RESTRICT g, int which)
+/* One input's gradient in one pass when nothing was broadcast; for sweeps that do not record.
+   Where the gradient is g itself (a sum, the left side of a difference) the input shares g's
+   buffer until a second contribution arrives. */
+AD__PRIVATE void ad__binary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *gt, int which)
 {
     const ad_real *AD__RESTRICT av = n->in[0]->data, *AD__RESTRICT bv = n->in[1]->data;
-    const ad_real *AD__RESTRICT yv = n->out->data;
+    const ad_real *AD__RESTRICT yv = n->out->data, *AD__RESTRICT g = gt->data;
     ad_real *AD__RESTRICT d, da, db;
     size_t i, size = n->out->size;
     int add, kind = n->iv[0];
+    if (kind == AD__B_ADD || (kind == AD__B_SUB && which == 0)) {
+        ad__accum(S, n->in[which], gt, 0);
+        return;
+    }
     d = ad__grad_target(S, n->in[which], &add);
     if (!d) return;
 #define AD__FUSED(EXPR)                                                    \
     if (add) for (i = 0; i < size; i++) d[i] += (EXPR);                   \
     else for (i = 0; i < size; i++) d[i] = (EXPR);
     switch (kind * 2 + which) {
-    case AD__B_ADD * 2: case AD__B_ADD * 2 + 1: case AD__B_SUB * 2: AD__FUSED(g[i]) break;
     case AD__B_SUB * 2 + 1: AD__FUSED(-g[i]) break;
     case AD__B_MUL * 2: AD__FUSED(g[i] * bv[i]) break;
     case AD__B_MUL * 2 + 1: AD__FUSED(g[i] * av[i]) break;
@@ -2734,8 +2733,8 @@ AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     ad_tensor *a = n->in[0], *b = n->in[1], *y = n->out, *m;
     int wa = ad__wants(S, a), wb = ad__wants(S, b);
     if (!S->create_graph && a->size == y->size && b->size == y->size) {
-        if (wa) ad__binary_backward_fused(S, n, g->data, 0);
-        if (wb) ad__binary_backward_fused(S, n, g->data, 1);
+        if (wa) ad__binary_backward_fused(S, n, g, 0);
+        if (wb) ad__binary_backward_fused(S, n, g, 1);
         return;
     }
     switch (n->iv[0]) {
@@ -2776,7 +2775,7 @@ AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int ki
     if (!T || !a || !b) return NULL;
     if (!ad__check_pair(T, op, a, b)) return NULL;
     if (ad__same_shape(a, b)) {
-        y = ad__tensor(T, op, a->ndim, a->shape, 1);
+        y = ad__like(T, op, a);
     } else {
         if (!ad__broadcast_shape(T, op, a, b, &ndim, shape)) return NULL;
         y = ad__tensor(T, op, ndim, shape, 1);
