@@ -1634,25 +1634,17 @@ AD__PRIVATE void ad__add_into(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRI
 
 /* Where a fused backward kernel writes x's gradient directly: the buffer that holds x's
    gradient so far, with *add set (add into it), or a new buffer, with *add clear (assign).
-   Only for sweeps that do not record (create_graph off). NULL when memory runs out. */
-AD__PRIVATE ad_real *ad__grad_target(ad__sweep *S, ad_tensor *x, int *add)
+   A gradient shared with another tensor is copied first. Only for sweeps that do not record
+   (create_graph off). NULL when memory runs out. */
+AD__INLINE ad_real *ad__grad_target(ad__sweep *S, ad_tensor *x, int *add)
 {
-    ad_tensor **slot = &S->gacc[x->id];
-    if (*slot && !S->owned[x->id]) {
-        ad_tensor *copy = ad__like(S->T, "ad_backward", x);
-        if (!copy) { S->failed = 1; return NULL; }
-        memcpy(copy->data, (*slot)->data, x->size * sizeof(ad_real));
-        *slot = copy;
-        S->owned[x->id] = 1;
-    }
-    if (*slot) {
-        *add = 1;
-        return (*slot)->data;
-    }
+    ad_tensor **slot = &S->gacc[x->id], *held = *slot;
+    *add = held != NULL;
+    if (held && S->owned[x->id]) return held->data;
     *slot = ad__like(S->T, "ad_backward", x);
     if (!*slot) { S->failed = 1; return NULL; }
     S->owned[x->id] = 1;
-    *add = 0;
+    if (held) memcpy((*slot)->data, held->data, x->size * sizeof(ad_real));
     return (*slot)->data;
 }
 
@@ -2693,38 +2685,43 @@ AD__PRIVATE void ad__binary_local(int kind, ad_real x, ad_real z, ad_real y, ad_
     }
 }
 
-/* One input's gradient in one pass when nothing was broadcast; for sweeps that do not record.
-   Where the gradient is g itself (a sum, the left side of a difference) the input shares g's
-   buffer until a second contribution arrives. */
-AD__PRIVATE void ad__binary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *gt, int which)
+/* The inputs' gradients (those wanted: wa, wb) in one pass each when nothing was broadcast;
+   for sweeps that do not record. Where the gradient is g itself (a sum, the left side of a
+   difference) the input shares g's buffer until a second contribution arrives. */
+AD__PRIVATE void ad__binary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *gt, int wa, int wb)
 {
     const ad_real *AD__RESTRICT av = n->in[0]->data, *AD__RESTRICT bv = n->in[1]->data;
     const ad_real *AD__RESTRICT yv = n->out->data, *AD__RESTRICT g = gt->data;
     ad_real *AD__RESTRICT d, da, db;
     size_t i, size = n->out->size;
-    int add, kind = n->iv[0];
-    if (kind == AD__B_ADD || (kind == AD__B_SUB && which == 0)) {
-        ad__accum(S, n->in[which], gt, 0);
-        return;
-    }
-    d = ad__grad_target(S, n->in[which], &add);
-    if (!d) return;
-#define AD__FUSED(EXPR)                                                    \
-    if (add) for (i = 0; i < size; i++) d[i] += (EXPR);                   \
-    else for (i = 0; i < size; i++) d[i] = (EXPR);
-    switch (kind * 2 + which) {
-    case AD__B_SUB * 2 + 1: AD__FUSED(-g[i]) break;
-    case AD__B_MUL * 2: AD__FUSED(g[i] * bv[i]) break;
-    case AD__B_MUL * 2 + 1: AD__FUSED(g[i] * av[i]) break;
-    case AD__B_DIV * 2: AD__FUSED(g[i] / bv[i]) break;
-    case AD__B_DIV * 2 + 1: AD__FUSED(-g[i] * yv[i] / bv[i]) break;
-    default:
-        for (i = 0; i < size; i++) {
-            ad__binary_local(kind, av[i], bv[i], yv[i], &da, &db);
-            d[i] = (add ? d[i] : 0) + g[i] * (which ? db : da);
+    int add, which, kind = n->iv[0];
+    for (which = 0; which < 2; which++) {
+        if (!(which ? wb : wa)) continue;
+        if (kind == AD__B_ADD || (kind == AD__B_SUB && which == 0)) {
+            ad__accum(S, n->in[which], gt, 0);
+            continue;
         }
-    }
+        d = ad__grad_target(S, n->in[which], &add);
+        if (!d) return;
+/* one element (scalar tapes) gets no loop */
+#define AD__FUSED(EXPR)                                                    \
+    if (size == 1) { i = 0; if (add) d[0] += (EXPR); else d[0] = (EXPR); } \
+    else if (add) for (i = 0; i < size; i++) d[i] += (EXPR);              \
+    else for (i = 0; i < size; i++) d[i] = (EXPR);
+        switch (kind * 2 + which) {
+        case AD__B_SUB * 2 + 1: AD__FUSED(-g[i]) break;
+        case AD__B_MUL * 2: AD__FUSED(g[i] * bv[i]) break;
+        case AD__B_MUL * 2 + 1: AD__FUSED(g[i] * av[i]) break;
+        case AD__B_DIV * 2: AD__FUSED(g[i] / bv[i]) break;
+        case AD__B_DIV * 2 + 1: AD__FUSED(-g[i] * yv[i] / bv[i]) break;
+        default:
+            for (i = 0; i < size; i++) {
+                ad__binary_local(kind, av[i], bv[i], yv[i], &da, &db);
+                d[i] = (add ? d[i] : 0) + g[i] * (which ? db : da);
+            }
+        }
 #undef AD__FUSED
+    }
 }
 
 AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
@@ -2733,8 +2730,7 @@ AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     ad_tensor *a = n->in[0], *b = n->in[1], *y = n->out, *m;
     int wa = ad__wants(S, a), wb = ad__wants(S, b);
     if (!S->create_graph && a->size == y->size && b->size == y->size) {
-        if (wa) ad__binary_backward_fused(S, n, g, 0);
-        if (wb) ad__binary_backward_fused(S, n, g, 1);
+        ad__binary_backward_fused(S, n, g, wa, wb);
         return;
     }
     switch (n->iv[0]) {
