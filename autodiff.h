@@ -1559,19 +1559,11 @@ struct ad__sweep {
     int failed;
 };
 
-/* Records out as produced by fn from the inputs if any of them requires grad and recording is
-   on. Returns the entry to save values into (a scratch entry when nothing is recorded), or NULL
-   when memory runs out. */
-AD__PRIVATE ad__node *ad__record(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
-                                 ad_tensor *const *ins, int nin)
+/* Appends an entry for out, produced by fn from nin inputs that the caller fills in. NULL when
+   memory runs out. */
+AD__PRIVATE ad__node *ad__push_entry(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn, int nin)
 {
-    ad__node *n;
-    int i, needed = 0;
-    if (!T->grad_enabled) return &T->sink;
-    for (i = 0; i < nin; i++)
-        if (ins[i] && ins[i]->requires_grad) needed = 1;
-    if (!needed) return &T->sink;
-    n = (ad__node *)ad__arena_alloc(&T->arena, sizeof(ad__node), 16);
+    ad__node *n = (ad__node *)ad__arena_alloc(&T->arena, sizeof(ad__node), 16);
     if (!n) {
         ad__fail(T, "%s: out of memory recording the operation", op);
         return NULL;
@@ -1584,7 +1576,6 @@ AD__PRIVATE ad__node *ad__record(ad_tape *T, const char *op, ad_tensor *out, ad_
         n->in = (ad_tensor **)ad__alloc(T, (size_t)nin * sizeof(ad_tensor *), op);
         if (!n->in) return NULL;
     }
-    for (i = 0; i < nin; i++) n->in[i] = ins[i];
     n->nin = nin;
     n->backward = fn;
     n->out = out;
@@ -1596,14 +1587,32 @@ AD__PRIVATE ad__node *ad__record(ad_tape *T, const char *op, ad_tensor *out, ad_
     return n;
 }
 
-AD__PRIVATE ad__node *ad__record1(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
-                                  ad_tensor *a)
+/* Records out as produced by fn from the inputs if any of them requires grad and recording is
+   on. Returns the entry to save values into (a scratch entry when nothing is recorded), or NULL
+   when memory runs out. */
+AD__INLINE ad__node *ad__record(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
+                                ad_tensor *const *ins, int nin)
+{
+    ad__node *n;
+    int i, needed = 0;
+    if (!T->grad_enabled) return &T->sink;
+    for (i = 0; i < nin; i++)
+        if (ins[i] && ins[i]->requires_grad) needed = 1;
+    if (!needed) return &T->sink;
+    n = ad__push_entry(T, op, out, fn, nin);
+    if (!n) return NULL;
+    for (i = 0; i < nin; i++) n->in[i] = ins[i];
+    return n;
+}
+
+AD__INLINE ad__node *ad__record1(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
+                                 ad_tensor *a)
 {
     return ad__record(T, op, out, fn, &a, 1);
 }
 
-AD__PRIVATE ad__node *ad__record2(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
-                                  ad_tensor *a, ad_tensor *b)
+AD__INLINE ad__node *ad__record2(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
+                                 ad_tensor *a, ad_tensor *b)
 {
     ad_tensor *ins[2];
     ins[0] = a;
