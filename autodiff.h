@@ -1885,35 +1885,51 @@ enum ad__binary_kind {
     AD__B_LT_MASK  /* the same for minimum */
 };
 
+/* One element of a binary op: the formulas that the rows below are made of. */
+AD__INLINE ad_real ad__binary_op(int kind, ad_real x, ad_real z)
+{
+    switch (kind) {
+    case AD__B_ADD: return x + z;
+    case AD__B_SUB: return x - z;
+    case AD__B_MUL: return x * z;
+    case AD__B_DIV: return x / z;
+    case AD__B_MAX: return x >= z ? x : z;
+    case AD__B_MIN: return x <= z ? x : z;
+    case AD__B_GT_MASK: return x > z ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0);
+    case AD__B_LT_MASK: return x < z ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0);
+    default: AUTODIFF_ASSERT(0); return 0;
+    }
+}
+
 /* One row of a binary op. The strides are 1 (a contiguous row) or 0 (a broadcast value); each
-   combination gets its own loop so that the compiler vectorises all of them. */
+   combination of strides and kind gets its own loop so that the compiler vectorises all of them. */
 AD__PRIVATE void ad__binary_row(int kind, const ad_real *AD__RESTRICT a, size_t ia,
                                 const ad_real *AD__RESTRICT b, size_t ib, ad_real *AD__RESTRICT y,
                                 size_t n)
 {
     size_t i;
-#define AD__ROW(EXPR)                                                                   \
-    if (ia && ib) {                                                                     \
-        for (i = 0; i < n; i++) { ad_real x = a[i], z = b[i]; y[i] = (EXPR); }          \
-    } else if (ia) {                                                                    \
-        ad_real z = b[0];                                                               \
-        for (i = 0; i < n; i++) { ad_real x = a[i]; y[i] = (EXPR); }                    \
-    } else if (ib) {                                                                    \
-        ad_real x = a[0];                                                               \
-        for (i = 0; i < n; i++) { ad_real z = b[i]; y[i] = (EXPR); }                    \
-    } else {                                                                            \
-        ad_real x = a[0], z = b[0], v = (EXPR);                                         \
-        for (i = 0; i < n; i++) y[i] = v;                                               \
+#define AD__ROW(KIND)                                                                             \
+    if (ia && ib) {                                                                               \
+        for (i = 0; i < n; i++) y[i] = ad__binary_op(KIND, a[i], b[i]);                           \
+    } else if (ia) {                                                                              \
+        ad_real z = b[0];                                                                         \
+        for (i = 0; i < n; i++) y[i] = ad__binary_op(KIND, a[i], z);                              \
+    } else if (ib) {                                                                              \
+        ad_real x = a[0];                                                                         \
+        for (i = 0; i < n; i++) y[i] = ad__binary_op(KIND, x, b[i]);                              \
+    } else {                                                                                      \
+        ad_real v = ad__binary_op(KIND, a[0], b[0]);                                              \
+        for (i = 0; i < n; i++) y[i] = v;                                                         \
     }
     switch (kind) {
-    case AD__B_ADD: AD__ROW(x + z) break;
-    case AD__B_SUB: AD__ROW(x - z) break;
-    case AD__B_MUL: AD__ROW(x * z) break;
-    case AD__B_DIV: AD__ROW(x / z) break;
-    case AD__B_MAX: AD__ROW(x >= z ? x : z) break;
-    case AD__B_MIN: AD__ROW(x <= z ? x : z) break;
-    case AD__B_GT_MASK: AD__ROW(x > z ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0)) break;
-    case AD__B_LT_MASK: AD__ROW(x < z ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0)) break;
+    case AD__B_ADD: AD__ROW(AD__B_ADD) break;
+    case AD__B_SUB: AD__ROW(AD__B_SUB) break;
+    case AD__B_MUL: AD__ROW(AD__B_MUL) break;
+    case AD__B_DIV: AD__ROW(AD__B_DIV) break;
+    case AD__B_MAX: AD__ROW(AD__B_MAX) break;
+    case AD__B_MIN: AD__ROW(AD__B_MIN) break;
+    case AD__B_GT_MASK: AD__ROW(AD__B_GT_MASK) break;
+    case AD__B_LT_MASK: AD__ROW(AD__B_LT_MASK) break;
     default: AUTODIFF_ASSERT(0);
     }
 #undef AD__ROW
@@ -2786,7 +2802,9 @@ AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int ki
         y = ad__tensor(T, op, ndim, shape, 1);
     }
     if (!y) return NULL;
-    if (a->size == y->size && b->size == y->size) {
+    if (y->size == 1) {
+        y->data[0] = ad__binary_op(kind, a->data[0], b->data[0]);
+    } else if (a->size == y->size && b->size == y->size) {
         ad__binary_row(kind, a->data, 1, b->data, 1, y->data, y->size);
     } else {
         ad__walk_init(&w, y->ndim, y->shape, a, b);
