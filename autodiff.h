@@ -1453,14 +1453,24 @@ AUTODIFF_API ad_tensor *ad_full(ad_tape *T, int ndim, const int *shape, ad_real 
 AUTODIFF_API ad_tensor *ad_zeros(ad_tape *T, int ndim, const int *shape) { return ad__full(T, "ad_zeros", ndim, shape, 0); }
 AUTODIFF_API ad_tensor *ad_ones(ad_tape *T, int ndim, const int *shape) { return ad__full(T, "ad_ones", ndim, shape, 1); }
 
-AUTODIFF_API ad_tensor *ad_var(ad_tape *T, ad_real value)
+/* A one-element constant (ndim 0); errors name op. */
+AD__PRIVATE ad_tensor *ad__scalar(ad_tape *T, const char *op, ad_real value)
 {
-    ad_tensor *t = ad_full(T, 0, NULL, value);
-    if (t) ad__make_leaf(T, t, 1);
+    ad_tensor *t;
+    if (!T) return NULL;
+    t = ad__tensor_sized(T, op, 0, NULL, 1, 1);
+    if (t) t->data[0] = value;
     return t;
 }
 
-AUTODIFF_API ad_tensor *ad_scalar(ad_tape *T, ad_real value) { return ad_full(T, 0, NULL, value); }
+AUTODIFF_API ad_tensor *ad_scalar(ad_tape *T, ad_real value) { return ad__scalar(T, "ad_scalar", value); }
+
+AUTODIFF_API ad_tensor *ad_var(ad_tape *T, ad_real value)
+{
+    ad_tensor *t = ad__scalar(T, "ad_var", value);
+    if (t) ad__make_leaf(T, t, 1);
+    return t;
+}
 
 AUTODIFF_API ad_tensor *ad_rand(ad_tape *T, int ndim, const int *shape, ad_real lo, ad_real hi,
                                 ad_rng *rng)
@@ -1731,12 +1741,13 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     }
     S->n = T->ntensors;
     S->create_graph = create_graph;
-    S->gacc = (ad_tensor **)ad__alloc(T, (size_t)S->n * sizeof(ad_tensor *), op);
-    S->owned = (unsigned char *)ad__alloc(T, (size_t)S->n, op);
-    seed = ad_full(T, y->ndim, y->shape, 1);
-    if (!S->gacc || !S->owned || !seed) return -1;
-    memset(S->gacc, 0, (size_t)S->n * sizeof(ad_tensor *));
-    memset(S->owned, 0, (size_t)S->n);
+    /* one block for both tables, cleared at once */
+    S->gacc = (ad_tensor **)ad__alloc(T, (size_t)S->n * (sizeof(ad_tensor *) + 1), op);
+    seed = ad__like(T, op, y);
+    if (!S->gacc || !seed) return -1;
+    memset(S->gacc, 0, (size_t)S->n * (sizeof(ad_tensor *) + 1));
+    S->owned = (unsigned char *)(S->gacc + S->n);
+    seed->data[0] = 1;
     if (!y->requires_grad) return 0;
     if (into_leaves && ad__sweep_into_leaves(S, y) != 0) return -1;
     S->gacc[y->id] = seed;
