@@ -1667,26 +1667,35 @@ AD__INLINE ad_real *ad__grad_target(ad__sweep *S, ad_tensor *x, int *add)
     return (*slot)->data;
 }
 
-/* Adds g (x's shape) into x's gradient. fresh says g is a new buffer that nothing else reads,
-   so that a later contribution may be added into it in place. */
-AD__PRIVATE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
+/* A second or later contribution g to x's gradient: added with an op when the sweep records,
+   else in place (into a copy when the gradient so far is shared). */
+AD__PRIVATE void ad__accum_more(ad__sweep *S, ad_tensor *x, ad_tensor *g)
 {
-    ad_tensor **slot;
+    ad_tensor **slot = &S->gacc[x->id];
     ad_real *d;
     int add;
-    if (!g) { S->failed = 1; return; }
-    if (!ad__wants(S, x)) return;
     AUTODIFF_ASSERT(g->size == x->size);
-    slot = &S->gacc[x->id];
-    if (!*slot) {
-        *slot = g;
-        S->owned[x->id] = (unsigned char)fresh;
-    } else if (S->create_graph) {
+    if (S->create_graph) {
         *slot = ad_add(S->T, *slot, g);
         if (!*slot) S->failed = 1;
     } else if ((d = ad__grad_target(S, x, &add)) != NULL) {
-        ad__add_into(d, g->data, x->size); /* add is set: x had a gradient */
+        ad__add_into(d, g->data, x->size);
     }
+}
+
+/* Adds g (x's shape) into x's gradient. fresh says g is a new buffer that nothing else reads,
+   so that a later contribution may be added into it in place. */
+AD__INLINE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
+{
+    if (!g) { S->failed = 1; return; }
+    if (!ad__wants(S, x)) return;
+    if (S->gacc[x->id]) {
+        ad__accum_more(S, x, g);
+        return;
+    }
+    AUTODIFF_ASSERT(g->size == x->size);
+    S->gacc[x->id] = g;
+    S->owned[x->id] = (unsigned char)fresh;
 }
 
 /* Sums or broadcasts g to x's shape, then accumulates it. */
