@@ -1651,20 +1651,27 @@ AD__PRIVATE void ad__add_into(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRI
     for (i = 0; i < n; i++) y[i] += x[i];
 }
 
+/* A new gradient buffer for x, owned by the sweep: a copy of held, x's gradient so far that is
+   shared with another tensor, or uninitialised when held is NULL. NULL when memory runs out. */
+AD__PRIVATE ad_real *ad__grad_buffer(ad__sweep *S, ad_tensor *x, const ad_tensor *held)
+{
+    ad_tensor *buf = ad__like(S->T, "ad_backward", x);
+    if (!buf) { S->failed = 1; return NULL; }
+    if (held) memcpy(buf->data, held->data, x->size * sizeof(ad_real));
+    S->gacc[x->id] = buf;
+    S->owned[x->id] = 1;
+    return buf->data;
+}
+
 /* Where a fused backward kernel writes x's gradient directly: the buffer that holds x's
    gradient so far, with *add set (add into it), or a new buffer, with *add clear (assign).
-   A gradient shared with another tensor is copied first. Only for sweeps that do not record
-   (create_graph off). NULL when memory runs out. */
+   Only for sweeps that do not record (create_graph off). NULL when memory runs out. */
 AD__INLINE ad_real *ad__grad_target(ad__sweep *S, ad_tensor *x, int *add)
 {
-    ad_tensor **slot = &S->gacc[x->id], *held = *slot;
+    ad_tensor *held = S->gacc[x->id];
     *add = held != NULL;
     if (held && S->owned[x->id]) return held->data;
-    *slot = ad__like(S->T, "ad_backward", x);
-    if (!*slot) { S->failed = 1; return NULL; }
-    S->owned[x->id] = 1;
-    if (held) memcpy((*slot)->data, held->data, x->size * sizeof(ad_real));
-    return (*slot)->data;
+    return ad__grad_buffer(S, x, held);
 }
 
 /* A second or later contribution g to x's gradient: added with an op when the sweep records,
