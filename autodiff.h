@@ -2813,29 +2813,40 @@ AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     }
 }
 
+/* kind(a, b) for operands of different shapes: the broadcast output, computed by walking it. */
+AD__PRIVATE ad_tensor *ad__binary_broadcast(ad_tape *T, const char *op, const ad_tensor *a,
+                                            const ad_tensor *b, int kind)
+{
+    int shape[AD_MAX_DIMS], ndim;
+    ad__walk w;
+    ad_tensor *y;
+    if (!ad__broadcast_shape(T, op, a, b, &ndim, shape)) return NULL;
+    y = ad__tensor(T, op, ndim, shape, 1);
+    if (!y) return NULL;
+    if (a->size == y->size && b->size == y->size) {
+        ad__binary_row(kind, a->data, 1, b->data, 1, y->data, y->size);
+    } else {
+        ad__walk_init(&w, y->ndim, y->shape, a, b);
+        ad__binary_kernel(kind, &w, a->data, b->data, y->data);
+    }
+    return y;
+}
+
 AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record)
 {
     const char *op = ad__binary_names[kind];
-    int shape[AD_MAX_DIMS], ndim;
-    ad__walk w;
     ad_tensor *y;
     ad__node *n;
     if (!T || !a || !b) return NULL;
     if (!ad__check_pair(T, op, a, b)) return NULL;
     if (ad__same_shape(a, b)) {
         y = ad__like(T, op, a);
+        if (!y) return NULL;
+        if (y->size == 1) y->data[0] = ad__binary_op(kind, a->data[0], b->data[0]);
+        else ad__binary_row(kind, a->data, 1, b->data, 1, y->data, y->size);
     } else {
-        if (!ad__broadcast_shape(T, op, a, b, &ndim, shape)) return NULL;
-        y = ad__tensor(T, op, ndim, shape, 1);
-    }
-    if (!y) return NULL;
-    if (y->size == 1) {
-        y->data[0] = ad__binary_op(kind, a->data[0], b->data[0]);
-    } else if (a->size == y->size && b->size == y->size) {
-        ad__binary_row(kind, a->data, 1, b->data, 1, y->data, y->size);
-    } else {
-        ad__walk_init(&w, y->ndim, y->shape, a, b);
-        ad__binary_kernel(kind, &w, a->data, b->data, y->data);
+        y = ad__binary_broadcast(T, op, a, b, kind);
+        if (!y) return NULL;
     }
     if (!record) return y;
     n = ad__record2(T, op, y, ad__binary_backward, a, b);
