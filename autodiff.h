@@ -2519,20 +2519,26 @@ AD__PRIVATE ad_real ad__unary_local(int kind, ad_real x, ad_real y, ad_real p0, 
 }
 
 /* dx (+)= g * f'(x) in one pass, for sweeps that do not record. The common kinds get loops of
-   their own so that they vectorise; the rest go through the table. */
-AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, const ad_real *AD__RESTRICT g)
+   their own so that they vectorise; the rest go through the table. A shift (affine with scale
+   1) passes g on: x shares its buffer until a second contribution arrives. */
+AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *gt)
 {
     const ad_tensor *x = n->in[0], *y = n->out;
-    const ad_real *AD__RESTRICT xv = x->data, *AD__RESTRICT yv = y->data;
+    const ad_real *AD__RESTRICT xv = x->data, *AD__RESTRICT yv = y->data, *AD__RESTRICT g = gt->data;
     ad_real p0 = n->rv[0], p1 = n->rv[1], *AD__RESTRICT d;
     size_t i, size = x->size;
     int add, kind = n->iv[0];
+    if (kind == AD__U_AFFINE && p0 == 1) {
+        ad__accum(S, n->in[0], gt, 0);
+        return;
+    }
     d = ad__grad_target(S, n->in[0], &add);
     if (!d) return;
 /* the factor gets a statement of its own: GCC if-converts (and vectorises) a conditional
-   factor only then */
+   factor only then; one element (scalar tapes) gets no loop */
 #define AD__FUSED(EXPR)                                                                       \
-    if (add) for (i = 0; i < size; i++) { ad_real f_ = (EXPR); d[i] += g[i] * f_; }          \
+    if (size == 1) { ad_real f_; i = 0; f_ = (EXPR); if (add) d[0] += g[0] * f_; else d[0] = g[0] * f_; } \
+    else if (add) for (i = 0; i < size; i++) { ad_real f_ = (EXPR); d[i] += g[i] * f_; }     \
     else for (i = 0; i < size; i++) { ad_real f_ = (EXPR); d[i] = g[i] * f_; }
     switch (kind) {
     case AD__U_RELU: AD__FUSED(xv[i] > 0 ? (ad_real)1 : (ad_real)0) break;
@@ -2552,7 +2558,7 @@ AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     ad_tensor *x = n->in[0], *y = n->out, *d = NULL, *x2;
     ad_real p0 = n->rv[0], p1 = n->rv[1];
     if (!S->create_graph) {
-        ad__unary_backward_fused(S, n, g->data);
+        ad__unary_backward_fused(S, n, g);
         return;
     }
     switch (n->iv[0]) {
