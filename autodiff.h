@@ -871,7 +871,7 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 #define AD__X86_DISPATCH 0
 #endif
 #define AD__PRIVATE static AD__UNUSED
-/* the few small functions that every op calls (allocation, recording) */
+/* small functions on every op's path: allocation, recording, gradient slots */
 #define AD__INLINE static AD__INLINE_KEYWORD AD__UNUSED
 
 #ifdef AUTODIFF_DOUBLE
