@@ -854,13 +854,16 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 #if defined(__GNUC__) || defined(__clang__)
 #define AD__UNUSED __attribute__((unused))
 #define AD__RESTRICT __restrict__
+#define AD__INLINE_KEYWORD __inline__
 #define AD__HAS_VECTOR_EXT 1
 #elif defined(_MSC_VER)
 #define AD__UNUSED
 #define AD__RESTRICT __restrict
+#define AD__INLINE_KEYWORD __inline
 #else
 #define AD__UNUSED
 #define AD__RESTRICT
+#define AD__INLINE_KEYWORD
 #endif
 #if !defined(AD__HAS_VECTOR_EXT)
 #define AD__HAS_VECTOR_EXT 0
@@ -871,6 +874,8 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 #define AD__X86_DISPATCH 0
 #endif
 #define AD__PRIVATE static AD__UNUSED
+/* small functions on every op's path: allocation, recording, gradient slots */
+#define AD__INLINE static AD__INLINE_KEYWORD AD__UNUSED
 
 #ifdef AUTODIFF_DOUBLE
 #define AD__F(name) name
@@ -890,13 +895,15 @@ typedef struct ad__chunk {
 
 typedef struct ad__arena {
     ad__chunk *head, *cur;
-    size_t in_use, peak;
+    size_t done;  /* bytes used in the chunks before cur */
+    size_t peak;  /* the most in use at any earlier reset; see ad__arena_peak */
 } ad__arena;
 
 AD__PRIVATE ad__chunk *ad__chunk_new(size_t cap)
 {
     ad__chunk *c;
-    if (cap > (size_t)-1 - sizeof(ad__chunk) - AD__ALIGN) return NULL;
+    if (cap > (size_t)-1 - sizeof(ad__chunk) - 2 * AD__ALIGN) return NULL;
+    cap = (cap + AD__ALIGN - 1) & ~(size_t)(AD__ALIGN - 1); /* so an aligned start never passes cap */
     c = (ad__chunk *)AUTODIFF_MALLOC(sizeof(ad__chunk) + cap + AD__ALIGN);
     if (!c) return NULL;
     c->next = NULL;
@@ -922,38 +929,57 @@ AD__PRIVATE int ad__arena_advance(ad__arena *A, size_t bytes)
     }
     next->next = *link;
     *link = next;
+    if (A->cur) A->done += A->cur->used;
     A->cur = next;
     A->cur->used = 0;
     return 1;
 }
 
-/* Bump allocation of bytes at the given alignment (a power of two, at most AD__ALIGN). */
-AD__PRIVATE void *ad__arena_alloc(ad__arena *A, size_t bytes, size_t align)
+/* The allocation that does not fit in the current chunk: bytes at the start of another one. */
+AD__PRIVATE void *ad__arena_alloc_in_next(ad__arena *A, size_t bytes)
 {
-    ad__chunk *c = A->cur;
-    size_t start, end;
     if (bytes > (size_t)-1 / 2) return NULL;
     bytes = (bytes + 15) & ~(size_t)15;
+    if (!ad__arena_advance(A, bytes)) return NULL;
+    A->cur->used = bytes;
+    return A->cur->base;
+}
+
+/* Bump allocation of bytes at the given alignment (a power of two, 16 to AD__ALIGN). Blocks are
+   multiples of 16 bytes, so used stays a multiple of 16 and, chunks being multiples of
+   AD__ALIGN, an aligned start never passes cap. */
+AD__INLINE void *ad__arena_alloc(ad__arena *A, size_t bytes, size_t align)
+{
+    ad__chunk *c = A->cur;
     if (c) {
-        start = (c->used + align - 1) & ~(align - 1);
-        end = start + bytes;
+        size_t start = (c->used + align - 1) & ~(align - 1);
+        if (bytes <= c->cap - start) {
+            c->used = start + ((bytes + 15) & ~(size_t)15);
+            return c->base + start;
+        }
     }
-    if (!c || end > c->cap) {
-        if (!ad__arena_advance(A, bytes)) return NULL;
-        c = A->cur;
-        start = 0;
-        end = bytes;
-    }
-    A->in_use += end - c->used;
-    if (A->in_use > A->peak) A->peak = A->in_use;
-    c->used = end;
-    return c->base + start;
+    return ad__arena_alloc_in_next(A, bytes);
+}
+
+/* Bytes in use, counting the padding that alignment skipped (not the unused ends of chunks). */
+AD__PRIVATE size_t ad__arena_in_use(const ad__arena *A)
+{
+    return A->cur ? A->done + A->cur->used : 0;
+}
+
+/* The most bytes ever in use. Use only grows between resets, so the peak is the larger of the
+   use now and the use at the resets, which ad__arena_reset keeps. */
+AD__PRIVATE size_t ad__arena_peak(const ad__arena *A)
+{
+    size_t now = ad__arena_in_use(A);
+    return now > A->peak ? now : A->peak;
 }
 
 AD__PRIVATE void ad__arena_reset(ad__arena *A)
 {
+    A->peak = ad__arena_peak(A);
     A->cur = NULL;
-    A->in_use = 0;
+    A->done = 0;
 }
 
 AD__PRIVATE void ad__arena_free(ad__arena *A)
@@ -1271,8 +1297,8 @@ AUTODIFF_API int ad_set_training(ad_tape *T, int training)
 
 AUTODIFF_API int ad_is_training(const ad_tape *T) { return T ? T->training : 0; }
 
-AUTODIFF_API size_t ad_tape_bytes_used(const ad_tape *T) { return T ? T->arena.in_use : 0; }
-AUTODIFF_API size_t ad_tape_bytes_peak(const ad_tape *T) { return T ? T->arena.peak : 0; }
+AUTODIFF_API size_t ad_tape_bytes_used(const ad_tape *T) { return T ? ad__arena_in_use(&T->arena) : 0; }
+AUTODIFF_API size_t ad_tape_bytes_peak(const ad_tape *T) { return T ? ad__arena_peak(&T->arena) : 0; }
 AUTODIFF_API size_t ad_tape_length(const ad_tape *T) { return T ? T->nentries : 0; }
 
 AUTODIFF_API void ad_set_threads(ad_tape *T, int nthreads)
@@ -1337,7 +1363,7 @@ AD__PRIVATE void ad__parallel(ad_tape *T, ad__task_fn fn, void *ctx, int ntasks)
     }
 }
 
-AD__PRIVATE void *ad__alloc(ad_tape *T, size_t bytes, const char *op)
+AD__INLINE void *ad__alloc(ad_tape *T, size_t bytes, const char *op)
 {
     void *p = ad__arena_alloc(&T->arena, bytes, AD__ALIGN);
     if (!p) ad__fail(T, "%s: out of memory allocating %zu bytes", op, bytes);
@@ -1401,20 +1427,15 @@ AD__PRIVATE int ad__check_shape(ad_tape *T, const char *op, int ndim, const int 
     return 1;
 }
 
-/* A tensor on T with the given shape and uninitialised data (or no data when with_data is 0).
-   The header and the data are one arena block; the data starts on a 64-byte boundary. */
+/* A tensor on T with a checked shape of size elements and uninitialised data (or no data when
+   with_data is 0). The header and the data are one arena block; the data starts on a 64-byte
+   boundary. */
 #define AD__HEADER_BYTES ((sizeof(ad_tensor) + AD__ALIGN - 1) & ~(size_t)(AD__ALIGN - 1))
-AD__PRIVATE ad_tensor *ad__tensor(ad_tape *T, const char *op, int ndim, const int *shape, int with_data)
+AD__INLINE ad_tensor *ad__tensor_sized(ad_tape *T, const char *op, int ndim, const int *shape, size_t size,
+                                       int with_data)
 {
-    ad_tensor *t;
-    size_t size = 1;
+    ad_tensor *t = (ad_tensor *)ad__alloc(T, AD__HEADER_BYTES + (with_data ? size * sizeof(ad_real) : 0), op);
     int i;
-    if (ndim == 0) {
-        size = 1;
-    } else if (!ad__check_shape(T, op, ndim, shape, &size)) {
-        return NULL;
-    }
-    t = (ad_tensor *)ad__alloc(T, AD__HEADER_BYTES + (with_data ? size * sizeof(ad_real) : 0), op);
     if (!t) return NULL;
     t->data = with_data ? (ad_real *)((unsigned char *)t + AD__HEADER_BYTES) : NULL;
     t->grad = NULL;
@@ -1430,10 +1451,18 @@ AD__PRIVATE ad_tensor *ad__tensor(ad_tape *T, const char *op, int ndim, const in
     return t;
 }
 
-/* A new tensor shaped like x. */
-AD__PRIVATE ad_tensor *ad__like(ad_tape *T, const char *op, const ad_tensor *x)
+/* The same for a shape given by the caller, which is checked first. */
+AD__PRIVATE ad_tensor *ad__tensor(ad_tape *T, const char *op, int ndim, const int *shape, int with_data)
 {
-    return ad__tensor(T, op, x->ndim, x->shape, 1);
+    size_t size = 1;
+    if (ndim != 0 && !ad__check_shape(T, op, ndim, shape, &size)) return NULL;
+    return ad__tensor_sized(T, op, ndim, shape, size, with_data);
+}
+
+/* A new tensor shaped like x. */
+AD__INLINE ad_tensor *ad__like(ad_tape *T, const char *op, const ad_tensor *x)
+{
+    return ad__tensor_sized(T, op, x->ndim, x->shape, x->size, 1);
 }
 
 AD__PRIVATE void ad__make_leaf(ad_tape *T, ad_tensor *t, int requires_grad)
@@ -1495,14 +1524,24 @@ AUTODIFF_API ad_tensor *ad_full(ad_tape *T, int ndim, const int *shape, ad_real 
 AUTODIFF_API ad_tensor *ad_zeros(ad_tape *T, int ndim, const int *shape) { return ad__full(T, "ad_zeros", ndim, shape, 0); }
 AUTODIFF_API ad_tensor *ad_ones(ad_tape *T, int ndim, const int *shape) { return ad__full(T, "ad_ones", ndim, shape, 1); }
 
-AUTODIFF_API ad_tensor *ad_var(ad_tape *T, ad_real value)
+/* A one-element constant (ndim 0); errors name op. */
+AD__PRIVATE ad_tensor *ad__scalar(ad_tape *T, const char *op, ad_real value)
 {
-    ad_tensor *t = ad_full(T, 0, NULL, value);
-    if (t) ad__make_leaf(T, t, 1);
+    ad_tensor *t;
+    if (!T) return NULL;
+    t = ad__tensor_sized(T, op, 0, NULL, 1, 1);
+    if (t) t->data[0] = value;
     return t;
 }
 
-AUTODIFF_API ad_tensor *ad_scalar(ad_tape *T, ad_real value) { return ad_full(T, 0, NULL, value); }
+AUTODIFF_API ad_tensor *ad_scalar(ad_tape *T, ad_real value) { return ad__scalar(T, "ad_scalar", value); }
+
+AUTODIFF_API ad_tensor *ad_var(ad_tape *T, ad_real value)
+{
+    ad_tensor *t = ad__scalar(T, "ad_var", value);
+    if (t) ad__make_leaf(T, t, 1);
+    return t;
+}
 
 AUTODIFF_API ad_tensor *ad_rand(ad_tape *T, int ndim, const int *shape, ad_real lo, ad_real hi,
                                 ad_rng *rng)
@@ -1601,19 +1640,11 @@ struct ad__sweep {
     int failed;
 };
 
-/* Records out as produced by fn from the inputs if any of them requires grad and recording is
-   on. Returns the entry to save values into (a scratch entry when nothing is recorded), or NULL
-   when memory runs out. */
-AD__PRIVATE ad__node *ad__record(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
-                                 ad_tensor *const *ins, int nin)
+/* Appends an entry for out, produced by fn from nin inputs that the caller fills in. NULL when
+   memory runs out. */
+AD__PRIVATE ad__node *ad__push_entry(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn, int nin)
 {
-    ad__node *n;
-    int i, needed = 0;
-    if (!T->grad_enabled) return &T->sink;
-    for (i = 0; i < nin; i++)
-        if (ins[i] && ins[i]->requires_grad) needed = 1;
-    if (!needed) return &T->sink;
-    n = (ad__node *)ad__arena_alloc(&T->arena, sizeof(ad__node), 16);
+    ad__node *n = (ad__node *)ad__arena_alloc(&T->arena, sizeof(ad__node), 16);
     if (!n) {
         ad__fail(T, "%s: out of memory recording the operation", op);
         return NULL;
@@ -1626,7 +1657,6 @@ AD__PRIVATE ad__node *ad__record(ad_tape *T, const char *op, ad_tensor *out, ad_
         n->in = (ad_tensor **)ad__alloc(T, (size_t)nin * sizeof(ad_tensor *), op);
         if (!n->in) return NULL;
     }
-    for (i = 0; i < nin; i++) n->in[i] = ins[i];
     n->nin = nin;
     n->backward = fn;
     n->out = out;
@@ -1638,14 +1668,32 @@ AD__PRIVATE ad__node *ad__record(ad_tape *T, const char *op, ad_tensor *out, ad_
     return n;
 }
 
-AD__PRIVATE ad__node *ad__record1(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
-                                  ad_tensor *a)
+/* Records out as produced by fn from the inputs if any of them requires grad and recording is
+   on. Returns the entry to save values into (a scratch entry when nothing is recorded), or NULL
+   when memory runs out. */
+AD__INLINE ad__node *ad__record(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
+                                ad_tensor *const *ins, int nin)
+{
+    ad__node *n;
+    int i, needed = 0;
+    if (!T->grad_enabled) return &T->sink;
+    for (i = 0; i < nin; i++)
+        if (ins[i] && ins[i]->requires_grad) needed = 1;
+    if (!needed) return &T->sink;
+    n = ad__push_entry(T, op, out, fn, nin);
+    if (!n) return NULL;
+    for (i = 0; i < nin; i++) n->in[i] = ins[i];
+    return n;
+}
+
+AD__INLINE ad__node *ad__record1(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
+                                 ad_tensor *a)
 {
     return ad__record(T, op, out, fn, &a, 1);
 }
 
-AD__PRIVATE ad__node *ad__record2(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
-                                  ad_tensor *a, ad_tensor *b)
+AD__INLINE ad__node *ad__record2(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
+                                 ad_tensor *a, ad_tensor *b)
 {
     ad_tensor *ins[2];
     ins[0] = a;
@@ -1674,56 +1722,58 @@ AD__PRIVATE void ad__add_into(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRI
     for (i = 0; i < n; i++) y[i] += x[i];
 }
 
-/* Adds g (x's shape) into x's gradient. fresh says g is a new buffer that nothing else reads,
-   so that a later contribution may be added into it in place. */
-AD__PRIVATE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
+/* A new gradient buffer for x, owned by the sweep: a copy of held, x's gradient so far that is
+   shared with another tensor, or uninitialised when held is NULL. NULL when memory runs out. */
+AD__PRIVATE ad_real *ad__grad_buffer(ad__sweep *S, ad_tensor *x, const ad_tensor *held)
 {
-    ad_tape *T = S->T;
-    ad_tensor **slot;
-    if (!g) { S->failed = 1; return; }
-    if (!ad__wants(S, x)) return;
-    AUTODIFF_ASSERT(g->size == x->size);
-    slot = &S->gacc[x->id];
-    if (!*slot) {
-        *slot = g;
-        S->owned[x->id] = (unsigned char)fresh;
-    } else if (S->create_graph) {
-        *slot = ad_add(T, *slot, g);
-        if (!*slot) S->failed = 1;
-    } else {
-        if (!S->owned[x->id]) {
-            ad_tensor *copy = ad__like(T, "ad_backward", x);
-            if (!copy) { S->failed = 1; return; }
-            memcpy(copy->data, (*slot)->data, x->size * sizeof(ad_real));
-            *slot = copy;
-            S->owned[x->id] = 1;
-        }
-        ad__add_into((*slot)->data, g->data, x->size);
-    }
+    ad_tensor *buf = ad__like(S->T, "ad_backward", x);
+    if (!buf) { S->failed = 1; return NULL; }
+    if (held) memcpy(buf->data, held->data, x->size * sizeof(ad_real));
+    S->gacc[x->id] = buf;
+    S->owned[x->id] = 1;
+    return buf->data;
 }
 
 /* Where a fused backward kernel writes x's gradient directly: the buffer that holds x's
    gradient so far, with *add set (add into it), or a new buffer, with *add clear (assign).
    Only for sweeps that do not record (create_graph off). NULL when memory runs out. */
-AD__PRIVATE ad_real *ad__grad_target(ad__sweep *S, ad_tensor *x, int *add)
+AD__INLINE ad_real *ad__grad_target(ad__sweep *S, ad_tensor *x, int *add)
+{
+    ad_tensor *held = S->gacc[x->id];
+    *add = held != NULL;
+    if (held && S->owned[x->id]) return held->data;
+    return ad__grad_buffer(S, x, held);
+}
+
+/* A second or later contribution g to x's gradient: added with an op when the sweep records,
+   else in place (into a copy when the gradient so far is shared). */
+AD__PRIVATE void ad__accum_more(ad__sweep *S, ad_tensor *x, ad_tensor *g)
 {
     ad_tensor **slot = &S->gacc[x->id];
-    if (*slot && !S->owned[x->id]) {
-        ad_tensor *copy = ad__like(S->T, "ad_backward", x);
-        if (!copy) { S->failed = 1; return NULL; }
-        memcpy(copy->data, (*slot)->data, x->size * sizeof(ad_real));
-        *slot = copy;
-        S->owned[x->id] = 1;
+    ad_real *d;
+    int add;
+    AUTODIFF_ASSERT(g->size == x->size);
+    if (S->create_graph) {
+        *slot = ad_add(S->T, *slot, g);
+        if (!*slot) S->failed = 1;
+    } else if ((d = ad__grad_target(S, x, &add)) != NULL) {
+        ad__add_into(d, g->data, x->size);
     }
-    if (*slot) {
-        *add = 1;
-        return (*slot)->data;
+}
+
+/* Adds g (x's shape) into x's gradient. fresh says g is a new buffer that nothing else reads,
+   so that a later contribution may be added into it in place. */
+AD__INLINE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
+{
+    if (!g) { S->failed = 1; return; }
+    if (!ad__wants(S, x)) return;
+    if (S->gacc[x->id]) {
+        ad__accum_more(S, x, g);
+        return;
     }
-    *slot = ad__like(S->T, "ad_backward", x);
-    if (!*slot) { S->failed = 1; return NULL; }
-    S->owned[x->id] = 1;
-    *add = 0;
-    return (*slot)->data;
+    AUTODIFF_ASSERT(g->size == x->size);
+    S->gacc[x->id] = g;
+    S->owned[x->id] = (unsigned char)fresh;
 }
 
 /* Sums or broadcasts g to x's shape, then accumulates it. */
@@ -1778,12 +1828,13 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     }
     S->n = T->ntensors;
     S->create_graph = create_graph;
-    S->gacc = (ad_tensor **)ad__alloc(T, (size_t)S->n * sizeof(ad_tensor *), op);
-    S->owned = (unsigned char *)ad__alloc(T, (size_t)S->n, op);
-    seed = ad_full(T, y->ndim, y->shape, 1);
-    if (!S->gacc || !S->owned || !seed) return -1;
-    memset(S->gacc, 0, (size_t)S->n * sizeof(ad_tensor *));
-    memset(S->owned, 0, (size_t)S->n);
+    /* one block for both tables, cleared at once */
+    S->gacc = (ad_tensor **)ad__alloc(T, (size_t)S->n * (sizeof(ad_tensor *) + 1), op);
+    seed = ad__like(T, op, y);
+    if (!S->gacc || !seed) return -1;
+    memset(S->gacc, 0, (size_t)S->n * (sizeof(ad_tensor *) + 1));
+    S->owned = (unsigned char *)(S->gacc + S->n);
+    seed->data[0] = 1;
     if (!y->requires_grad) return 0;
     if (into_leaves && ad__sweep_into_leaves(S, y) != 0) return -1;
     S->gacc[y->id] = seed;
@@ -1932,35 +1983,51 @@ enum ad__binary_kind {
     AD__B_LT_MASK  /* the same for minimum */
 };
 
+/* One element of a binary op: the formulas that the rows below are made of. */
+AD__INLINE ad_real ad__binary_op(int kind, ad_real x, ad_real z)
+{
+    switch (kind) {
+    case AD__B_ADD: return x + z;
+    case AD__B_SUB: return x - z;
+    case AD__B_MUL: return x * z;
+    case AD__B_DIV: return x / z;
+    case AD__B_MAX: return x >= z ? x : z;
+    case AD__B_MIN: return x <= z ? x : z;
+    case AD__B_GT_MASK: return x > z ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0);
+    case AD__B_LT_MASK: return x < z ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0);
+    default: AUTODIFF_ASSERT(0); return 0;
+    }
+}
+
 /* One row of a binary op. The strides are 1 (a contiguous row) or 0 (a broadcast value); each
-   combination gets its own loop so that the compiler vectorises all of them. */
+   combination of strides and kind gets its own loop so that the compiler vectorises all of them. */
 AD__PRIVATE void ad__binary_row(int kind, const ad_real *AD__RESTRICT a, size_t ia,
                                 const ad_real *AD__RESTRICT b, size_t ib, ad_real *AD__RESTRICT y,
                                 size_t n)
 {
     size_t i;
-#define AD__ROW(EXPR)                                                                   \
-    if (ia && ib) {                                                                     \
-        for (i = 0; i < n; i++) { ad_real x = a[i], z = b[i]; y[i] = (EXPR); }          \
-    } else if (ia) {                                                                    \
-        ad_real z = b[0];                                                               \
-        for (i = 0; i < n; i++) { ad_real x = a[i]; y[i] = (EXPR); }                    \
-    } else if (ib) {                                                                    \
-        ad_real x = a[0];                                                               \
-        for (i = 0; i < n; i++) { ad_real z = b[i]; y[i] = (EXPR); }                    \
-    } else {                                                                            \
-        ad_real x = a[0], z = b[0], v = (EXPR);                                         \
-        for (i = 0; i < n; i++) y[i] = v;                                               \
+#define AD__ROW(KIND)                                                                             \
+    if (ia && ib) {                                                                               \
+        for (i = 0; i < n; i++) y[i] = ad__binary_op(KIND, a[i], b[i]);                           \
+    } else if (ia) {                                                                              \
+        ad_real z = b[0];                                                                         \
+        for (i = 0; i < n; i++) y[i] = ad__binary_op(KIND, a[i], z);                              \
+    } else if (ib) {                                                                              \
+        ad_real x = a[0];                                                                         \
+        for (i = 0; i < n; i++) y[i] = ad__binary_op(KIND, x, b[i]);                              \
+    } else {                                                                                      \
+        ad_real v = ad__binary_op(KIND, a[0], b[0]);                                              \
+        for (i = 0; i < n; i++) y[i] = v;                                                         \
     }
     switch (kind) {
-    case AD__B_ADD: AD__ROW(x + z) break;
-    case AD__B_SUB: AD__ROW(x - z) break;
-    case AD__B_MUL: AD__ROW(x * z) break;
-    case AD__B_DIV: AD__ROW(x / z) break;
-    case AD__B_MAX: AD__ROW(x >= z ? x : z) break;
-    case AD__B_MIN: AD__ROW(x <= z ? x : z) break;
-    case AD__B_GT_MASK: AD__ROW(x > z ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0)) break;
-    case AD__B_LT_MASK: AD__ROW(x < z ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0)) break;
+    case AD__B_ADD: AD__ROW(AD__B_ADD) break;
+    case AD__B_SUB: AD__ROW(AD__B_SUB) break;
+    case AD__B_MUL: AD__ROW(AD__B_MUL) break;
+    case AD__B_DIV: AD__ROW(AD__B_DIV) break;
+    case AD__B_MAX: AD__ROW(AD__B_MAX) break;
+    case AD__B_MIN: AD__ROW(AD__B_MIN) break;
+    case AD__B_GT_MASK: AD__ROW(AD__B_GT_MASK) break;
+    case AD__B_LT_MASK: AD__ROW(AD__B_LT_MASK) break;
     default: AUTODIFF_ASSERT(0);
     }
 #undef AD__ROW
@@ -2637,20 +2704,26 @@ AD__PRIVATE ad_real ad__unary_local(int kind, ad_real x, ad_real y, ad_real p0, 
 }
 
 /* dx (+)= g * f'(x) in one pass, for sweeps that do not record. The common kinds get loops of
-   their own so that they vectorise; the rest go through the table. */
-AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, const ad_real *AD__RESTRICT g)
+   their own so that they vectorise; the rest go through the table. A shift (affine with scale
+   1) passes g on: x shares its buffer until a second contribution arrives. */
+AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *gt)
 {
     const ad_tensor *x = n->in[0], *y = n->out;
-    const ad_real *AD__RESTRICT xv = x->data, *AD__RESTRICT yv = y->data;
+    const ad_real *AD__RESTRICT xv = x->data, *AD__RESTRICT yv = y->data, *AD__RESTRICT g = gt->data;
     ad_real p0 = n->rv[0], p1 = n->rv[1], *AD__RESTRICT d;
     size_t i, size = x->size;
     int add, kind = n->iv[0];
+    if (kind == AD__U_AFFINE && p0 == 1) {
+        ad__accum(S, n->in[0], gt, 0);
+        return;
+    }
     d = ad__grad_target(S, n->in[0], &add);
     if (!d) return;
 /* the factor gets a statement of its own: GCC if-converts (and vectorises) a conditional
-   factor only then */
+   factor only then; one element (scalar tapes) gets no loop */
 #define AD__FUSED(EXPR)                                                                       \
-    if (add) for (i = 0; i < size; i++) { ad_real f_ = (EXPR); d[i] += g[i] * f_; }          \
+    if (size == 1) { ad_real f_; i = 0; f_ = (EXPR); if (add) d[0] += g[0] * f_; else d[0] = g[0] * f_; } \
+    else if (add) for (i = 0; i < size; i++) { ad_real f_ = (EXPR); d[i] += g[i] * f_; }     \
     else for (i = 0; i < size; i++) { ad_real f_ = (EXPR); d[i] = g[i] * f_; }
     switch (kind) {
     case AD__U_RELU: AD__FUSED(xv[i] > 0 ? (ad_real)1 : (ad_real)0) break;
@@ -2670,7 +2743,7 @@ AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     ad_tensor *x = n->in[0], *y = n->out, *d = NULL, *x2;
     ad_real p0 = n->rv[0], p1 = n->rv[1];
     if (!S->create_graph) {
-        ad__unary_backward_fused(S, n, g->data);
+        ad__unary_backward_fused(S, n, g);
         return;
     }
     switch (n->iv[0]) {
@@ -2855,33 +2928,43 @@ AD__PRIVATE void ad__binary_local(int kind, ad_real x, ad_real z, ad_real y, ad_
     }
 }
 
-/* One input's gradient in one pass when nothing was broadcast; for sweeps that do not record. */
-AD__PRIVATE void ad__binary_backward_fused(ad__sweep *S, ad__node *n, const ad_real *AD__RESTRICT g, int which)
+/* The inputs' gradients (those wanted: wa, wb) in one pass each when nothing was broadcast;
+   for sweeps that do not record. Where the gradient is g itself (a sum, the left side of a
+   difference) the input shares g's buffer until a second contribution arrives. */
+AD__PRIVATE void ad__binary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *gt, int wa, int wb)
 {
     const ad_real *AD__RESTRICT av = n->in[0]->data, *AD__RESTRICT bv = n->in[1]->data;
-    const ad_real *AD__RESTRICT yv = n->out->data;
+    const ad_real *AD__RESTRICT yv = n->out->data, *AD__RESTRICT g = gt->data;
     ad_real *AD__RESTRICT d, da, db;
     size_t i, size = n->out->size;
-    int add, kind = n->iv[0];
-    d = ad__grad_target(S, n->in[which], &add);
-    if (!d) return;
-#define AD__FUSED(EXPR)                                                    \
-    if (add) for (i = 0; i < size; i++) d[i] += (EXPR);                   \
-    else for (i = 0; i < size; i++) d[i] = (EXPR);
-    switch (kind * 2 + which) {
-    case AD__B_ADD * 2: case AD__B_ADD * 2 + 1: case AD__B_SUB * 2: AD__FUSED(g[i]) break;
-    case AD__B_SUB * 2 + 1: AD__FUSED(-g[i]) break;
-    case AD__B_MUL * 2: AD__FUSED(g[i] * bv[i]) break;
-    case AD__B_MUL * 2 + 1: AD__FUSED(g[i] * av[i]) break;
-    case AD__B_DIV * 2: AD__FUSED(g[i] / bv[i]) break;
-    case AD__B_DIV * 2 + 1: AD__FUSED(-g[i] * yv[i] / bv[i]) break;
-    default:
-        for (i = 0; i < size; i++) {
-            ad__binary_local(kind, av[i], bv[i], yv[i], &da, &db);
-            d[i] = (add ? d[i] : 0) + g[i] * (which ? db : da);
+    int add, which, kind = n->iv[0];
+    for (which = 0; which < 2; which++) {
+        if (!(which ? wb : wa)) continue;
+        if (kind == AD__B_ADD || (kind == AD__B_SUB && which == 0)) {
+            ad__accum(S, n->in[which], gt, 0);
+            continue;
         }
-    }
+        d = ad__grad_target(S, n->in[which], &add);
+        if (!d) return;
+/* one element (scalar tapes) gets no loop */
+#define AD__FUSED(EXPR)                                                    \
+    if (size == 1) { i = 0; if (add) d[0] += (EXPR); else d[0] = (EXPR); } \
+    else if (add) for (i = 0; i < size; i++) d[i] += (EXPR);              \
+    else for (i = 0; i < size; i++) d[i] = (EXPR);
+        switch (kind * 2 + which) {
+        case AD__B_SUB * 2 + 1: AD__FUSED(-g[i]) break;
+        case AD__B_MUL * 2: AD__FUSED(g[i] * bv[i]) break;
+        case AD__B_MUL * 2 + 1: AD__FUSED(g[i] * av[i]) break;
+        case AD__B_DIV * 2: AD__FUSED(g[i] / bv[i]) break;
+        case AD__B_DIV * 2 + 1: AD__FUSED(-g[i] * yv[i] / bv[i]) break;
+        default:
+            for (i = 0; i < size; i++) {
+                ad__binary_local(kind, av[i], bv[i], yv[i], &da, &db);
+                d[i] = (add ? d[i] : 0) + g[i] * (which ? db : da);
+            }
+        }
 #undef AD__FUSED
+    }
 }
 
 AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
@@ -2890,8 +2973,7 @@ AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     ad_tensor *a = n->in[0], *b = n->in[1], *y = n->out, *m;
     int wa = ad__wants(S, a), wb = ad__wants(S, b);
     if (!S->create_graph && a->size == y->size && b->size == y->size) {
-        if (wa) ad__binary_backward_fused(S, n, g->data, 0);
-        if (wb) ad__binary_backward_fused(S, n, g->data, 1);
+        ad__binary_backward_fused(S, n, g, wa, wb);
         return;
     }
     switch (n->iv[0]) {
@@ -2922,27 +3004,40 @@ AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     }
 }
 
-AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record)
+/* kind(a, b) for operands of different shapes: the broadcast output, computed by walking it. */
+AD__PRIVATE ad_tensor *ad__binary_broadcast(ad_tape *T, const char *op, const ad_tensor *a,
+                                            const ad_tensor *b, int kind)
 {
-    const char *op = ad__binary_names[kind];
     int shape[AD_MAX_DIMS], ndim;
     ad__walk w;
     ad_tensor *y;
-    ad__node *n;
-    if (!T || !a || !b) return NULL;
-    if (!ad__check_pair(T, op, a, b)) return NULL;
-    if (ad__same_shape(a, b)) {
-        y = ad__tensor(T, op, a->ndim, a->shape, 1);
-    } else {
-        if (!ad__broadcast_shape(T, op, a, b, &ndim, shape)) return NULL;
-        y = ad__tensor(T, op, ndim, shape, 1);
-    }
+    if (!ad__broadcast_shape(T, op, a, b, &ndim, shape)) return NULL;
+    y = ad__tensor(T, op, ndim, shape, 1);
     if (!y) return NULL;
     if (a->size == y->size && b->size == y->size) {
         ad__binary_row(kind, a->data, 1, b->data, 1, y->data, y->size);
     } else {
         ad__walk_init(&w, y->ndim, y->shape, a, b);
         ad__binary_kernel(kind, &w, a->data, b->data, y->data);
+    }
+    return y;
+}
+
+AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record)
+{
+    const char *op = ad__binary_names[kind];
+    ad_tensor *y;
+    ad__node *n;
+    if (!T || !a || !b) return NULL;
+    if (!ad__check_pair(T, op, a, b)) return NULL;
+    if (ad__same_shape(a, b)) {
+        y = ad__like(T, op, a);
+        if (!y) return NULL;
+        if (y->size == 1) y->data[0] = ad__binary_op(kind, a->data[0], b->data[0]);
+        else ad__binary_row(kind, a->data, 1, b->data, 1, y->data, y->size);
+    } else {
+        y = ad__binary_broadcast(T, op, a, b, kind);
+        if (!y) return NULL;
     }
     if (!record) return y;
     n = ad__record2(T, op, y, ad__binary_backward, a, b);

@@ -109,6 +109,14 @@ FN(f_minimum_scalar, ad_minimum_scalar(T, spread(T, x[0]), -1))
 FN(f_relu_sq, ad_square(T, ad_relu(T, x[0])))
 FN(f_abs_exp, ad_exp(T, ad_abs(T, x[0])))
 FN(f_clamp_sq, ad_mul(T, ad_clamp(T, spread(T, x[0]), -1, 1), x[0]))
+/* Gradients passed on unchanged (by sums and shifts) share a buffer: x's first contribution is
+   the buffer that x * x still reads. */
+static ad_tensor *f_shift_shared(ad_tape *T, ad_tensor **x, void *ctx)
+{
+    ad_tensor *square = ad_mul(T, x[0], x[0]), *shifted = ad_add_scalar(T, x[0], 0.3);
+    (void)ctx;
+    return ad_add(T, square, shifted);
+}
 
 static void test_elementwise(void)
 {
@@ -144,8 +152,16 @@ static void test_elementwise(void)
     check1("relu then square", f_relu_sq, NULL, kink);
     check1("abs then exp", f_abs_exp, NULL, kink);
     check1("clamp times x", f_clamp_sq, NULL, grouped);
+    check1("shared gradient", f_shift_shared, NULL, x);
+    /* one element: the backward's path without a loop, for each kind of loop */
     check1("exp of a scalar", f_exp, NULL, S("", -1, 1, 0));
     check1("tanh of [1]", f_tanh, NULL, S("1", -1, 1, 0));
+    check1("sigmoid of a scalar", f_sigmoid, NULL, S("", -3, 3, 0));
+    check1("relu of a scalar", f_relu_sq, NULL, S("", -2, 2, 0.05));
+    check1("square of a scalar", f_square, NULL, S("", -2, 2, 0));
+    check1("affine of a scalar", f_affine, NULL, S("", -2, 2, 0));
+    check1("log of a scalar", f_log, NULL, S("", 0.2, 3, 0));
+    check1("shared gradient, a scalar", f_shift_shared, NULL, S("", -2, 2, 0));
 }
 
 /* ---- binary, with broadcasting ---------------------------------------------------------- */
