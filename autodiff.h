@@ -3437,8 +3437,6 @@ typedef struct ad__win2d {
     int sh, sw, ph, pw, dh, dw; /* stride, zero padding on each side, dilation */
     int groups;
     int exclude_pad;            /* average pooling: divide by the cells inside the input only */
-    ad_real *cols;              /* a recorded convolution: its input's im2col matrices, kept for
-                                   the weight gradient (NULL when not kept) */
 } ad__win2d;
 
 AD__PRIVATE const ad__win2d *ad__win_of(const ad__node *n)
@@ -3514,35 +3512,38 @@ AD__PRIVATE void ad__win_range(int off, int stride, int size, int count, int *lo
 
 /* col [channels * kh * kw, oh * ow] from one image's channels (x points at the first): row
    (c, ki, kj) holds, for every output position, the input value under kernel tap (ki, kj), or 0
-   in the padding. */
+   in the padding. Runs are copied in blocks of eight, which compilers turn into vector moves. */
 AD__PRIVATE void ad__im2col(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT x,
                             ad_real *AD__RESTRICT col)
 {
-    size_t L = (size_t)G->oh * G->ow;
-    int c, ki, kj, oy, ox, ylo, yhi, xlo, xhi;
+    const int oh = G->oh, ow = G->ow, sh = G->sh, sw = G->sw, w = G->w;
+    size_t L = (size_t)oh * ow;
+    int c, ki, kj, oy, ox, ylo, yhi, xlo, xhi, i, n;
     for (c = 0; c < channels; c++)
         for (ki = 0; ki < G->kh; ki++) {
             int yoff = ki * G->dh - G->ph;
-            ad__win_range(yoff, G->sh, G->h, G->oh, &ylo, &yhi);
             for (kj = 0; kj < G->kw; kj++) {
                 ad_real *row = col + ((size_t)(c * G->kh + ki) * G->kw + kj) * L;
                 int xoff = kj * G->dw - G->pw;
-                ad__win_range(xoff, G->sw, G->w, G->ow, &xlo, &xhi);
-                if (xlo >= xhi) { /* the tap never meets the input */
-                    memset(row, 0, L * sizeof(ad_real));
-                    continue;
-                }
-                memset(row, 0, (size_t)ylo * G->ow * sizeof(ad_real));
+                ad__win_range(yoff, sh, G->h, oh, &ylo, &yhi);
+                ad__win_range(xoff, sw, w, ow, &xlo, &xhi);
+                if (xlo >= xhi) ylo = yhi = oh; /* the tap never meets the input */
+                n = xhi - xlo;
+                memset(row, 0, (size_t)ylo * ow * sizeof(ad_real));
                 for (oy = ylo; oy < yhi; oy++) {
-                    ad_real *dst = row + (size_t)oy * G->ow;
-                    const ad_real *src = x + ((size_t)c * G->h + (size_t)(oy * G->sh + yoff)) * G->w +
-                                         (xlo * G->sw + xoff);
+                    ad_real *dst = row + (size_t)oy * ow;
+                    const ad_real *src = x + ((size_t)c * G->h + (size_t)(oy * sh + yoff)) * w + (xlo * sw + xoff);
                     for (ox = 0; ox < xlo; ox++) dst[ox] = 0;
-                    if (G->sw == 1) ad__nn_copy(dst + xlo, src, (size_t)(xhi - xlo));
-                    else for (ox = xlo; ox < xhi; ox++) dst[ox] = src[(size_t)(ox - xlo) * G->sw];
-                    for (ox = xhi; ox < G->ow; ox++) dst[ox] = 0;
+                    dst += xlo;
+                    if (sw == 1) {
+                        for (i = 0; i + 8 <= n; i += 8) memcpy(dst + i, src + i, 8 * sizeof(ad_real));
+                        for (; i < n; i++) dst[i] = src[i];
+                    } else {
+                        for (i = 0; i < n; i++) dst[i] = src[(size_t)i * sw];
+                    }
+                    for (i = n; i < ow - xlo; i++) dst[i] = 0;
                 }
-                memset(row + (size_t)yhi * G->ow, 0, (size_t)(G->oh - yhi) * G->ow * sizeof(ad_real));
+                memset(row + (size_t)yhi * ow, 0, (size_t)(oh - yhi) * ow * sizeof(ad_real));
             }
         }
 }
@@ -3573,6 +3574,63 @@ AD__PRIVATE void ad__col2im(const ad__win2d *G, int channels, const ad_real *AD_
         }
 }
 
+/* Copies a run of a window's row. Up to eight values are moved by straight-line code: a call
+   to memcpy for each short run would cost more than the copy. */
+AD__PRIVATE void ad__copy_run(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, int n)
+{
+    if (n > 8) {
+        memcpy(y, x, (size_t)n * sizeof(ad_real));
+        return;
+    }
+    if (n >= 4) {
+        memcpy(y, x, 4 * sizeof(ad_real));
+        y += 4; x += 4; n -= 4;
+    }
+    if (n >= 4) {
+        memcpy(y, x, 4 * sizeof(ad_real));
+        y += 4; x += 4; n -= 4;
+    }
+    if (n > 0) y[0] = x[0];
+    if (n > 1) y[1] = x[1];
+    if (n > 2) y[2] = x[2];
+}
+
+/* colT [oh * ow, ld] from one image's channels, the transpose of ad__im2col's matrix: row
+   (oy, ox) holds the window under output (oy, ox) in the order (c, ki, kj), 0 in the padding,
+   then zeros up to ld. Windows wholly inside the input, undilated across, are copied as runs
+   without bounds checks. */
+AD__PRIVATE void ad__im2row(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT x,
+                            ad_real *AD__RESTRICT colT, size_t ld)
+{
+    const int kh = G->kh, kw = G->kw, dh = G->dh, dw = G->dw, h = G->h, w = G->w;
+    const size_t K = (size_t)channels * kh * kw;
+    int oy, ox, c, ki, kj;
+    for (oy = 0; oy < G->oh; oy++) {
+        int y0 = oy * G->sh - G->ph, rows_in = y0 >= 0 && y0 + (kh - 1) * dh < h;
+        for (ox = 0; ox < G->ow; ox++) {
+            ad_real *AD__RESTRICT row = colT + ((size_t)oy * G->ow + ox) * ld;
+            int x0 = ox * G->sw - G->pw;
+            size_t k = 0;
+            if (rows_in && dw == 1 && x0 >= 0 && x0 + kw <= w) {
+                const ad_real *src = x + (size_t)y0 * w + x0;
+                ad_real *AD__RESTRICT dst = row;
+                for (c = 0; c < channels; c++, src += (size_t)h * w)
+                    for (ki = 0; ki < kh; ki++, dst += kw) ad__copy_run(dst, src + (size_t)ki * dh * w, kw);
+            } else {
+                for (c = 0; c < channels; c++)
+                    for (ki = 0; ki < kh; ki++) {
+                        int iy = y0 + ki * dh;
+                        for (kj = 0; kj < kw; kj++) {
+                            int ix = x0 + kj * dw;
+                            row[k++] = iy >= 0 && iy < h && ix >= 0 && ix < w ? x[((size_t)c * h + iy) * w + ix] : 0;
+                        }
+                    }
+            }
+            for (k = K; k < ld; k++) row[k] = 0;
+        }
+    }
+}
+
 /* Convolution is bilinear in (x, w). With the trilinear form L(x, w, g) = <F(x, w), g> =
    <x, Bx(g, w)> = <w, Bw(x, g)>, the three maps
        F(x, w)   the convolution                        [n, o, oh, ow]
@@ -3594,31 +3652,40 @@ AD__PRIVATE int ad__conv_direct(const ad__win2d *G)
     return G->kh == 1 && G->kw == 1 && G->sh == 1 && G->sw == 1 && G->ph == 0 && G->pw == 0;
 }
 
-/* Scratch for one image's im2col on the tape, or NULL (not an error) when the map needs none. */
+/* The row length of the weight gradient's im2row matrix: K rounded up to whole panels of the
+   GEMM's micro-kernel, so that the GEMM reads the matrix in place instead of packing it. */
+AD__PRIVATE size_t ad__conv_row_ld(const ad__win2d *G)
+{
+    size_t K = (size_t)(G->c / G->groups) * G->kh * G->kw, nr = (size_t)ad__gemm_pick((int)K).nr;
+    return (K + nr - 1) / nr * nr;
+}
+
+/* Scratch for one image's im2col on the tape, or NULL (not an error) when the map needs none:
+   im2col's [K, L], or for a weight gradient im2row's [L, ld] and behind it the gradient's
+   [o, ld] partial sums. */
 AD__PRIVATE ad_real *ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op, int *failed)
 {
+    size_t K = (size_t)(G->c / G->groups) * G->kh * G->kw, L = (size_t)G->oh * G->ow, ld;
     ad_real *col;
     *failed = 0;
     if (ad__conv_direct(G)) return NULL;
-    /* im2col's [K, L] and, behind it, the [K, og] block of a weight gradient */
-    col = (ad_real *)ad__alloc(T, (size_t)(G->c / G->groups) * G->kh * G->kw *
-                                      ((size_t)G->oh * G->ow + (size_t)(G->o / G->groups)) * sizeof(ad_real), op);
+    ld = ad__conv_row_ld(G);
+    col = (ad_real *)ad__alloc(T, (K * L > (L + G->o) * ld ? K * L : (L + G->o) * ld) * sizeof(ad_real), op);
     *failed = col == NULL;
     return col;
 }
 
 /* out (+)= the map kind of (a, b) (+ bias for the forward map), added into out when add is set;
    the operands are (x, w) for the forward map, (g, w) for Bx and (x, g) for Bw. Each image and
-   group is one GEMM around im2col / col2im (col: scratch from ad__conv_scratch). cols, when not
-   NULL, holds the im2col matrix of every image and group of the forward map's x: the forward
-   map fills it, the weight gradient of the same x reads it instead of rebuilding. Returns 0, or
+   group is one GEMM around im2col / col2im (col: scratch from ad__conv_scratch). Returns 0, or
    -1 when the GEMM's packing buffer cannot be allocated. */
 AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const ad_real *a, const ad_real *b,
-                                const ad_real *bias, ad_real *out, int add, ad_real *col, ad_real *cols)
+                                const ad_real *bias, ad_real *out, int add, ad_real *col)
 {
     int cg = G->c / G->groups, og = G->o / G->groups, L = G->oh * G->ow, K = cg * G->kh * G->kw;
-    int n, g, r, rc = 0;
-    size_t HW = (size_t)G->h * G->w;
+    int n, g, r, k, rc = 0;
+    size_t HW = (size_t)G->h * G->w, ld = col ? ad__conv_row_ld(G) : 0;
+    ad_real *wsum = col ? col + (size_t)L * ld : NULL; /* the weight gradient's sums [o, ld] */
     if (kind == AD__CONV_INPUT_GRAD && col && !add)
         memset(out, 0, (size_t)G->n * G->c * HW * sizeof(ad_real));
     for (n = 0; n < G->n && rc == 0; n++)
@@ -3626,16 +3693,14 @@ AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const 
             size_t xoff = ((size_t)n * G->c + (size_t)g * cg) * HW;
             size_t yoff = ((size_t)n * G->o + (size_t)g * og) * (size_t)L;
             size_t woff = (size_t)g * og * (size_t)K;
-            ad_real *kept = cols ? cols + ((size_t)n * G->groups + g) * (size_t)K * L : NULL;
             const ad_real *src;
             if (kind == AD__CONV_FORWARD) {
                 /* y[og, L] (+)= w[og, K] col[K, L] (+ bias) */
                 ad_real *yg = out + yoff;
                 src = a + xoff;
                 if (col) {
-                    ad_real *dst = kept ? kept : col;
-                    ad__im2col(G, cg, src, dst);
-                    src = dst;
+                    ad__im2col(G, cg, src, col);
+                    src = col;
                 }
                 if (bias)
                     for (r = 0; r < og; r++) ad__nn_fill(yg + (size_t)r * L, bias[g * og + r], (size_t)L, add);
@@ -3648,23 +3713,22 @@ AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const 
                     rc = ad__gemm(T, 1, 0, K, L, og, b + woff, K, a + yoff, L, col, L, 0);
                     ad__col2im(G, cg, col, out + xoff);
                 }
+            } else if (col) {
+                /* w[og, K] (+)= g[og, L] colT[L, K], summed over the images: with im2row's layout
+                   the large operand is the GEMM's B, read in place. The sums gather in wsum,
+                   whose rows are ld long, and go to out once, at the end. */
+                ad__im2row(G, cg, a + xoff, col, ld);
+                rc = ad__gemm(T, 0, 0, og, (int)ld, L, b + yoff, L, col, (ptrdiff_t)ld, wsum + (size_t)g * og * ld,
+                              (ptrdiff_t)ld, n > 0);
             } else {
-                /* w[og, K] (+)= g[og, L] col[K, L]^T, summed over the images. With im2col it is
-                   computed transposed, col g^T into [K, og], so that the large operand col is
-                   packed as rows (cheap) rather than as a transposed panel; then added back. */
-                if (col) {
-                    ad_real *wt = col + (size_t)K * L, *wg = out + woff;
-                    int k;
-                    if (!kept) ad__im2col(G, cg, a + xoff, col);
-                    rc = ad__gemm(T, 0, 1, K, og, L, kept ? kept : col, L, b + yoff, L, wt, og, 0);
-                    for (r = 0; r < og; r++)
-                        for (k = 0; k < K; k++)
-                            wg[(size_t)r * K + k] = (add || n > 0 ? wg[(size_t)r * K + k] : 0) + wt[(size_t)k * og + r];
-                } else {
-                    rc = ad__gemm(T, 0, 1, og, K, L, b + yoff, L, a + xoff, L, out + woff, K, add || n > 0);
-                }
+                /* w[og, K] (+)= g[og, L] x[K, L]^T, summed over the images */
+                rc = ad__gemm(T, 0, 1, og, K, L, b + yoff, L, a + xoff, L, out + woff, K, add || n > 0);
             }
         }
+    if (kind == AD__CONV_WEIGHT_GRAD && col && rc == 0)
+        for (r = 0; r < G->o; r++)
+            for (k = 0; k < K; k++)
+                out[(size_t)r * K + k] = (add ? out[(size_t)r * K + k] : 0) + wsum[(size_t)r * ld + k];
     return rc;
 }
 
@@ -3680,9 +3744,9 @@ AD__PRIVATE void ad__conv_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *v
     size_t L = (size_t)G->oh * G->ow;
     if (ad__wants(S, x) || ad__wants(S, w)) col = ad__conv_scratch(T, G, "ad_conv2d", &failed);
     if (!failed && ad__wants(S, x) && (d = ad__grad_target(S, x, &add)) != NULL)
-        failed = ad__conv_kernel(T, AD__CONV_INPUT_GRAD, G, v->data, w->data, NULL, d, add, col, NULL) != 0;
+        failed = ad__conv_kernel(T, AD__CONV_INPUT_GRAD, G, v->data, w->data, NULL, d, add, col) != 0;
     if (!failed && ad__wants(S, w) && (d = ad__grad_target(S, w, &add)) != NULL)
-        failed = ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, G, x->data, v->data, NULL, d, add, col, G->cols) != 0;
+        failed = ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, G, x->data, v->data, NULL, d, add, col) != 0;
     if (!failed && bias && ad__wants(S, bias) && (d = ad__grad_target(S, bias, &add)) != NULL) {
         if (!add) memset(d, 0, (size_t)G->o * sizeof(ad_real));
         for (k = 0; k < G->n; k++)
@@ -3736,7 +3800,6 @@ AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor
     ad_real *col;
     ad_tensor *y, *ins[3];
     ad__node *node;
-    ad__win2d kept;
     if (!a || !b) return NULL;
     if (kind == AD__CONV_FORWARD) {
         shape[0] = G->n; shape[1] = G->o; shape[2] = G->oh; shape[3] = G->ow;
@@ -3749,15 +3812,7 @@ AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor
     if (!y) return NULL;
     col = ad__conv_scratch(T, G, op, &failed);
     if (failed) return NULL;
-    kept = *G;
-    kept.cols = NULL;
-    if (kind == AD__CONV_FORWARD && col && T->grad_enabled && b->requires_grad) {
-        /* the weight gradient will need x's im2col matrices again: keep them on the tape */
-        kept.cols = (ad_real *)ad__alloc(T, (size_t)G->n * G->groups * (G->c / G->groups) * G->kh * G->kw *
-                                                ((size_t)G->oh * G->ow) * sizeof(ad_real), op);
-        if (!kept.cols) return NULL;
-    }
-    if (ad__conv_kernel(T, kind, G, a->data, b->data, bias ? bias->data : NULL, y->data, 0, col, kept.cols) != 0) {
+    if (ad__conv_kernel(T, kind, G, a->data, b->data, bias ? bias->data : NULL, y->data, 0, col) != 0) {
         ad__fail(T, "%s: out of memory for the packing buffer", op);
         return NULL;
     }
@@ -3767,7 +3822,7 @@ AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor
     node = ad__record(T, op, y, ad__conv_backward, ins, bias ? 3 : 2);
     if (!node) return NULL;
     node->iv[0] = kind;
-    if (!ad__win_save(T, node, &kept, op)) return NULL;
+    if (!ad__win_save(T, node, G, op)) return NULL;
     return y;
 }
 
