@@ -4140,6 +4140,30 @@ AD__PRIVATE void ad__max_pool_plane(const ad__win2d *G, const int *range, const 
     }
 }
 
+/* The common 2x2 window with stride 2 and no padding: the same result as ad__max_pool_plane
+   (the first maximal cell wins ties). Comparisons are turned into arithmetic, not branches,
+   which random data would mispredict. */
+AD__PRIVATE void ad__max_pool_plane_2x2(const ad__win2d *G, const ad_real *AD__RESTRICT x,
+                                        ad_real *AD__RESTRICT y, int *AD__RESTRICT arg)
+{
+    int oy, ox, w = G->w, ow = G->ow;
+    for (oy = 0; oy < G->oh; oy++) {
+        const ad_real *r0 = x + (size_t)(2 * oy) * w, *r1 = r0 + w;
+        ad_real *AD__RESTRICT m = y + (size_t)oy * ow;
+        int *AD__RESTRICT a = arg ? arg + (size_t)oy * ow : NULL, nan = 0;
+        for (ox = 0; ox < ow; ox++) {
+            ad_real p = r0[2 * ox], q = r0[2 * ox + 1], u = r1[2 * ox], v = r1[2 * ox + 1];
+            int right = q > p, right_below = v > u;
+            ad_real top = right ? q : p, bottom = right_below ? v : u;
+            int below = bottom > top;
+            m[ox] = below ? bottom : top;
+            if (a) a[ox] = 2 * (oy * w + ox) + right + below * (w + right_below - right);
+            nan |= (p != p) | (q != q) | (u != u) | (v != v);
+        }
+        if (nan) ad__max_pool_row_nan(G, x, oy, m, a);
+    }
+}
+
 AUTODIFF_API ad_tensor *ad_max_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, int kernel_w,
                                       const ad_pool2d_desc *desc)
 {
@@ -4165,8 +4189,12 @@ AUTODIFF_API ad_tensor *ad_max_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, in
     range = (int *)ad__alloc(T, 2 * (size_t)G.kw * sizeof(int), "ad_max_pool2d");
     if (!range) return NULL;
     for (kj = 0; kj < G.kw; kj++) ad__win_range(kj - G.pw, G.sw, G.w, G.ow, &range[2 * kj], &range[2 * kj + 1]);
-    for (p = 0; p < P; p++)
-        ad__max_pool_plane(&G, range, x->data + p * HW, y->data + p * L, arg ? arg + p * L : NULL);
+    for (p = 0; p < P; p++) {
+        if (G.kh == 2 && G.kw == 2 && G.sh == 2 && G.sw == 2 && G.ph == 0 && G.pw == 0)
+            ad__max_pool_plane_2x2(&G, x->data + p * HW, y->data + p * L, arg ? arg + p * L : NULL);
+        else
+            ad__max_pool_plane(&G, range, x->data + p * HW, y->data + p * L, arg ? arg + p * L : NULL);
+    }
     node = ad__record1(T, "ad_max_pool2d", y, ad__gather_backward, x);
     if (!node) return NULL;
     node->iv[0] = (int)HW;
