@@ -3553,7 +3553,7 @@ AD__PRIVATE void ad__col2im(const ad__win2d *G, int channels, const ad_real *AD_
                             ad_real *AD__RESTRICT x)
 {
     size_t L = (size_t)G->oh * G->ow;
-    int c, ki, kj, oy, ox, ylo, yhi, xlo, xhi;
+    int c, ki, kj, oy, ylo, yhi, xlo, xhi;
     for (c = 0; c < channels; c++)
         for (ki = 0; ki < G->kh; ki++) {
             int yoff = ki * G->dh - G->ph;
@@ -3564,11 +3564,18 @@ AD__PRIVATE void ad__col2im(const ad__win2d *G, int channels, const ad_real *AD_
                 ad__win_range(xoff, G->sw, G->w, G->ow, &xlo, &xhi);
                 if (xlo >= xhi) continue;
                 for (oy = ylo; oy < yhi; oy++) {
-                    const ad_real *src = row + (size_t)oy * G->ow;
+                    const ad_real *src = row + (size_t)oy * G->ow + xlo;
                     ad_real *dst = x + ((size_t)c * G->h + (size_t)(oy * G->sh + yoff)) * G->w +
                                    (xlo * G->sw + xoff);
-                    if (G->sw == 1) ad__nn_add(dst, src + xlo, (size_t)(xhi - xlo));
-                    else for (ox = xlo; ox < xhi; ox++) dst[(size_t)(ox - xlo) * G->sw] += src[ox];
+                    int n = xhi - xlo, i = 0, j;
+                    if (G->sw == 1) {
+                        /* inline blocks of eight: a call per short run would cost more */
+                        for (; i + 8 <= n; i += 8)
+                            for (j = 0; j < 8; j++) dst[i + j] += src[i + j];
+                        for (; i < n; i++) dst[i] += src[i];
+                    } else {
+                        for (; i < n; i++) dst[(size_t)i * G->sw] += src[i];
+                    }
                 }
             }
         }
@@ -3596,27 +3603,26 @@ AD__PRIVATE void ad__copy_run(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRI
 }
 
 /* colT [oh * ow, ld] from one image's channels, the transpose of ad__im2col's matrix: row
-   (oy, ox) holds the window under output (oy, ox) in the order (c, ki, kj), 0 in the padding,
-   then zeros up to ld. Windows wholly inside the input, undilated across, are copied as runs
-   without bounds checks. */
+   (oy, ox) holds the window under output (oy, ox) in the order (c, ki, kj), 0 in the padding;
+   the row's last ld - K values are left as they are. Windows wholly inside the input,
+   undilated across, are copied as runs without bounds checks. */
 AD__PRIVATE void ad__im2row(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT x,
                             ad_real *AD__RESTRICT colT, size_t ld)
 {
     const int kh = G->kh, kw = G->kw, dh = G->dh, dw = G->dw, h = G->h, w = G->w;
-    const size_t K = (size_t)channels * kh * kw;
     int oy, ox, c, ki, kj;
     for (oy = 0; oy < G->oh; oy++) {
         int y0 = oy * G->sh - G->ph, rows_in = y0 >= 0 && y0 + (kh - 1) * dh < h;
         for (ox = 0; ox < G->ow; ox++) {
             ad_real *AD__RESTRICT row = colT + ((size_t)oy * G->ow + ox) * ld;
             int x0 = ox * G->sw - G->pw;
-            size_t k = 0;
             if (rows_in && dw == 1 && x0 >= 0 && x0 + kw <= w) {
                 const ad_real *src = x + (size_t)y0 * w + x0;
                 ad_real *AD__RESTRICT dst = row;
                 for (c = 0; c < channels; c++, src += (size_t)h * w)
                     for (ki = 0; ki < kh; ki++, dst += kw) ad__copy_run(dst, src + (size_t)ki * dh * w, kw);
             } else {
+                size_t k = 0;
                 for (c = 0; c < channels; c++)
                     for (ki = 0; ki < kh; ki++) {
                         int iy = y0 + ki * dh;
@@ -3626,7 +3632,6 @@ AD__PRIVATE void ad__im2row(const ad__win2d *G, int channels, const ad_real *AD_
                         }
                     }
             }
-            for (k = K; k < ld; k++) row[k] = 0;
         }
     }
 }
@@ -3688,6 +3693,9 @@ AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const 
     ad_real *wsum = col ? col + (size_t)L * ld : NULL; /* the weight gradient's sums [o, ld] */
     if (kind == AD__CONV_INPUT_GRAD && col && !add)
         memset(out, 0, (size_t)G->n * G->c * HW * sizeof(ad_real));
+    if (kind == AD__CONV_WEIGHT_GRAD && col)
+        for (r = 0; r < L; r++) /* im2row's padding columns, the same for every image */
+            memset(col + (size_t)r * ld + K, 0, (ld - (size_t)K) * sizeof(ad_real));
     for (n = 0; n < G->n && rc == 0; n++)
         for (g = 0; g < G->groups && rc == 0; g++) {
             size_t xoff = ((size_t)n * G->c + (size_t)g * cg) * HW;
@@ -4141,8 +4149,8 @@ AD__PRIVATE void ad__max_pool_plane(const ad__win2d *G, const int *range, const 
 }
 
 /* The common 2x2 window with stride 2 and no padding: the same result as ad__max_pool_plane
-   (the first maximal cell wins ties). Comparisons are turned into arithmetic, not branches,
-   which random data would mispredict. */
+   (the first maximal cell wins ties; a row with a NaN goes through the exact row path). The
+   winner's position is picked by masks, not branches, which random data would mispredict. */
 AD__PRIVATE void ad__max_pool_plane_2x2(const ad__win2d *G, const ad_real *AD__RESTRICT x,
                                         ad_real *AD__RESTRICT y, int *AD__RESTRICT arg)
 {
@@ -4152,13 +4160,13 @@ AD__PRIVATE void ad__max_pool_plane_2x2(const ad__win2d *G, const ad_real *AD__R
         ad_real *AD__RESTRICT m = y + (size_t)oy * ow;
         int *AD__RESTRICT a = arg ? arg + (size_t)oy * ow : NULL, nan = 0;
         for (ox = 0; ox < ow; ox++) {
-            ad_real p = r0[2 * ox], q = r0[2 * ox + 1], u = r1[2 * ox], v = r1[2 * ox + 1];
-            int right = q > p, right_below = v > u;
-            ad_real top = right ? q : p, bottom = right_below ? v : u;
-            int below = bottom > top;
-            m[ox] = below ? bottom : top;
-            if (a) a[ox] = 2 * (oy * w + ox) + right + below * (w + right_below - right);
-            nan |= (p != p) | (q != q) | (u != u) | (v != v);
+            ad_real p = r0[2 * ox], q = r0[2 * ox + 1], u = r1[2 * ox], v = r1[2 * ox + 1], sum;
+            ad_real top = q > p ? q : p, bottom = v > u ? v : u;
+            int at = 2 * (oy * w + ox), below = -(bottom > top); /* all ones or zero */
+            m[ox] = bottom > top ? bottom : top;
+            if (a) a[ox] = ((at + w + (v > u)) & below) | ((at + (q > p)) & ~below);
+            sum = (p + q) + (u + v); /* NaN when a cell is (or when infinities cancel) */
+            nan |= sum != sum;
         }
         if (nan) ad__max_pool_row_nan(G, x, oy, m, a);
     }
