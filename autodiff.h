@@ -852,12 +852,15 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 #define AD__UNUSED __attribute__((unused))
 #define AD__RESTRICT __restrict__
 #define AD__HAS_VECTOR_EXT 1
+#define AD__INLINE static __inline__ __attribute__((always_inline, unused))
 #elif defined(_MSC_VER)
 #define AD__UNUSED
 #define AD__RESTRICT __restrict
+#define AD__INLINE static __forceinline
 #else
 #define AD__UNUSED
 #define AD__RESTRICT
+#define AD__INLINE static
 #endif
 #if !defined(AD__HAS_VECTOR_EXT)
 #define AD__HAS_VECTOR_EXT 0
@@ -3502,48 +3505,83 @@ AD__PRIVATE ad_real ad__nn_sum(const ad_real *AD__RESTRICT x, size_t n)
 /* The outputs o in [*lo, *hi) of count whose input position o * stride + off is in [0, size). */
 AD__PRIVATE void ad__win_range(int off, int stride, int size, int count, int *lo, int *hi)
 {
-    long long a = off >= 0 ? 0 : (-(long long)off + stride - 1) / stride;
-    long long b = (long long)size - off <= 0 ? 0 : ((long long)size - off + stride - 1) / stride;
+    long long a, b;
+    if (stride == 1) { /* the common case, without the divisions */
+        a = off >= 0 ? 0 : -(long long)off;
+        b = (long long)size - off <= 0 ? 0 : (long long)size - off;
+    } else {
+        a = off >= 0 ? 0 : (-(long long)off + stride - 1) / stride;
+        b = (long long)size - off <= 0 ? 0 : ((long long)size - off + stride - 1) / stride;
+    }
     if (b > count) b = count;
     if (a > b) a = b;
     *lo = (int)a;
     *hi = (int)b;
 }
 
+/* Copies a run of an image row. Up to 32 values are moved by straight-line code: a call to
+   memcpy for each short run would cost more than the copy. */
+AD__INLINE void ad__copy_run(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, int n)
+{
+    if (n > 32) {
+        memcpy(y, x, (size_t)n * sizeof(ad_real));
+        return;
+    }
+    if (n >= 16) { memcpy(y, x, 16 * sizeof(ad_real)); y += 16; x += 16; n -= 16; }
+    if (n >= 16) { memcpy(y, x, 16 * sizeof(ad_real)); y += 16; x += 16; n -= 16; }
+    if (n >= 8) { memcpy(y, x, 8 * sizeof(ad_real)); y += 8; x += 8; n -= 8; }
+    if (n >= 4) { memcpy(y, x, 4 * sizeof(ad_real)); y += 4; x += 4; n -= 4; }
+    if (n > 0) y[0] = x[0];
+    if (n > 1) y[1] = x[1];
+    if (n > 2) y[2] = x[2];
+}
+
+/* Adds a run of an image row into another, in blocks of eight written in place: a call for
+   each short run would cost more than the adds. */
+AD__INLINE void ad__add_run(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, int n)
+{
+    int i = 0, j;
+    for (; i + 8 <= n; i += 8)
+        for (j = 0; j < 8; j++) y[i + j] += x[i + j];
+    for (; i < n; i++) y[i] += x[i];
+}
+
 /* col [channels * kh * kw, oh * ow] from one image's channels (x points at the first): row
    (c, ki, kj) holds, for every output position, the input value under kernel tap (ki, kj), or 0
-   in the padding. Runs are copied in blocks of eight, which compilers turn into vector moves. */
+   in the padding. Rows of small images are short, so the per-row work is kept small too: no
+   division for a tap inside the input at stride 1, no call for an empty fill. */
 AD__PRIVATE void ad__im2col(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT x,
                             ad_real *AD__RESTRICT col)
 {
     const int oh = G->oh, ow = G->ow, sh = G->sh, sw = G->sw, w = G->w;
     size_t L = (size_t)oh * ow;
-    int c, ki, kj, oy, ox, ylo, yhi, xlo, xhi, i, n;
+    int c, ki, kj, oy, ox, ylo, yhi, xlo, xhi, n;
     for (c = 0; c < channels; c++)
         for (ki = 0; ki < G->kh; ki++) {
             int yoff = ki * G->dh - G->ph;
             for (kj = 0; kj < G->kw; kj++) {
-                ad_real *row = col + ((size_t)(c * G->kh + ki) * G->kw + kj) * L;
+                ad_real *row = col + ((size_t)(c * G->kh + ki) * G->kw + kj) * L, *dst;
                 int xoff = kj * G->dw - G->pw;
+                const ad_real *src;
                 ad__win_range(yoff, sh, G->h, oh, &ylo, &yhi);
                 ad__win_range(xoff, sw, w, ow, &xlo, &xhi);
                 if (xlo >= xhi) ylo = yhi = oh; /* the tap never meets the input */
+                if (ylo > 0) memset(row, 0, (size_t)ylo * ow * sizeof(ad_real));
+                if (yhi < oh) memset(row + (size_t)yhi * ow, 0, (size_t)(oh - yhi) * ow * sizeof(ad_real));
+                if (ylo >= yhi) continue;
                 n = xhi - xlo;
-                memset(row, 0, (size_t)ylo * ow * sizeof(ad_real));
-                for (oy = ylo; oy < yhi; oy++) {
-                    ad_real *dst = row + (size_t)oy * ow;
-                    const ad_real *src = x + ((size_t)c * G->h + (size_t)(oy * sh + yoff)) * w + (xlo * sw + xoff);
-                    for (ox = 0; ox < xlo; ox++) dst[ox] = 0;
-                    dst += xlo;
-                    if (sw == 1) {
-                        for (i = 0; i + 8 <= n; i += 8) memcpy(dst + i, src + i, 8 * sizeof(ad_real));
-                        for (; i < n; i++) dst[i] = src[i];
-                    } else {
-                        for (i = 0; i < n; i++) dst[i] = src[(size_t)i * sw];
-                    }
-                    for (i = n; i < ow - xlo; i++) dst[i] = 0;
+                src = x + ((size_t)c * G->h + (size_t)(ylo * sh + yoff)) * w + (xlo * sw + xoff);
+                dst = row + (size_t)ylo * ow;
+                if (sw == 1 && n == ow) { /* no padding across: the rows are runs alone */
+                    for (oy = ylo; oy < yhi; oy++, src += (size_t)sh * w, dst += ow) ad__copy_run(dst, src, n);
+                    continue;
                 }
-                memset(row + (size_t)yhi * ow, 0, (size_t)(oh - yhi) * ow * sizeof(ad_real));
+                for (oy = ylo; oy < yhi; oy++, src += (size_t)sh * w, dst += ow) {
+                    for (ox = 0; ox < xlo; ox++) dst[ox] = 0;
+                    if (sw == 1) ad__copy_run(dst + xlo, src, n);
+                    else for (ox = 0; ox < n; ox++) dst[xlo + ox] = src[(size_t)ox * sw];
+                    for (ox = xhi; ox < ow; ox++) dst[ox] = 0;
+                }
             }
         }
 }
@@ -3552,88 +3590,86 @@ AD__PRIVATE void ad__im2col(const ad__win2d *G, int channels, const ad_real *AD_
 AD__PRIVATE void ad__col2im(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT col,
                             ad_real *AD__RESTRICT x)
 {
-    size_t L = (size_t)G->oh * G->ow;
-    int c, ki, kj, oy, ylo, yhi, xlo, xhi;
+    const int oh = G->oh, ow = G->ow, sh = G->sh, sw = G->sw, w = G->w;
+    size_t L = (size_t)oh * ow;
+    int c, ki, kj, oy, i, ylo, yhi, xlo, xhi, n;
     for (c = 0; c < channels; c++)
         for (ki = 0; ki < G->kh; ki++) {
             int yoff = ki * G->dh - G->ph;
-            ad__win_range(yoff, G->sh, G->h, G->oh, &ylo, &yhi);
+            ad__win_range(yoff, sh, G->h, oh, &ylo, &yhi);
             for (kj = 0; kj < G->kw; kj++) {
-                const ad_real *row = col + ((size_t)(c * G->kh + ki) * G->kw + kj) * L;
                 int xoff = kj * G->dw - G->pw;
-                ad__win_range(xoff, G->sw, G->w, G->ow, &xlo, &xhi);
-                if (xlo >= xhi) continue;
-                for (oy = ylo; oy < yhi; oy++) {
-                    const ad_real *src = row + (size_t)oy * G->ow + xlo;
-                    ad_real *dst = x + ((size_t)c * G->h + (size_t)(oy * G->sh + yoff)) * G->w +
-                                   (xlo * G->sw + xoff);
-                    int n = xhi - xlo, i = 0, j;
-                    if (G->sw == 1) {
-                        /* inline blocks of eight: a call per short run would cost more */
-                        for (; i + 8 <= n; i += 8)
-                            for (j = 0; j < 8; j++) dst[i + j] += src[i + j];
-                        for (; i < n; i++) dst[i] += src[i];
-                    } else {
-                        for (; i < n; i++) dst[(size_t)i * G->sw] += src[i];
-                    }
+                const ad_real *src;
+                ad_real *dst;
+                ad__win_range(xoff, sw, w, ow, &xlo, &xhi);
+                if (xlo >= xhi || ylo >= yhi) continue;
+                n = xhi - xlo;
+                src = col + ((size_t)(c * G->kh + ki) * G->kw + kj) * L + (size_t)ylo * ow + xlo;
+                dst = x + ((size_t)c * G->h + (size_t)(ylo * sh + yoff)) * w + (xlo * sw + xoff);
+                for (oy = ylo; oy < yhi; oy++, src += ow, dst += (size_t)sh * w) {
+                    if (sw == 1) ad__add_run(dst, src, n);
+                    else for (i = 0; i < n; i++) dst[(size_t)i * sw] += src[i];
                 }
             }
         }
 }
 
-/* Copies a run of a window's row. Up to eight values are moved by straight-line code: a call
-   to memcpy for each short run would cost more than the copy. */
-AD__PRIVATE void ad__copy_run(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, int n)
+/* One window row of im2row with bounds checks: kw values from row (NULL: a padding row) at
+   x0, x0 + dw, ..., 0 where outside the input's w columns. */
+AD__PRIVATE void ad__window_row(ad_real *AD__RESTRICT d, const ad_real *AD__RESTRICT row, int x0, int kw, int dw,
+                                int w)
 {
-    if (n > 8) {
-        memcpy(y, x, (size_t)n * sizeof(ad_real));
-        return;
+    int kj;
+    for (kj = 0; kj < kw; kj++) {
+        int ix = x0 + kj * dw;
+        d[kj] = row && ix >= 0 && ix < w ? row[ix] : 0;
     }
-    if (n >= 4) {
-        memcpy(y, x, 4 * sizeof(ad_real));
-        y += 4; x += 4; n -= 4;
-    }
-    if (n >= 4) {
-        memcpy(y, x, 4 * sizeof(ad_real));
-        y += 4; x += 4; n -= 4;
-    }
-    if (n > 0) y[0] = x[0];
-    if (n > 1) y[1] = x[1];
-    if (n > 2) y[2] = x[2];
 }
 
 /* colT [oh * ow, ld] from one image's channels, the transpose of ad__im2col's matrix: row
-   (oy, ox) holds the window under output (oy, ox) in the order (c, ki, kj), 0 in the padding;
-   the row's last ld - K values are left as they are. Windows wholly inside the input,
-   undilated across, are copied as runs without bounds checks. */
+   (oy, ox) holds the window under output (oy, ox) in the order (c, ki, kj), 0 in the padding.
+   It is built one window row (c, ki) at a time across a row of outputs, so that the runs
+   inside the input are copied by one tight loop. Such a run is copied as a block of eight
+   values when the block stays inside x and what it writes past the run lands in the next
+   run's slot (written after it) or in the row's last ld - K columns, which only reach columns
+   of the weight gradient's product that are thrown away. */
 AD__PRIVATE void ad__im2row(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT x,
                             ad_real *AD__RESTRICT colT, size_t ld)
 {
-    const int kh = G->kh, kw = G->kw, dh = G->dh, dw = G->dw, h = G->h, w = G->w;
-    int oy, ox, c, ki, kj;
-    for (oy = 0; oy < G->oh; oy++) {
-        int y0 = oy * G->sh - G->ph, rows_in = y0 >= 0 && y0 + (kh - 1) * dh < h;
-        for (ox = 0; ox < G->ow; ox++) {
-            ad_real *AD__RESTRICT row = colT + ((size_t)oy * G->ow + ox) * ld;
-            int x0 = ox * G->sw - G->pw;
-            if (rows_in && dw == 1 && x0 >= 0 && x0 + kw <= w) {
-                const ad_real *src = x + (size_t)y0 * w + x0;
-                ad_real *AD__RESTRICT dst = row;
-                for (c = 0; c < channels; c++, src += (size_t)h * w)
-                    for (ki = 0; ki < kh; ki++, dst += kw) ad__copy_run(dst, src + (size_t)ki * dh * w, kw);
-            } else {
-                size_t k = 0;
-                for (c = 0; c < channels; c++)
-                    for (ki = 0; ki < kh; ki++) {
-                        int iy = y0 + ki * dh;
-                        for (kj = 0; kj < kw; kj++) {
-                            int ix = x0 + kj * dw;
-                            row[k++] = iy >= 0 && iy < h && ix >= 0 && ix < w ? x[((size_t)c * h + iy) * w + ix] : 0;
-                        }
-                    }
+    const int kh = G->kh, kw = G->kw, dh = G->dh, dw = G->dw, h = G->h, w = G->w, ow = G->ow;
+    const int sw = G->sw, pw = G->pw;
+    const ad_real *x_end = x + (size_t)channels * h * w;
+    int block = dw == 1 && kw <= 8 && ld - (size_t)channels * kh * kw >= (size_t)(8 - kw);
+    int oy, ox, c, ki, lo, hi, lo2, hi2;
+    /* the outputs whose window row lies inside the input across */
+    ad__win_range(-pw, sw, w, ow, &lo, &hi);
+    ad__win_range((kw - 1) * dw - pw, sw, w, ow, &lo2, &hi2);
+    if (lo2 > lo) lo = lo2;
+    if (hi2 < hi) hi = hi2;
+    if (hi < lo) hi = lo;
+    for (oy = 0; oy < G->oh; oy++)
+        for (c = 0; c < channels; c++)
+            for (ki = 0; ki < kh; ki++) {
+                int iy = oy * G->sh - G->ph + ki * dh, blocks = lo;
+                const ad_real *row = iy >= 0 && iy < h ? x + ((size_t)c * h + (size_t)iy) * w : NULL;
+                ad_real *d = colT + (size_t)oy * ow * ld + (size_t)(c * kh + ki) * kw;
+                if (!row) {
+                    for (ox = 0; ox < ow; ox++, d += ld) ad__window_row(d, NULL, 0, kw, dw, w);
+                    continue;
+                }
+                if (block) { /* the outputs before the first block that would read past x */
+                    ptrdiff_t room = (x_end - row) - 8 + pw;
+                    blocks = room < 0 ? lo : (int)(room / sw + 1 < hi ? room / sw + 1 : hi);
+                    if (blocks < lo) blocks = lo;
+                }
+                for (ox = 0; ox < lo; ox++, d += ld) ad__window_row(d, row, ox * sw - pw, kw, dw, w);
+                for (; ox < blocks; ox++, d += ld) memcpy(d, row + (ox * sw - pw), 8 * sizeof(ad_real));
+                for (; ox < hi; ox++, d += ld) {
+                    if (dw == 1) ad__copy_run(d, row + (ox * sw - pw), kw);
+                    else ad__window_row(d, row, ox * sw - pw, kw, dw, w);
+                }
+                for (; ox < ow; ox++, d += ld) ad__window_row(d, row, ox * sw - pw, kw, dw, w);
             }
-        }
-    }
 }
 
 /* Convolution is bilinear in (x, w). With the trilinear form L(x, w, g) = <F(x, w), g> =
@@ -3694,7 +3730,7 @@ AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const 
     if (kind == AD__CONV_INPUT_GRAD && col && !add)
         memset(out, 0, (size_t)G->n * G->c * HW * sizeof(ad_real));
     if (kind == AD__CONV_WEIGHT_GRAD && col)
-        for (r = 0; r < L; r++) /* im2row's padding columns, the same for every image */
+        for (r = 0; r < L; r++) /* im2row's padding columns: defined values from the start */
             memset(col + (size_t)r * ld + K, 0, (ld - (size_t)K) * sizeof(ad_real));
     for (n = 0; n < G->n && rc == 0; n++)
         for (g = 0; g < G->groups && rc == 0; g++) {
