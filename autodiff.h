@@ -3657,10 +3657,10 @@ AD__PRIVATE void ad__im2row(const ad__win2d *G, int channels, const ad_real *AD_
                     for (ox = 0; ox < ow; ox++, d += ld) ad__window_row(d, NULL, 0, kw, dw, w);
                     continue;
                 }
-                if (block) { /* the outputs before the first block that would read past x */
+                if (block && hi > lo) { /* the outputs before the first block that would read past x */
                     ptrdiff_t room = (x_end - row) - 8 + pw;
-                    blocks = room < 0 ? lo : (int)(room / sw + 1 < hi ? room / sw + 1 : hi);
-                    if (blocks < lo) blocks = lo;
+                    if ((ptrdiff_t)(hi - 1) * sw <= room) blocks = hi; /* all of them, as a rule */
+                    else if (room >= 0 && room / sw + 1 > lo) blocks = (int)(room / sw + 1);
                 }
                 for (ox = 0; ox < lo; ox++, d += ld) ad__window_row(d, row, ox * sw - pw, kw, dw, w);
                 for (; ox < blocks; ox++, d += ld) memcpy(d, row + (ox * sw - pw), 8 * sizeof(ad_real));
@@ -4184,25 +4184,43 @@ AD__PRIVATE void ad__max_pool_plane(const ad__win2d *G, const int *range, const 
     }
 }
 
-/* The common 2x2 window with stride 2 and no padding: the same result as ad__max_pool_plane
-   (the first maximal cell wins ties; a row with a NaN goes through the exact row path). The
-   winner's position is picked by masks, not branches, which random data would mispredict. */
+/* One 2x2 window (p q / u v): its maximum, the winner's offset in the window (0, 1, w or
+   w + 1: the first maximal cell, picked by masks rather than branches, which random data would
+   mispredict) and whether the window holds a NaN (or infinities that cancel: then the exact
+   row path decides). */
+AD__INLINE ad_real ad__max_2x2(ad_real p, ad_real q, ad_real u, ad_real v, int w, int *at, int *nan)
+{
+    ad_real top = q > p ? q : p, bottom = v > u ? v : u, sum = (p + q) + (u + v);
+    int below = -(bottom > top);
+    *at = ((w + (v > u)) & below) | ((int)(q > p) & ~below);
+    *nan = sum != sum;
+    return bottom > top ? bottom : top;
+}
+
+/* The common 2x2 window with stride 2 and no padding: the same result as ad__max_pool_plane.
+   Outputs go in blocks of four with constant trip counts, which compilers vectorise. */
 AD__PRIVATE void ad__max_pool_plane_2x2(const ad__win2d *G, const ad_real *AD__RESTRICT x,
                                         ad_real *AD__RESTRICT y, int *AD__RESTRICT arg)
 {
-    int oy, ox, w = G->w, ow = G->ow;
+    int oy, ox, j, w = G->w, ow = G->ow;
     for (oy = 0; oy < G->oh; oy++) {
         const ad_real *r0 = x + (size_t)(2 * oy) * w, *r1 = r0 + w;
         ad_real *AD__RESTRICT m = y + (size_t)oy * ow;
         int *AD__RESTRICT a = arg ? arg + (size_t)oy * ow : NULL, nan = 0;
-        for (ox = 0; ox < ow; ox++) {
-            ad_real p = r0[2 * ox], q = r0[2 * ox + 1], u = r1[2 * ox], v = r1[2 * ox + 1], sum;
-            ad_real top = q > p ? q : p, bottom = v > u ? v : u;
-            int at = 2 * (oy * w + ox), below = -(bottom > top); /* all ones or zero */
-            m[ox] = bottom > top ? bottom : top;
-            if (a) a[ox] = ((at + w + (v > u)) & below) | ((at + (q > p)) & ~below);
-            sum = (p + q) + (u + v); /* NaN when a cell is (or when infinities cancel) */
-            nan |= sum != sum;
+        for (ox = 0; ox < ow; ox += 4) {
+            int at[4], bad[4] = {0, 0, 0, 0}, n = ow - ox < 4 ? ow - ox : 4;
+            if (n == 4) {
+                for (j = 0; j < 4; j++)
+                    m[ox + j] = ad__max_2x2(r0[2 * (ox + j)], r0[2 * (ox + j) + 1], r1[2 * (ox + j)],
+                                            r1[2 * (ox + j) + 1], w, &at[j], &bad[j]);
+            } else {
+                for (j = 0; j < n; j++)
+                    m[ox + j] = ad__max_2x2(r0[2 * (ox + j)], r0[2 * (ox + j) + 1], r1[2 * (ox + j)],
+                                            r1[2 * (ox + j) + 1], w, &at[j], &bad[j]);
+            }
+            nan |= bad[0] | bad[1] | bad[2] | bad[3];
+            if (a)
+                for (j = 0; j < n; j++) a[ox + j] = 2 * (oy * w + ox + j) + at[j];
         }
         if (nan) ad__max_pool_row_nan(G, x, oy, m, a);
     }
