@@ -3548,8 +3548,8 @@ AD__INLINE void ad__add_run(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT
 
 /* col [channels * kh * kw, oh * ow] from one image's channels (x points at the first): row
    (c, ki, kj) holds, for every output position, the input value under kernel tap (ki, kj), or 0
-   in the padding. Rows of small images are short, so the per-row work is kept small too: no
-   division for a tap inside the input at stride 1, no call for an empty fill. */
+   in the padding. The rows of small images are short, so the work per row is kept small: no
+   call for an empty fill, and rows without padding across copied by one tight loop. */
 AD__PRIVATE void ad__im2col(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT x,
                             ad_real *AD__RESTRICT col)
 {
