@@ -3717,8 +3717,6 @@ typedef struct ad__win2d {
     int sh, sw, ph, pw, dh, dw; /* stride, zero padding on each side, dilation */
     int groups;
     int exclude_pad;            /* average pooling: divide by the cells inside the input only */
-    ad_real *cols;              /* a recorded convolution: its input's im2col matrices, kept for
-                                   the weight gradient (NULL when not kept) */
 } ad__win2d;
 
 AD__PRIVATE const ad__win2d *ad__win_of(const ad__node *n)
@@ -3784,45 +3782,83 @@ AD__PRIVATE ad_real ad__nn_sum(const ad_real *AD__RESTRICT x, size_t n)
 /* The outputs o in [*lo, *hi) of count whose input position o * stride + off is in [0, size). */
 AD__PRIVATE void ad__win_range(int off, int stride, int size, int count, int *lo, int *hi)
 {
-    long long a = off >= 0 ? 0 : (-(long long)off + stride - 1) / stride;
-    long long b = (long long)size - off <= 0 ? 0 : ((long long)size - off + stride - 1) / stride;
+    long long a, b;
+    if (stride == 1) { /* the common case, without the divisions */
+        a = off >= 0 ? 0 : -(long long)off;
+        b = (long long)size - off <= 0 ? 0 : (long long)size - off;
+    } else {
+        a = off >= 0 ? 0 : (-(long long)off + stride - 1) / stride;
+        b = (long long)size - off <= 0 ? 0 : ((long long)size - off + stride - 1) / stride;
+    }
     if (b > count) b = count;
     if (a > b) a = b;
     *lo = (int)a;
     *hi = (int)b;
 }
 
+/* Copies a run of an image row. Up to 32 values are moved by straight-line code: a call to
+   memcpy for each short run would cost more than the copy. */
+AD__INLINE void ad__copy_run(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, int n)
+{
+    if (n > 32) {
+        memcpy(y, x, (size_t)n * sizeof(ad_real));
+        return;
+    }
+    if (n >= 16) { memcpy(y, x, 16 * sizeof(ad_real)); y += 16; x += 16; n -= 16; }
+    if (n >= 16) { memcpy(y, x, 16 * sizeof(ad_real)); y += 16; x += 16; n -= 16; }
+    if (n >= 8) { memcpy(y, x, 8 * sizeof(ad_real)); y += 8; x += 8; n -= 8; }
+    if (n >= 4) { memcpy(y, x, 4 * sizeof(ad_real)); y += 4; x += 4; n -= 4; }
+    if (n > 0) y[0] = x[0];
+    if (n > 1) y[1] = x[1];
+    if (n > 2) y[2] = x[2];
+}
+
+/* Adds a run of an image row into another, in blocks of eight written in place: a call for
+   each short run would cost more than the adds. */
+AD__INLINE void ad__add_run(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, int n)
+{
+    int i = 0, j;
+    for (; i + 8 <= n; i += 8)
+        for (j = 0; j < 8; j++) y[i + j] += x[i + j];
+    for (; i < n; i++) y[i] += x[i];
+}
+
 /* col [channels * kh * kw, oh * ow] from one image's channels (x points at the first): row
    (c, ki, kj) holds, for every output position, the input value under kernel tap (ki, kj), or 0
-   in the padding. */
+   in the padding. The rows of small images are short, so the work per row is kept small: no
+   call for an empty fill, and rows without padding across copied by one tight loop. */
 AD__PRIVATE void ad__im2col(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT x,
                             ad_real *AD__RESTRICT col)
 {
-    size_t L = (size_t)G->oh * G->ow;
-    int c, ki, kj, oy, ox, ylo, yhi, xlo, xhi;
+    const int oh = G->oh, ow = G->ow, sh = G->sh, sw = G->sw, w = G->w;
+    size_t L = (size_t)oh * ow;
+    int c, ki, kj, oy, ox, ylo, yhi, xlo, xhi, n;
     for (c = 0; c < channels; c++)
         for (ki = 0; ki < G->kh; ki++) {
             int yoff = ki * G->dh - G->ph;
-            ad__win_range(yoff, G->sh, G->h, G->oh, &ylo, &yhi);
             for (kj = 0; kj < G->kw; kj++) {
-                ad_real *row = col + ((size_t)(c * G->kh + ki) * G->kw + kj) * L;
+                ad_real *row = col + ((size_t)(c * G->kh + ki) * G->kw + kj) * L, *dst;
                 int xoff = kj * G->dw - G->pw;
-                ad__win_range(xoff, G->sw, G->w, G->ow, &xlo, &xhi);
-                if (xlo >= xhi) { /* the tap never meets the input */
-                    memset(row, 0, L * sizeof(ad_real));
+                const ad_real *src;
+                ad__win_range(yoff, sh, G->h, oh, &ylo, &yhi);
+                ad__win_range(xoff, sw, w, ow, &xlo, &xhi);
+                if (xlo >= xhi) ylo = yhi = oh; /* the tap never meets the input */
+                if (ylo > 0) memset(row, 0, (size_t)ylo * ow * sizeof(ad_real));
+                if (yhi < oh) memset(row + (size_t)yhi * ow, 0, (size_t)(oh - yhi) * ow * sizeof(ad_real));
+                if (ylo >= yhi) continue;
+                n = xhi - xlo;
+                src = x + ((size_t)c * G->h + (size_t)(ylo * sh + yoff)) * w + (xlo * sw + xoff);
+                dst = row + (size_t)ylo * ow;
+                if (sw == 1 && n == ow) { /* no padding across: the rows are runs alone */
+                    for (oy = ylo; oy < yhi; oy++, src += (size_t)sh * w, dst += ow) ad__copy_run(dst, src, n);
                     continue;
                 }
-                memset(row, 0, (size_t)ylo * G->ow * sizeof(ad_real));
-                for (oy = ylo; oy < yhi; oy++) {
-                    ad_real *dst = row + (size_t)oy * G->ow;
-                    const ad_real *src = x + ((size_t)c * G->h + (size_t)(oy * G->sh + yoff)) * G->w +
-                                         (xlo * G->sw + xoff);
+                for (oy = ylo; oy < yhi; oy++, src += (size_t)sh * w, dst += ow) {
                     for (ox = 0; ox < xlo; ox++) dst[ox] = 0;
-                    if (G->sw == 1) ad__nn_copy(dst + xlo, src, (size_t)(xhi - xlo));
-                    else for (ox = xlo; ox < xhi; ox++) dst[ox] = src[(size_t)(ox - xlo) * G->sw];
-                    for (ox = xhi; ox < G->ow; ox++) dst[ox] = 0;
+                    if (sw == 1) ad__copy_run(dst + xlo, src, n);
+                    else for (ox = 0; ox < n; ox++) dst[xlo + ox] = src[(size_t)ox * sw];
+                    for (ox = xhi; ox < ow; ox++) dst[ox] = 0;
                 }
-                memset(row + (size_t)yhi * G->ow, 0, (size_t)(G->oh - yhi) * G->ow * sizeof(ad_real));
             }
         }
 }
@@ -3831,26 +3867,86 @@ AD__PRIVATE void ad__im2col(const ad__win2d *G, int channels, const ad_real *AD_
 AD__PRIVATE void ad__col2im(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT col,
                             ad_real *AD__RESTRICT x)
 {
-    size_t L = (size_t)G->oh * G->ow;
-    int c, ki, kj, oy, ox, ylo, yhi, xlo, xhi;
+    const int oh = G->oh, ow = G->ow, sh = G->sh, sw = G->sw, w = G->w;
+    size_t L = (size_t)oh * ow;
+    int c, ki, kj, oy, i, ylo, yhi, xlo, xhi, n;
     for (c = 0; c < channels; c++)
         for (ki = 0; ki < G->kh; ki++) {
             int yoff = ki * G->dh - G->ph;
-            ad__win_range(yoff, G->sh, G->h, G->oh, &ylo, &yhi);
+            ad__win_range(yoff, sh, G->h, oh, &ylo, &yhi);
             for (kj = 0; kj < G->kw; kj++) {
-                const ad_real *row = col + ((size_t)(c * G->kh + ki) * G->kw + kj) * L;
                 int xoff = kj * G->dw - G->pw;
-                ad__win_range(xoff, G->sw, G->w, G->ow, &xlo, &xhi);
-                if (xlo >= xhi) continue;
-                for (oy = ylo; oy < yhi; oy++) {
-                    const ad_real *src = row + (size_t)oy * G->ow;
-                    ad_real *dst = x + ((size_t)c * G->h + (size_t)(oy * G->sh + yoff)) * G->w +
-                                   (xlo * G->sw + xoff);
-                    if (G->sw == 1) ad__nn_add(dst, src + xlo, (size_t)(xhi - xlo));
-                    else for (ox = xlo; ox < xhi; ox++) dst[(size_t)(ox - xlo) * G->sw] += src[ox];
+                const ad_real *src;
+                ad_real *dst;
+                ad__win_range(xoff, sw, w, ow, &xlo, &xhi);
+                if (xlo >= xhi || ylo >= yhi) continue;
+                n = xhi - xlo;
+                src = col + ((size_t)(c * G->kh + ki) * G->kw + kj) * L + (size_t)ylo * ow + xlo;
+                dst = x + ((size_t)c * G->h + (size_t)(ylo * sh + yoff)) * w + (xlo * sw + xoff);
+                for (oy = ylo; oy < yhi; oy++, src += ow, dst += (size_t)sh * w) {
+                    if (sw == 1) ad__add_run(dst, src, n);
+                    else for (i = 0; i < n; i++) dst[(size_t)i * sw] += src[i];
                 }
             }
         }
+}
+
+/* One window row of im2row with bounds checks: kw values from row (NULL: a padding row) at
+   x0, x0 + dw, ..., 0 where outside the input's w columns. */
+AD__PRIVATE void ad__window_row(ad_real *AD__RESTRICT d, const ad_real *AD__RESTRICT row, int x0, int kw, int dw,
+                                int w)
+{
+    int kj;
+    for (kj = 0; kj < kw; kj++) {
+        int ix = x0 + kj * dw;
+        d[kj] = row && ix >= 0 && ix < w ? row[ix] : 0;
+    }
+}
+
+/* colT [oh * ow, ld] from one image's channels, the transpose of ad__im2col's matrix: row
+   (oy, ox) holds the window under output (oy, ox) in the order (c, ki, kj), 0 in the padding.
+   It is built one window row (c, ki) at a time across a row of outputs, so that the runs
+   inside the input are copied by one tight loop. Such a run is copied as a block of eight
+   values when the block stays inside x and what it writes past the run lands in the next
+   run's slot (written after it) or in the row's last ld - K columns, which only reach columns
+   of the weight gradient's product that are thrown away. */
+AD__PRIVATE void ad__im2row(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT x,
+                            ad_real *AD__RESTRICT colT, size_t ld)
+{
+    const int kh = G->kh, kw = G->kw, dh = G->dh, dw = G->dw, h = G->h, w = G->w, ow = G->ow;
+    const int sw = G->sw, pw = G->pw;
+    const ad_real *x_end = x + (size_t)channels * h * w;
+    int block = dw == 1 && kw <= 8 && ld - (size_t)channels * kh * kw >= (size_t)(8 - kw);
+    int oy, ox, c, ki, lo, hi, lo2, hi2;
+    /* the outputs whose window row lies inside the input across */
+    ad__win_range(-pw, sw, w, ow, &lo, &hi);
+    ad__win_range((kw - 1) * dw - pw, sw, w, ow, &lo2, &hi2);
+    if (lo2 > lo) lo = lo2;
+    if (hi2 < hi) hi = hi2;
+    if (hi < lo) hi = lo;
+    for (oy = 0; oy < G->oh; oy++)
+        for (c = 0; c < channels; c++)
+            for (ki = 0; ki < kh; ki++) {
+                int iy = oy * G->sh - G->ph + ki * dh, blocks = lo;
+                const ad_real *row = iy >= 0 && iy < h ? x + ((size_t)c * h + (size_t)iy) * w : NULL;
+                ad_real *d = colT + (size_t)oy * ow * ld + (size_t)(c * kh + ki) * kw;
+                if (!row) {
+                    for (ox = 0; ox < ow; ox++, d += ld) ad__window_row(d, NULL, 0, kw, dw, w);
+                    continue;
+                }
+                if (block && hi > lo) { /* the outputs before the first block that would read past x */
+                    ptrdiff_t room = (x_end - row) - 8 + pw;
+                    if ((ptrdiff_t)(hi - 1) * sw <= room) blocks = hi; /* all of them, as a rule */
+                    else if (room >= 0 && room / sw + 1 > lo) blocks = (int)(room / sw + 1);
+                }
+                for (ox = 0; ox < lo; ox++, d += ld) ad__window_row(d, row, ox * sw - pw, kw, dw, w);
+                for (; ox < blocks; ox++, d += ld) memcpy(d, row + (ox * sw - pw), 8 * sizeof(ad_real));
+                for (; ox < hi; ox++, d += ld) {
+                    if (dw == 1) ad__copy_run(d, row + (ox * sw - pw), kw);
+                    else ad__window_row(d, row, ox * sw - pw, kw, dw, w);
+                }
+                for (; ox < ow; ox++, d += ld) ad__window_row(d, row, ox * sw - pw, kw, dw, w);
+            }
 }
 
 /* Convolution is bilinear in (x, w). With the trilinear form L(x, w, g) = <F(x, w), g> =
@@ -3874,48 +3970,58 @@ AD__PRIVATE int ad__conv_direct(const ad__win2d *G)
     return G->kh == 1 && G->kw == 1 && G->sh == 1 && G->sw == 1 && G->ph == 0 && G->pw == 0;
 }
 
-/* Scratch for one image's im2col on the tape, or NULL (not an error) when the map needs none. */
+/* The row length of the weight gradient's im2row matrix: K rounded up to whole panels of the
+   GEMM's micro-kernel, so that the GEMM reads the matrix in place instead of packing it. */
+AD__PRIVATE size_t ad__conv_row_ld(const ad__win2d *G)
+{
+    size_t K = (size_t)(G->c / G->groups) * G->kh * G->kw, nr = (size_t)ad__gemm_pick((int)K).nr;
+    return (K + nr - 1) / nr * nr;
+}
+
+/* Scratch for one image's im2col on the tape, or NULL (not an error) when the map needs none:
+   im2col's [K, L], or for a weight gradient im2row's [L, ld] and behind it the gradient's
+   [o, ld] partial sums. */
 AD__PRIVATE ad_real *ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op, int *failed)
 {
+    size_t K = (size_t)(G->c / G->groups) * G->kh * G->kw, L = (size_t)G->oh * G->ow, ld;
     ad_real *col;
     *failed = 0;
     if (ad__conv_direct(G)) return NULL;
-    /* im2col's [K, L] and, behind it, the [K, og] block of a weight gradient */
-    col = (ad_real *)ad__alloc(T, (size_t)(G->c / G->groups) * G->kh * G->kw *
-                                      ((size_t)G->oh * G->ow + (size_t)(G->o / G->groups)) * sizeof(ad_real), op);
+    ld = ad__conv_row_ld(G);
+    col = (ad_real *)ad__alloc(T, (K * L > (L + G->o) * ld ? K * L : (L + G->o) * ld) * sizeof(ad_real), op);
     *failed = col == NULL;
     return col;
 }
 
 /* out (+)= the map kind of (a, b) (+ bias for the forward map), added into out when add is set;
    the operands are (x, w) for the forward map, (g, w) for Bx and (x, g) for Bw. Each image and
-   group is one GEMM around im2col / col2im (col: scratch from ad__conv_scratch). cols, when not
-   NULL, holds the im2col matrix of every image and group of the forward map's x: the forward
-   map fills it, the weight gradient of the same x reads it instead of rebuilding. Returns 0, or
+   group is one GEMM around im2col / col2im (col: scratch from ad__conv_scratch). Returns 0, or
    -1 when the GEMM's packing buffer cannot be allocated. */
 AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const ad_real *a, const ad_real *b,
-                                const ad_real *bias, ad_real *out, int add, ad_real *col, ad_real *cols)
+                                const ad_real *bias, ad_real *out, int add, ad_real *col)
 {
     int cg = G->c / G->groups, og = G->o / G->groups, L = G->oh * G->ow, K = cg * G->kh * G->kw;
-    int n, g, r, rc = 0;
-    size_t HW = (size_t)G->h * G->w;
+    int n, g, r, k, rc = 0;
+    size_t HW = (size_t)G->h * G->w, ld = col ? ad__conv_row_ld(G) : 0;
+    ad_real *wsum = col ? col + (size_t)L * ld : NULL; /* the weight gradient's sums [o, ld] */
     if (kind == AD__CONV_INPUT_GRAD && col && !add)
         memset(out, 0, (size_t)G->n * G->c * HW * sizeof(ad_real));
+    if (kind == AD__CONV_WEIGHT_GRAD && col)
+        for (r = 0; r < L; r++) /* im2row's padding columns: defined values from the start */
+            memset(col + (size_t)r * ld + K, 0, (ld - (size_t)K) * sizeof(ad_real));
     for (n = 0; n < G->n && rc == 0; n++)
         for (g = 0; g < G->groups && rc == 0; g++) {
             size_t xoff = ((size_t)n * G->c + (size_t)g * cg) * HW;
             size_t yoff = ((size_t)n * G->o + (size_t)g * og) * (size_t)L;
             size_t woff = (size_t)g * og * (size_t)K;
-            ad_real *kept = cols ? cols + ((size_t)n * G->groups + g) * (size_t)K * L : NULL;
             const ad_real *src;
             if (kind == AD__CONV_FORWARD) {
                 /* y[og, L] (+)= w[og, K] col[K, L] (+ bias) */
                 ad_real *yg = out + yoff;
                 src = a + xoff;
                 if (col) {
-                    ad_real *dst = kept ? kept : col;
-                    ad__im2col(G, cg, src, dst);
-                    src = dst;
+                    ad__im2col(G, cg, src, col);
+                    src = col;
                 }
                 if (bias)
                     for (r = 0; r < og; r++) ad__nn_fill(yg + (size_t)r * L, bias[g * og + r], (size_t)L, add);
@@ -3928,23 +4034,22 @@ AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const 
                     rc = ad__gemm(T, 1, 0, K, L, og, b + woff, K, a + yoff, L, col, L, 0);
                     ad__col2im(G, cg, col, out + xoff);
                 }
+            } else if (col) {
+                /* w[og, K] (+)= g[og, L] colT[L, K], summed over the images: with im2row's layout
+                   the large operand is the GEMM's B, read in place. The sums gather in wsum,
+                   whose rows are ld long, and go to out once, at the end. */
+                ad__im2row(G, cg, a + xoff, col, ld);
+                rc = ad__gemm(T, 0, 0, og, (int)ld, L, b + yoff, L, col, (ptrdiff_t)ld, wsum + (size_t)g * og * ld,
+                              (ptrdiff_t)ld, n > 0);
             } else {
-                /* w[og, K] (+)= g[og, L] col[K, L]^T, summed over the images. With im2col it is
-                   computed transposed, col g^T into [K, og], so that the large operand col is
-                   packed as rows (cheap) rather than as a transposed panel; then added back. */
-                if (col) {
-                    ad_real *wt = col + (size_t)K * L, *wg = out + woff;
-                    int k;
-                    if (!kept) ad__im2col(G, cg, a + xoff, col);
-                    rc = ad__gemm(T, 0, 1, K, og, L, kept ? kept : col, L, b + yoff, L, wt, og, 0);
-                    for (r = 0; r < og; r++)
-                        for (k = 0; k < K; k++)
-                            wg[(size_t)r * K + k] = (add || n > 0 ? wg[(size_t)r * K + k] : 0) + wt[(size_t)k * og + r];
-                } else {
-                    rc = ad__gemm(T, 0, 1, og, K, L, b + yoff, L, a + xoff, L, out + woff, K, add || n > 0);
-                }
+                /* w[og, K] (+)= g[og, L] x[K, L]^T, summed over the images */
+                rc = ad__gemm(T, 0, 1, og, K, L, b + yoff, L, a + xoff, L, out + woff, K, add || n > 0);
             }
         }
+    if (kind == AD__CONV_WEIGHT_GRAD && col && rc == 0)
+        for (r = 0; r < G->o; r++)
+            for (k = 0; k < K; k++)
+                out[(size_t)r * K + k] = (add ? out[(size_t)r * K + k] : 0) + wsum[(size_t)r * ld + k];
     return rc;
 }
 
@@ -3960,9 +4065,9 @@ AD__PRIVATE void ad__conv_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *v
     size_t L = (size_t)G->oh * G->ow;
     if (ad__wants(S, x) || ad__wants(S, w)) col = ad__conv_scratch(T, G, "ad_conv2d", &failed);
     if (!failed && ad__wants(S, x) && (d = ad__grad_target(S, x, &add)) != NULL)
-        failed = ad__conv_kernel(T, AD__CONV_INPUT_GRAD, G, v->data, w->data, NULL, d, add, col, NULL) != 0;
+        failed = ad__conv_kernel(T, AD__CONV_INPUT_GRAD, G, v->data, w->data, NULL, d, add, col) != 0;
     if (!failed && ad__wants(S, w) && (d = ad__grad_target(S, w, &add)) != NULL)
-        failed = ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, G, x->data, v->data, NULL, d, add, col, G->cols) != 0;
+        failed = ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, G, x->data, v->data, NULL, d, add, col) != 0;
     if (!failed && bias && ad__wants(S, bias) && (d = ad__grad_target(S, bias, &add)) != NULL) {
         if (!add) memset(d, 0, (size_t)G->o * sizeof(ad_real));
         for (k = 0; k < G->n; k++)
@@ -4016,7 +4121,6 @@ AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor
     ad_real *col;
     ad_tensor *y, *ins[3];
     ad__node *node;
-    ad__win2d kept;
     if (!a || !b) return NULL;
     if (kind == AD__CONV_FORWARD) {
         shape[0] = G->n; shape[1] = G->o; shape[2] = G->oh; shape[3] = G->ow;
@@ -4029,15 +4133,7 @@ AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor
     if (!y) return NULL;
     col = ad__conv_scratch(T, G, op, &failed);
     if (failed) return NULL;
-    kept = *G;
-    kept.cols = NULL;
-    if (kind == AD__CONV_FORWARD && col && T->grad_enabled && b->requires_grad) {
-        /* the weight gradient will need x's im2col matrices again: keep them on the tape */
-        kept.cols = (ad_real *)ad__alloc(T, (size_t)G->n * G->groups * (G->c / G->groups) * G->kh * G->kw *
-                                                ((size_t)G->oh * G->ow) * sizeof(ad_real), op);
-        if (!kept.cols) return NULL;
-    }
-    if (ad__conv_kernel(T, kind, G, a->data, b->data, bias ? bias->data : NULL, y->data, 0, col, kept.cols) != 0) {
+    if (ad__conv_kernel(T, kind, G, a->data, b->data, bias ? bias->data : NULL, y->data, 0, col) != 0) {
         ad__fail(T, "%s: out of memory for the packing buffer", op);
         return NULL;
     }
@@ -4047,7 +4143,7 @@ AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor
     node = ad__record(T, op, y, ad__conv_backward, ins, bias ? 3 : 2);
     if (!node) return NULL;
     node->iv[0] = kind;
-    if (!ad__win_save(T, node, &kept, op)) return NULL;
+    if (!ad__win_save(T, node, G, op)) return NULL;
     return y;
 }
 
@@ -4365,6 +4461,48 @@ AD__PRIVATE void ad__max_pool_plane(const ad__win2d *G, const int *range, const 
     }
 }
 
+/* One 2x2 window (p q / u v): its maximum, the winner's offset in the window (0, 1, w or
+   w + 1: the first maximal cell, picked by masks rather than branches, which random data would
+   mispredict) and whether the window holds a NaN (or infinities that cancel: then the exact
+   row path decides). */
+AD__INLINE ad_real ad__max_2x2(ad_real p, ad_real q, ad_real u, ad_real v, int w, int *at, int *nan)
+{
+    ad_real top = q > p ? q : p, bottom = v > u ? v : u, sum = (p + q) + (u + v);
+    int below = -(bottom > top);
+    *at = ((w + (v > u)) & below) | ((int)(q > p) & ~below);
+    *nan = sum != sum;
+    return bottom > top ? bottom : top;
+}
+
+/* The common 2x2 window with stride 2 and no padding: the same result as ad__max_pool_plane.
+   Outputs go in blocks of four with constant trip counts, which compilers vectorise. */
+AD__PRIVATE void ad__max_pool_plane_2x2(const ad__win2d *G, const ad_real *AD__RESTRICT x,
+                                        ad_real *AD__RESTRICT y, int *AD__RESTRICT arg)
+{
+    int oy, ox, j, w = G->w, ow = G->ow;
+    for (oy = 0; oy < G->oh; oy++) {
+        const ad_real *r0 = x + (size_t)(2 * oy) * w, *r1 = r0 + w;
+        ad_real *AD__RESTRICT m = y + (size_t)oy * ow;
+        int *AD__RESTRICT a = arg ? arg + (size_t)oy * ow : NULL, nan = 0;
+        for (ox = 0; ox < ow; ox += 4) {
+            int at[4], bad[4] = {0, 0, 0, 0}, n = ow - ox < 4 ? ow - ox : 4;
+            if (n == 4) {
+                for (j = 0; j < 4; j++)
+                    m[ox + j] = ad__max_2x2(r0[2 * (ox + j)], r0[2 * (ox + j) + 1], r1[2 * (ox + j)],
+                                            r1[2 * (ox + j) + 1], w, &at[j], &bad[j]);
+            } else {
+                for (j = 0; j < n; j++)
+                    m[ox + j] = ad__max_2x2(r0[2 * (ox + j)], r0[2 * (ox + j) + 1], r1[2 * (ox + j)],
+                                            r1[2 * (ox + j) + 1], w, &at[j], &bad[j]);
+            }
+            nan |= bad[0] | bad[1] | bad[2] | bad[3];
+            if (a)
+                for (j = 0; j < n; j++) a[ox + j] = 2 * (oy * w + ox + j) + at[j];
+        }
+        if (nan) ad__max_pool_row_nan(G, x, oy, m, a);
+    }
+}
+
 AUTODIFF_API ad_tensor *ad_max_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, int kernel_w,
                                       const ad_pool2d_desc *desc)
 {
@@ -4390,8 +4528,12 @@ AUTODIFF_API ad_tensor *ad_max_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, in
     range = (int *)ad__alloc(T, 2 * (size_t)G.kw * sizeof(int), "ad_max_pool2d");
     if (!range) return NULL;
     for (kj = 0; kj < G.kw; kj++) ad__win_range(kj - G.pw, G.sw, G.w, G.ow, &range[2 * kj], &range[2 * kj + 1]);
-    for (p = 0; p < P; p++)
-        ad__max_pool_plane(&G, range, x->data + p * HW, y->data + p * L, arg ? arg + p * L : NULL);
+    for (p = 0; p < P; p++) {
+        if (G.kh == 2 && G.kw == 2 && G.sh == 2 && G.sw == 2 && G.ph == 0 && G.pw == 0)
+            ad__max_pool_plane_2x2(&G, x->data + p * HW, y->data + p * L, arg ? arg + p * L : NULL);
+        else
+            ad__max_pool_plane(&G, range, x->data + p * HW, y->data + p * L, arg ? arg + p * L : NULL);
+    }
     node = ad__record1(T, "ad_max_pool2d", y, ad__gather_backward, x);
     if (!node) return NULL;
     node->iv[0] = (int)HW;

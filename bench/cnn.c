@@ -4,7 +4,8 @@
 
    Data as bench/mlp.c: MNIST_DIR when set, otherwise random data of the same size.
    Build: cc -O2 -I. bench/cnn.c -lm -lpthread
-   Run:   bench/cnn      (environment BENCH_EPOCHS, default 1)
+   Run:   bench/cnn      (environment BENCH_EPOCHS, default 1; BENCH_STEPS limits the batches of
+                          an epoch, for profiling)
    Reports seconds per epoch (the median when several) and the mean loss of the last epoch. */
 #define _POSIX_C_SOURCE 200809L
 #define AUTODIFF_IMPLEMENTATION
@@ -14,8 +15,8 @@
 int main(void)
 {
     enum { BATCH = 64 };
-    const char *env_epochs = getenv("BENCH_EPOCHS");
-    int epochs = env_epochs ? atoi(env_epochs) : 1, e, i;
+    const char *env_epochs = getenv("BENCH_EPOCHS"), *env_steps = getenv("BENCH_STEPS");
+    int epochs = env_epochs ? atoi(env_epochs) : 1, e, i, n_used;
     int w1[4] = {8, 1, 5, 5}, w2[4] = {16, 8, 5, 5}, wf[2] = {256, 10}, c1 = 8, c2 = 16, cf = 10;
     int W1, B1, W2, B2, WF, BF;
     bench_data d;
@@ -33,6 +34,8 @@ int main(void)
     if (epochs > 64) epochs = 64;
     memset(&d, 0, sizeof d);
     if (bench_mnist_load(&d) != 0 && bench_synthetic(&d, 7) != 0) return 1;
+    n_used = d.n;
+    if (env_steps && atoi(env_steps) > 0 && (long)atoi(env_steps) * BATCH < d.n) n_used = atoi(env_steps) * BATCH;
     memset(&kaiming, 0, sizeof kaiming);
     kaiming.kind = AD_INIT_KAIMING_UNIFORM;
     W1 = ad_params_add(P, "conv1.weight", 4, w1, &kaiming);
@@ -61,8 +64,8 @@ int main(void)
         bench_shuffle(perm, d.n, &rng);
         loss_sum = 0;
         t0 = bench_time();
-        for (start = 0; start < d.n; start += BATCH) {
-            int bs = d.n - start < BATCH ? d.n - start : BATCH, shape[4];
+        for (start = 0; start < n_used; start += BATCH) {
+            int bs = n_used - start < BATCH ? n_used - start : BATCH, shape[4];
             ad_tensor *h, *loss;
             bench_gather(&d, perm, start, bs, xb, yb);
             ad_tape_reset(T);
@@ -81,10 +84,10 @@ int main(void)
             loss_sum += (double)ad_item(loss) * bs;
         }
         times[e] = bench_time() - t0;
-        printf("# epoch %d: %.3f s, mean train loss %.4f\n", e + 1, times[e], loss_sum / d.n);
+        printf("# epoch %d: %.3f s, mean train loss %.4f\n", e + 1, times[e], loss_sum / n_used);
         fflush(stdout);
     }
-    bench_result("cnn.loss.ours", loss_sum / d.n);
+    bench_result("cnn.loss.ours", loss_sum / n_used);
     bench_result("cnn.s_epoch.ours", bench_median(times, epochs));
     ad_tape_free(T);
     ad_optim_free(opt);

@@ -160,6 +160,23 @@ static void test_conv_reference(void)
         double *yr, *dx, *dw_, *db;
         size_t i;
         if (trial % 10 == 0) { kh = kw = 1; sh = sw = 1; ph = pw = 0; } /* the direct 1x1 path */
+        if (trial < 4) {
+            /* larger images: the layers of a small MNIST network, odd sizes with padding, strided
+               rows; im2row's block copies and the GEMM's unpacked path */
+            static const int big[4][12] = {
+                /* N  G cg og  H   W  kh kw sh sw ph pw */
+                {2, 1, 1, 8, 28, 28, 5, 5, 1, 1, 0, 0},
+                {2, 1, 8, 16, 12, 12, 5, 5, 1, 1, 0, 0},
+                {2, 1, 3, 5, 13, 11, 5, 5, 1, 1, 2, 2},
+                {1, 2, 2, 4, 17, 9, 3, 5, 2, 1, 1, 1},
+            };
+            N = big[trial][0]; G = big[trial][1]; cg = big[trial][2]; og = big[trial][3];
+            H = big[trial][4]; W = big[trial][5]; kh = big[trial][6]; kw = big[trial][7];
+            sh = big[trial][8]; sw = big[trial][9]; ph = big[trial][10]; pw = big[trial][11];
+            dh = dw = 1;
+            C = G * cg;
+            O = G * og;
+        }
         memset(&d, 0, sizeof d);
         /* 0 means the default 1 */
         d.stride_h = sh == 1 && rnd(&r, 0, 1) ? 0 : sh;
@@ -520,6 +537,10 @@ static void test_pool_reference(void)
             ad_tensor *x, *y, *gc;
             double *yr, *dx;
             size_t i;
+            if (trial % 4 == 1) { /* the 2x2 stride-2 fast path, with ties */
+                kh = kw = sh = sw = 2;
+                ph = pw = 0;
+            }
             xs[0] = rnd(&r, 1, 2); /* one draw per statement: the same sequence with any compiler */
             xs[1] = rnd(&r, 1, 3);
             xs[2] = rnd(&r, 1, 8);
