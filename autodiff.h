@@ -129,8 +129,8 @@
    environment variable AUTODIFF_THREADS, else the number of online processors. Every output
    element is computed by the same operations in the same order whatever the split, so results
    are bitwise identical for any thread count. Between products the workers wait by spinning for
-   a fraction of a millisecond (the next product of a training step usually comes sooner than a
-   sleeping thread could be woken), then sleep; ad_set_threads(T, 1) stops them. A program that
+   about a millisecond (the next product of a training step usually comes sooner than a sleeping
+   thread could be woken), then sleep; ad_set_threads(T, 1) stops them. A program that
    runs tapes on threads of its own should divide the cores between them (ad_set_threads(T,
    cores / its threads)) so the machine is not oversubscribed. Threads need POSIX threads and
    GCC or Clang; define AUTODIFF_NO_THREADS to build without them.
@@ -1012,8 +1012,9 @@ typedef void (*ad__task_fn)(void *ctx, int task, int thread);
 #if AD__THREADS
 /* Jobs come in quick succession during a training step, and waking a sleeping thread costs tens
    of microseconds, more than a mid-sized product takes. So a worker that finishes a job spins
-   for a while (AD__SPINS rounds of a pause instruction, roughly 0.1-0.3 ms) watching for the next
-   one, and only then sleeps on a condition variable.
+   for a while (AD__SPINS rounds of a pause instruction, about 1 ms on a recent x86, long enough
+   to span the optimizer step between two training steps) watching for the next one, and only
+   then sleeps on a condition variable.
 
    Tasks are claimed through one word: the job's number in the high half, the next task in the
    low half. A worker reads the word, then the job's description, then claims a task with a
@@ -1021,7 +1022,7 @@ typedef void (*ad__task_fn)(void *ctx, int task, int thread);
    description never runs it. Before rewriting the description the caller marks the word with the
    new job's number and AD__UNPUBLISHED, which makes every stale claim fail; the description is
    written with release stores, so a worker that sees any of it also sees that mark. */
-#define AD__SPINS 4096
+#define AD__SPINS 16384
 #define AD__UNPUBLISHED 0xffffffffull
 #define AD__TASK_MASK 0xffffffffull
 
