@@ -10,8 +10,9 @@
 #                     when it has them; else the MLP runs on random data of the same size
 #   BENCH_THREADS     thread counts to measure, one column group each (default "1"; "1 2" adds
 #                     two-thread columns); each count is given to autodiff.h (AUTODIFF_THREADS
-#                     and ad_set_threads), OpenBLAS (OPENBLAS_NUM_THREADS) and PyTorch
-#                     (torch.set_num_threads). Several threads need otherwise idle cores.
+#                     and ad_set_threads), OpenBLAS (OPENBLAS_NUM_THREADS; 1 inside PyTorch's
+#                     training runs, see below) and PyTorch (torch.set_num_threads). Several
+#                     threads need otherwise idle cores.
 #   BENCH_RUNS        runs of the GEMM and tape benchmarks (default 5)
 #   BENCH_EPOCH_RUNS  runs of the MLP epochs (default 3)
 #   BENCH_CLOCK       wall (default) or cpu: time single-thread rows in CPU time of the working
@@ -109,6 +110,9 @@ for t in $THREADS; do
             fi
         done
     done
+    # PyTorch trains with its own pool of $t threads, whose products call OpenBLAS from inside
+    # that pool: OpenBLAS threads on top oversubscribe the cores (with 2 and 2 here, its epochs
+    # took 3 times as long), so its training runs keep OpenBLAS to one thread.
     for r in $(seq 1 "$EPOCH_RUNS"); do
         echo "threads $t, run $r of $EPOCH_RUNS: MLP epochs" >&2
         if [ $((r % 2)) = 1 ]; then order="ours torch"; else order="torch ours"; fi
@@ -117,7 +121,7 @@ for t in $THREADS; do
                 if [ $who = ours ]; then
                     one "$t" "$r" "mlp $cfg (autodiff.h)" "$OUT/mlp" "$cfg"
                 elif [ -n "$PY" ]; then
-                    one "$t" "$r" "mlp $cfg (PyTorch)" "$PY" bench/torch_bench.py mlp "$cfg"
+                    one "$t" "$r" "mlp $cfg (PyTorch)" env OPENBLAS_NUM_THREADS=1 "$PY" bench/torch_bench.py mlp "$cfg"
                 fi
             done
         done
@@ -125,7 +129,7 @@ for t in $THREADS; do
             if [ $who = ours ]; then
                 one "$t" "$r" "cnn (autodiff.h)" "$OUT/cnn"
             elif [ -n "$PY" ]; then
-                one "$t" "$r" "cnn (PyTorch)" "$PY" bench/torch_bench.py cnn
+                one "$t" "$r" "cnn (PyTorch)" env OPENBLAS_NUM_THREADS=1 "$PY" bench/torch_bench.py cnn
             fi
         done
     done
