@@ -1,4 +1,4 @@
-/* autodiff.h - v0.1.0 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.1.1 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -146,6 +146,10 @@
                       packed GEMM with threads, convolution, pooling, dropout, batch and layer
                       norm, embedding, losses, ad_backward and ad_grad with create_graph;
                       parameter store, SGD/Adam/AdamW, checkpoints, IDX/image/folder loaders.
+   0.1.1  2026-11-22  speed: leaner recording and backward sweep for small tensors; convolution
+                      weight gradient from an im2row matrix, cheaper im2col/col2im, a 2x2 max
+                      pool path; GEMM reads thin operands in place and has a column kernel for
+                      products with few columns; thread pool workers spin briefly between jobs.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -155,7 +159,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 1
-#define AUTODIFF_VERSION_PATCH 0
+#define AUTODIFF_VERSION_PATCH 1
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
