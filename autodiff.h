@@ -2166,19 +2166,18 @@ AD__PRIVATE void ad__split_axis(const ad_tensor *x, int axis, size_t *outer, siz
    (a_row 1, a_k MR), or op(A) in place. */
 typedef void (*ad__microkernel)(int kc, const ad_real *A, ptrdiff_t a_row, ptrdiff_t a_k, const ad_real *B,
                                 ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate);
-/* A column micro-kernel computes rows x ncols of C (rows <= its height, ncols <= AD__COLUMN_NC)
-   from kc columns of op(A), a_k apart, each with its rows contiguous, and kc packed rows of
-   AD__COLUMN_NC values of B. */
+/* A column micro-kernel computes rows x ncols of C (rows <= its height, ncols <= its width NC)
+   from kc columns of op(A), a_k apart, each with its rows contiguous, and kc packed rows of NC
+   values of B. */
 typedef void (*ad__column_kernel)(int kc, const ad_real *A, ptrdiff_t a_k, const ad_real *B, ad_real *C,
                                   ptrdiff_t ldc, int rows, int ncols, int accumulate);
-#define AD__COLUMN_NC 12
 
 typedef struct ad__gemm_kernel {
     ad__microkernel fn;          /* for packed A, whose strides it knows at compile time */
     ad__microkernel fn_strided;  /* for A in place; NULL where there is none */
     int mr, nr;
     ad__column_kernel columns;   /* for few columns and A stored by columns; NULL where none */
-    int column_height;
+    int column_height, column_width;
 } ad__gemm_kernel;
 
 #if AD__HAS_VECTOR_EXT
@@ -2224,16 +2223,17 @@ typedef struct ad__gemm_kernel {
             memcpy(dst, &t, VBYTES);                                                             \
         }                                                                                        \
     }
-/* A column micro-kernel (see ad__column_kernel) with MV vectors of VBYTES down the rows: for a
-   product with few columns, each column of C a broadcast and each vector a run of rows, so no
-   lane goes to columns C does not have. The tile is stored transposed through a scratch tile. */
-#define AD__DEFINE_COLUMN_KERNEL(NAME, ATTR, VBYTES, MV)                                          \
+/* A column micro-kernel (see ad__column_kernel) with MV vectors of VBYTES down the rows and NC
+   columns: for a product with few columns, each column of C a broadcast and each vector a run of
+   rows, so no lane goes to columns C does not have. The tile is stored transposed through a
+   scratch tile. */
+#define AD__DEFINE_COLUMN_KERNEL(NAME, ATTR, VBYTES, MV, NC)                                      \
     typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                            \
     static ATTR AD__UNUSED void NAME(int kc, const ad_real *AD__RESTRICT A, ptrdiff_t a_k,       \
                                      const ad_real *AD__RESTRICT B, ad_real *C, ptrdiff_t ldc,   \
                                      int rows, int ncols, int accumulate)                        \
     {                                                                                            \
-        enum { VL = (int)(VBYTES / sizeof(ad_real)), NC = AD__COLUMN_NC };                       \
+        enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
         NAME##_vec c[NC][MV], zero;                                                              \
         ad_real t[NC][MV * VL];                                                                  \
         int i, j, k, v;                                                                          \
@@ -2260,8 +2260,10 @@ typedef struct ad__gemm_kernel {
         }                                                                                        \
     }
 #if AD__X86_DISPATCH
-/* 24 accumulators need AVX-512's 32 registers */
-AD__DEFINE_COLUMN_KERNEL(ad__columns_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 2)
+/* up to 24 accumulators need AVX-512's 32 registers; ten columns are a classifier's */
+AD__DEFINE_COLUMN_KERNEL(ad__columns8_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 2, 8)
+AD__DEFINE_COLUMN_KERNEL(ad__columns10_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 2, 10)
+AD__DEFINE_COLUMN_KERNEL(ad__columns12_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 2, 12)
 #endif
 #undef AD__DEFINE_COLUMN_KERNEL
 
@@ -2297,7 +2299,7 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
 {
     ad__gemm_kernel k;
     k.columns = NULL;
-    k.column_height = 0;
+    k.column_height = k.column_width = 0;
 #if AD__X86_DISPATCH
     if (__builtin_cpu_supports("avx512f")) {
         int narrow = N <= 64 / (int)sizeof(ad_real);
@@ -2305,8 +2307,9 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
         k.fn_strided = narrow ? ad__kernel_avx512_narrow_strided : ad__kernel_avx512_strided;
         k.mr = 8;
         k.nr = (narrow ? 1 : 2) * 64 / (int)sizeof(ad_real);
-        k.columns = ad__columns_avx512;
+        k.columns = N <= 8 ? ad__columns8_avx512 : N <= 10 ? ad__columns10_avx512 : ad__columns12_avx512;
         k.column_height = 2 * 64 / (int)sizeof(ad_real);
+        k.column_width = N <= 8 ? 8 : N <= 10 ? 10 : 12;
         return k;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -2433,7 +2436,8 @@ AD__PRIVATE void ad__gemm_small(int ta, int tb, int M, int N, int K, const ad_re
 }
 
 /* The product with a column kernel: op(A) transposed, so its columns are contiguous, B not
-   transposed and at most AD__COLUMN_NC columns. Only the rows of a last, partial tile are packed. */
+   transposed and at most the kernel's width of columns. Only the rows of a last, partial tile
+   are packed. */
 AD__PRIVATE void ad__gemm_columns(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int M, int N, int K,
                                   const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb, ad_real *C,
                                   ptrdiff_t ldc, int accumulate)
@@ -2442,7 +2446,7 @@ AD__PRIVATE void ad__gemm_columns(ad__gemm_kernel ker, ad_real *pa, ad_real *pb,
     int pc, i, height = ker.column_height;
     for (pc = 0; pc < K; pc += AD__KC) {
         int kc = K - pc < AD__KC ? K - pc : AD__KC, acc = accumulate || pc > 0;
-        ad__pack_b(0, B, ldb, b_end, pc, kc, 0, N, AD__COLUMN_NC, pb);
+        ad__pack_b(0, B, ldb, b_end, pc, kc, 0, N, ker.column_width, pb);
         for (i = 0; i < M; i += height) {
             int rows = M - i < height ? M - i : height;
             if (rows == height) {
@@ -2467,7 +2471,7 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
 {
     int jc, pc, ic, jr, ir, b_direct = !tb && M <= AD__MC;
     const ad_real *b_end = tb ? B + (ptrdiff_t)(N - 1) * ldb + K : B + (ptrdiff_t)(K - 1) * ldb + N;
-    if (ta && !tb && N <= AD__COLUMN_NC && ker.columns) {
+    if (ta && !tb && N <= ker.column_width && ker.columns) {
         ad__gemm_columns(ker, pa, pb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
         return;
     }
