@@ -2575,7 +2575,9 @@ AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const 
         return 0;
     }
     job.ker = ad__gemm_pick(N);
-    threads = (double)M * N * K >= 131072.0 ? ad__thread_count(T) : 1;
+    /* a product split in two must take long enough (here about 10 us on one core) that each
+       half outweighs handing it over: the other core fetching its operands, the wait at the end */
+    threads = (double)M * N * K >= 524288.0 ? ad__thread_count(T) : 1;
     /* a whole number of 64-byte lines per thread, so every thread's buffers stay aligned */
     per_thread = (size_t)AD__MC * AD__KC + (size_t)AD__KC * (AD__NC + AD__NR_MAX);
     need = per_thread * (size_t)threads + AD__ALIGN;
