@@ -2436,13 +2436,12 @@ AD__PRIVATE void ad__gemm_small(int ta, int tb, int M, int N, int K, const ad_re
 }
 
 /* The product with a column kernel: op(A) transposed, so its columns are contiguous, B not
-   transposed and at most the kernel's width of columns. Only the rows of a last, partial tile
-   are packed. */
+   transposed and at most the kernel's width of columns; B's values end at b_end. Only the rows
+   of a last, partial tile are packed. */
 AD__PRIVATE void ad__gemm_columns(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int M, int N, int K,
-                                  const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb, ad_real *C,
-                                  ptrdiff_t ldc, int accumulate)
+                                  const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
+                                  const ad_real *b_end, ad_real *C, ptrdiff_t ldc, int accumulate)
 {
-    const ad_real *b_end = B + (ptrdiff_t)(K - 1) * ldb + N;
     int pc, i, height = ker.column_height;
     for (pc = 0; pc < K; pc += AD__KC) {
         int kc = K - pc < AD__KC ? K - pc : AD__KC, acc = accumulate || pc > 0;
@@ -2472,7 +2471,7 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
     int jc, pc, ic, jr, ir, b_direct = !tb && M <= AD__MC;
     const ad_real *b_end = tb ? B + (ptrdiff_t)(N - 1) * ldb + K : B + (ptrdiff_t)(K - 1) * ldb + N;
     if (ta && !tb && N <= ker.column_width && ker.columns) {
-        ad__gemm_columns(ker, pa, pb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+        ad__gemm_columns(ker, pa, pb, M, N, K, A, lda, B, ldb, b_end, C, ldc, accumulate);
         return;
     }
     for (jc = 0; jc < N; jc += AD__NC) {
