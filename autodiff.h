@@ -52,9 +52,9 @@
            ad_tensor *h = ad_relu(T, ad_linear(T, x, ad_param(T, P, W1), ad_param(T, P, b1)));
            ad_tensor *loss = ad_cross_entropy(T, ad_linear(T, h, ad_param(T, P, W2), ...), labels);
            if (!loss) { fprintf(stderr, "%s\n", ad_tape_error(T)); break; }
-           ad_params_zero_grad(P);
+           ad_params_zero_grad_on(P, T);               // on T's threads; or ad_params_zero_grad(P)
            ad_backward(T, loss);                        // adds into P's gradient buffer
-           ad_optim_step(opt);
+           ad_optim_step_on(opt, T);                    // or ad_optim_step(opt), one thread
            ad_tape_reset(T);
        }
 
@@ -125,7 +125,8 @@
    different threads at the same time. One tape must not be used by two threads at once.
    Large matrix products split their output into stripes computed by a small pool of POSIX
    threads that each tape starts on first use (plain `cc` on Linux needs no flag; glibc older
-   than 2.34 needs -lpthread). ad_set_threads(T, n) sets the count; the default is the
+   than 2.34 needs -lpthread). ad_optim_step_on(O, T) and ad_params_zero_grad_on(P, T) lend the
+   same threads to the parameter update of a large store. ad_set_threads(T, n) sets the count; the default is the
    environment variable AUTODIFF_THREADS, else the number of online processors. Every output
    element is computed by the same operations in the same order whatever the split, so results
    are bitwise identical for any thread count. Between products the workers wait by spinning for
@@ -586,6 +587,9 @@ AUTODIFF_API ad_real *ad_params_values(ad_params *P);
 AUTODIFF_API ad_real *ad_params_grads(ad_params *P);
 /* Sets every gradient in the store to zero. */
 AUTODIFF_API void ad_params_zero_grad(ad_params *P);
+/* The same, split over the threads of tape T (see >>threads) when the store is large; T NULL
+   means the calling thread alone. T is only borrowed for the call. */
+AUTODIFF_API void ad_params_zero_grad_on(ad_params *P, ad_tape *T);
 /* Marks parameter id as trained (1, the default) or frozen (0): optimizers leave frozen values
    alone; checkpoints keep them. Frozen entries suit state that is not learned by gradient,
    such as batch norm's running statistics. Returns 0, or -1 with the store's error set. */
@@ -633,6 +637,12 @@ AUTODIFF_API void ad_optim_free(ad_optim *O);
 /* Updates every parameter from the store's gradients (which it leaves as they are). Returns 0,
    or -1 with the store's error set (parameters were added after the optimizer was made). */
 AUTODIFF_API int ad_optim_step(ad_optim *O);
+/* The same step, split over the threads of tape T (see >>threads) when the store is large; T
+   NULL means the calling thread alone. T is only borrowed for the call. Every scalar goes
+   through the same operations whatever the split, so the result is identical for any thread
+   count. In a training loop, pass the tape the step was recorded on: its workers are still
+   spinning from the backward sweep and take their share at once. */
+AUTODIFF_API int ad_optim_step_on(ad_optim *O, ad_tape *T);
 /* The learning rate used by the next step; set it before each step to follow a schedule.
    A negative or non-finite lr is refused with the store's error set. */
 AUTODIFF_API void ad_optim_set_lr(ad_optim *O, double lr);
@@ -5320,10 +5330,53 @@ AUTODIFF_API int ad_params_set_trainable(ad_params *P, int id, int trainable)
     return 0;
 }
 
-AUTODIFF_API void ad_params_zero_grad(ad_params *P)
+/* Loops over a whole store (zeroing gradients, optimizer steps) are split over a tape's threads
+   from this many scalars, about 20 us of an optimizer step on one core; below it, handing the
+   work over costs more than it saves. Cuts fall on multiples of AD__STORE_BLOCK scalars (64
+   bytes of floats), so that no two threads write to one cache line. */
+#define AD__STORE_SPLIT ((size_t)1 << 16)
+#define AD__STORE_BLOCK 16
+
+/* The number of tasks for n scalars of work on T's threads. */
+AD__PRIVATE int ad__store_tasks(ad_tape *T, size_t n)
 {
-    if (P && P->nscalars) memset(P->grad, 0, P->nscalars * sizeof(ad_real));
+    return T && n >= AD__STORE_SPLIT ? ad__thread_count(T) : 1;
 }
+
+/* The length of each of `tasks` stretches covering n scalars, in whole blocks. */
+AD__PRIVATE size_t ad__store_stretch(size_t n, int tasks)
+{
+    size_t blocks = (n + AD__STORE_BLOCK - 1) / AD__STORE_BLOCK;
+    return (blocks + (size_t)tasks - 1) / (size_t)tasks * AD__STORE_BLOCK;
+}
+
+typedef struct ad__zero_job {
+    ad_real *grad;
+    size_t n, stretch;
+} ad__zero_job;
+
+AD__PRIVATE void ad__zero_task(void *ctx, int task, int thread)
+{
+    const ad__zero_job *job = (const ad__zero_job *)ctx;
+    size_t lo = (size_t)task * job->stretch, hi = lo + job->stretch < job->n ? lo + job->stretch : job->n;
+    (void)thread;
+    if (lo < hi) memset(job->grad + lo, 0, (hi - lo) * sizeof(ad_real));
+}
+
+AUTODIFF_API void ad_params_zero_grad_on(ad_params *P, ad_tape *T)
+{
+    ad__zero_job job;
+    int tasks;
+    if (!P || !P->nscalars) return;
+    tasks = ad__store_tasks(T, P->nscalars);
+    job.grad = P->grad;
+    job.n = P->nscalars;
+    job.stretch = ad__store_stretch(P->nscalars, tasks);
+    if (tasks > 1) ad__parallel(T, ad__zero_task, &job, tasks);
+    else ad__zero_task(&job, 0, 0);
+}
+
+AUTODIFF_API void ad_params_zero_grad(ad_params *P) { ad_params_zero_grad_on(P, NULL); }
 
 AUTODIFF_API ad_tensor *ad_param(ad_tape *T, ad_params *P, int id)
 {
@@ -5481,30 +5534,72 @@ AD__PRIVATE void ad__adam_step(ad_optim *O, size_t lo, size_t n)
     }
 }
 
-AUTODIFF_API int ad_optim_step(ad_optim *O)
+/* A step walks the runs of consecutive trained parameters; frozen ones are skipped. Returns the
+   length of the next run at or after parameter *i, its first scalar in *lo, and moves *i past
+   it; 0 when there is none. */
+AD__PRIVATE size_t ad__optim_next_run(const ad_params *P, int *i, size_t *lo)
 {
-    ad_params *P;
-    int i, j;
+    size_t len = 0;
+    while (*i < P->n && P->items[*i].frozen) (*i)++;
+    if (*i < P->n) *lo = P->items[*i].offset;
+    for (; *i < P->n && !P->items[*i].frozen; (*i)++) len += P->items[*i].size;
+    return len;
+}
+
+/* For threads, the runs are laid end to end, each rounded up to whole blocks, and that line is
+   cut into one stretch per task on block boundaries. So a cut falls on a block boundary of its
+   run, and every scalar takes the same path (the compiler's vector loop or its scalar remainder)
+   whatever the thread count. */
+AD__PRIVATE size_t ad__run_blocks(size_t len)
+{
+    return (len + AD__STORE_BLOCK - 1) / AD__STORE_BLOCK * AD__STORE_BLOCK;
+}
+
+typedef struct ad__optim_job {
+    ad_optim *O;
+    size_t stretch;
+} ad__optim_job;
+
+/* Updates the part of every run that lies in this task's stretch of the line. */
+AD__PRIVATE void ad__optim_task(void *ctx, int task, int thread)
+{
+    const ad__optim_job *job = (const ad__optim_job *)ctx;
+    ad_optim *O = job->O;
+    size_t from = (size_t)task * job->stretch, to = from + job->stretch, at = 0, lo = 0, len;
+    int i = 0;
+    (void)thread;
+    while (at < to && (len = ad__optim_next_run(O->P, &i, &lo)) > 0) {
+        size_t a = from > at ? from - at : 0, b = to - at < len ? to - at : len;
+        if (a < b) {
+            if (O->d.kind == AD_OPTIM_SGD) ad__sgd_step(O, lo + a, b - a);
+            else ad__adam_step(O, lo + a, b - a);
+        }
+        at += ad__run_blocks(len);
+    }
+}
+
+AUTODIFF_API int ad_optim_step_on(ad_optim *O, ad_tape *T)
+{
+    ad__optim_job job;
+    size_t line = 0, lo, len;
+    int i = 0, tasks;
     if (!O) return -1;
-    P = O->P;
     if (O->P->nscalars != O->n) {
         ad__pfail(O->P, "ad_optim_step: the store has %zu scalars, the optimizer was made for %zu; make the "
                   "optimizer after adding every parameter", O->P->nscalars, O->n);
         return -1;
     }
     O->steps++;
-    /* one pass over each run of consecutive trained parameters */
-    for (i = 0; i < P->n; i = j) {
-        size_t lo = P->items[i].offset, len = 0;
-        for (j = i; j < P->n && !P->items[j].frozen; j++) len += P->items[j].size;
-        if (len) {
-            if (O->d.kind == AD_OPTIM_SGD) ad__sgd_step(O, lo, len);
-            else ad__adam_step(O, lo, len);
-        }
-        if (j == i) j++;
-    }
+    while ((len = ad__optim_next_run(O->P, &i, &lo)) > 0) line += ad__run_blocks(len);
+    tasks = ad__store_tasks(T, line);
+    job.O = O;
+    job.stretch = ad__store_stretch(line, tasks);
+    if (tasks > 1) ad__parallel(T, ad__optim_task, &job, tasks);
+    else ad__optim_task(&job, 0, 0);
     return 0;
 }
+
+AUTODIFF_API int ad_optim_step(ad_optim *O) { return ad_optim_step_on(O, NULL); }
 
 AUTODIFF_API void ad_optim_set_lr(ad_optim *O, double lr)
 {

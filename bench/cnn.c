@@ -76,8 +76,8 @@ int main(void)
             h = ad_max_pool2d(T, ad_relu(T, ad_conv2d(T, h, ad_param(T, P, W1), ad_param(T, P, B1), NULL)), 2, 2, NULL);
             h = ad_max_pool2d(T, ad_relu(T, ad_conv2d(T, h, ad_param(T, P, W2), ad_param(T, P, B2), NULL)), 2, 2, NULL);
             loss = ad_cross_entropy(T, ad_linear(T, ad_flatten(T, h), ad_param(T, P, WF), ad_param(T, P, BF)), yb);
-            ad_params_zero_grad(P);
-            if (!loss || ad_backward(T, loss) != 0 || ad_optim_step(opt) != 0) {
+            ad_params_zero_grad_on(P, T);
+            if (!loss || ad_backward(T, loss) != 0 || ad_optim_step_on(opt, T) != 0) {
                 fprintf(stderr, "cnn: %s\n", ad_tape_error(T) ? ad_tape_error(T) : "optimizer failed");
                 return 1;
             }

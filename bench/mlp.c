@@ -1,7 +1,8 @@
 /* Training speed: epochs of an MLP classifier (ReLU between fully connected layers, softmax
    cross-entropy) on MNIST's 60000 training images, batch 64, plain SGD with learning rate 0.1,
-   Kaiming-uniform weights (bound sqrt(6 / fan_in)) and zero biases. The parameters are plain
-   arrays, wrapped with ad_tensor_view on every step; the update is a loop over them.
+   Kaiming-uniform weights (bound sqrt(6 / fan_in)) and zero biases. The parameters live in an
+   ad_params store; each step zeroes the gradients and updates the parameters on the tape's
+   threads (ad_params_zero_grad_on, ad_optim_step_on), as PyTorch's optimizer does on its own.
 
    Data: MNIST_DIR/train-{images-idx3,labels-idx1}-ubyte (raw or .gz) when MNIST_DIR is set,
    otherwise random data of the same size (the time per epoch is the same; the loss is not
@@ -19,24 +20,13 @@
 #define MAX_LAYERS 8
 
 typedef struct layer {
-    int in, out;
-    float *W, *b, *gW, *gb; /* W is [in, out] */
+    int W, b; /* parameter ids; W is [in, out] */
 } layer;
-
-/* w -= lr * g. The blocks of 16 have a constant trip count, which GCC vectorises at -O2 (a
-   plain loop over n it leaves scalar there). */
-static void sgd(float *AD__RESTRICT w, const float *AD__RESTRICT g, size_t n, float lr)
-{
-    size_t i = 0, j;
-    for (; i + 16 <= n; i += 16)
-        for (j = 0; j < 16; j++) w[i + j] -= lr * g[i + j];
-    for (; i < n; i++) w[i] -= lr * g[i];
-}
 
 int main(int argc, char **argv)
 {
     enum { BATCH = 64 };
-    const float lr = 0.1f;
+    const double lr = 0.1;
     const char *spec = argc > 1 ? argv[1] : "784,128,10";
     const char *env_epochs = getenv("BENCH_EPOCHS");
     int widths[MAX_LAYERS + 1], nw = 0, nl, l, epochs = env_epochs ? atoi(env_epochs) : 1, e;
@@ -44,6 +34,9 @@ int main(int argc, char **argv)
     bench_data d;
     ad_rng rng;
     ad_tape *T;
+    ad_params *P;
+    ad_optim *opt;
+    ad_optim_desc sgd;
     float *xb;
     int *yb, *perm, i;
     double times[64], loss_sum = 0;
@@ -76,26 +69,39 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("# MLP %s, %s (%d images), batch %d, SGD lr %g, %d epoch(s), %d thread(s)\n", spec,
-           d.real ? "MNIST" : "synthetic data", d.n, BATCH, (double)lr, epochs, bench_threads());
+           d.real ? "MNIST" : "synthetic data", d.n, BATCH, lr, epochs, bench_threads());
 
     ad_rng_seed(&rng, 1);
+    P = ad_params_new(1);
+    if (!P) return 1;
     for (l = 0; l < nl; l++) {
+        int shape[2];
+        char wname[32], bname[32];
         size_t nwt = (size_t)widths[l] * widths[l + 1], k;
         double bound = sqrt(6.0 / widths[l]);
-        L[l].in = widths[l];
-        L[l].out = widths[l + 1];
-        L[l].W = (float *)malloc(nwt * sizeof(float));
-        L[l].gW = (float *)malloc(nwt * sizeof(float));
-        L[l].b = (float *)calloc((size_t)L[l].out, sizeof(float));
-        L[l].gb = (float *)malloc((size_t)L[l].out * sizeof(float));
-        if (!L[l].W || !L[l].gW || !L[l].b || !L[l].gb) return 1;
-        for (k = 0; k < nwt; k++) L[l].W[k] = (float)((2 * ad_rng_uniform(&rng) - 1) * bound);
+        float *w;
+        shape[0] = widths[l];
+        shape[1] = widths[l + 1];
+        snprintf(wname, sizeof wname, "fc%d.weight", l + 1);
+        snprintf(bname, sizeof bname, "fc%d.bias", l + 1);
+        L[l].W = ad_params_add(P, wname, 2, shape, NULL);
+        L[l].b = ad_params_add(P, bname, 1, &shape[1], NULL);
+        if (L[l].W < 0 || L[l].b < 0) {
+            fprintf(stderr, "mlp: %s\n", ad_params_error(P));
+            return 1;
+        }
+        w = ad_params_info(P, L[l].W).value;
+        for (k = 0; k < nwt; k++) w[k] = (float)((2 * ad_rng_uniform(&rng) - 1) * bound);
     }
+    memset(&sgd, 0, sizeof sgd);
+    sgd.kind = AD_OPTIM_SGD;
+    sgd.lr = lr;
+    opt = ad_optim_new(P, &sgd);
     xb = (float *)malloc((size_t)BATCH * d.dim * sizeof(float));
     yb = (int *)malloc(BATCH * sizeof(int));
     perm = (int *)malloc((size_t)d.n * sizeof(int));
     T = ad_tape_new();
-    if (!xb || !yb || !perm || !T) return 1;
+    if (!xb || !yb || !perm || !T || !opt) return 1;
     ad_set_threads(T, bench_threads());
     for (i = 0; i < d.n; i++) perm[i] = i;
 
@@ -114,26 +120,14 @@ int main(int argc, char **argv)
             shape[1] = d.dim;
             h = ad_tensor_view(T, 2, shape, xb, NULL, 0);
             for (l = 0; l < nl; l++) {
-                ad_tensor *W, *b;
-                shape[0] = L[l].in;
-                shape[1] = L[l].out;
-                W = ad_tensor_view(T, 2, shape, L[l].W, L[l].gW, 1);
-                b = ad_tensor_view(T, 1, &L[l].out, L[l].b, L[l].gb, 1);
-                h = ad_linear(T, h, W, b);
+                h = ad_linear(T, h, ad_param(T, P, L[l].W), ad_param(T, P, L[l].b));
                 if (l < nl - 1) h = ad_relu(T, h);
             }
             loss = ad_cross_entropy(T, h, yb);
-            for (l = 0; l < nl; l++) {
-                memset(L[l].gW, 0, (size_t)L[l].in * L[l].out * sizeof(float));
-                memset(L[l].gb, 0, (size_t)L[l].out * sizeof(float));
-            }
-            if (!loss || ad_backward(T, loss) != 0) {
-                fprintf(stderr, "mlp: %s\n", ad_tape_error(T));
+            ad_params_zero_grad_on(P, T);
+            if (!loss || ad_backward(T, loss) != 0 || ad_optim_step_on(opt, T) != 0) {
+                fprintf(stderr, "mlp: %s\n", ad_tape_error(T) ? ad_tape_error(T) : ad_params_error(P));
                 return 1;
-            }
-            for (l = 0; l < nl; l++) {
-                sgd(L[l].W, L[l].gW, (size_t)L[l].in * L[l].out, lr);
-                sgd(L[l].b, L[l].gb, (size_t)L[l].out, lr);
             }
             loss_sum += (double)ad_item(loss) * bs;
         }
@@ -148,12 +142,8 @@ int main(int argc, char **argv)
     bench_result("mlp.real_data", d.real);
 
     ad_tape_free(T);
-    for (l = 0; l < nl; l++) {
-        free(L[l].W);
-        free(L[l].gW);
-        free(L[l].b);
-        free(L[l].gb);
-    }
+    ad_optim_free(opt);
+    ad_params_free(P);
     free(xb);
     free(yb);
     free(perm);

@@ -372,8 +372,8 @@ static int mnist_main(int argc, char **argv, int cnn)
             x = ad_tensor_view(T, 2, shape, xb, NULL, 0);
             logits = model_forward(T, &model, x);
             loss = ad_cross_entropy(T, logits, yb);
-            ad_params_zero_grad(P);
-            if (!loss || ad_backward(T, loss) != 0 || ad_optim_step(opt) != 0) {
+            ad_params_zero_grad_on(P, T);
+            if (!loss || ad_backward(T, loss) != 0 || ad_optim_step_on(opt, T) != 0) {
                 fprintf(stderr, "\ntraining step failed: %s\n", tape_error(T));
                 return 1;
             }

@@ -321,6 +321,107 @@ static void test_schedules(void)
     TH_CHECK(bad == 0, "cosine decays monotonically to min_lr (%d violations)", bad);
 }
 
+/* Optimizer steps and zeroing split over threads: a store large enough to be split, with runs
+   whose lengths are not whole blocks and a frozen parameter between them, must come out of
+   ad_optim_step_on bit for bit as from ad_optim_step, for every kind and thread count; and
+   plain SGD must match its formula on every scalar, blocks and tails alike. */
+static ad_params *make_big_store(void)
+{
+    static const int s_a[2] = {301, 229}, s_frozen[1] = {1000}, s_c[2] = {33, 1001}, s_d[1] = {5};
+    ad_params *P = ad_params_new(8);
+    ad_init init;
+    memset(&init, 0, sizeof init);
+    init.kind = AD_INIT_NORMAL;
+    ad_params_add(P, "a", 2, s_a, &init);
+    ad_params_set_trainable(P, ad_params_add(P, "frozen", 1, s_frozen, &init), 0);
+    ad_params_add(P, "c", 2, s_c, &init);
+    ad_params_add(P, "d", 1, s_d, &init);
+    return P;
+}
+
+static void fill_grads(ad_params *P, uint64_t seed)
+{
+    ad_rng rng;
+    size_t i, n = ad_params_scalars(P);
+    ad_rng_seed(&rng, seed);
+    for (i = 0; i < n; i++) ad_params_grads(P)[i] = ad_rng_normal(&rng);
+}
+
+static void test_threaded_steps(void)
+{
+    static const int thread_counts[] = {2, 3, 5};
+    ad_optim_desc descs[4];
+    const char *names[4] = {"SGD", "SGD with Nesterov momentum", "Adam", "AdamW"};
+    size_t n, i, t;
+    int k, step;
+    descs[0] = sgd(0.1, 0, 0, 0, 0.01);
+    descs[1] = sgd(0.05, 0.9, 0, 1, 0.001);
+    descs[2] = adam(AD_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0);
+    descs[3] = adam(AD_OPTIM_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01);
+    for (k = 0; k < 4; k++) {
+        ad_params *want = make_big_store();
+        ad_optim *O_want = ad_optim_new(want, &descs[k]);
+        n = ad_params_scalars(want);
+        TH_CHECK(n > 100000, "the store is large enough to be split (%zu scalars)", n);
+        for (step = 1; step <= 3; step++) {
+            fill_grads(want, (uint64_t)step);
+            ad_optim_step(O_want);
+        }
+        for (t = 0; t < sizeof thread_counts / sizeof thread_counts[0]; t++) {
+            ad_params *P = make_big_store();
+            ad_optim *O = ad_optim_new(P, &descs[k]);
+            ad_tape *T = ad_tape_new();
+            ad_set_threads(T, thread_counts[t]);
+            for (step = 1; step <= 3; step++) {
+                fill_grads(P, (uint64_t)step);
+                TH_CHECK(ad_optim_step_on(O, T) == 0, "%s on %d threads: %s", names[k], thread_counts[t],
+                         th_params_error(P));
+            }
+            TH_CHECK(memcmp(ad_params_values(P), ad_params_values(want), n * sizeof(ad_real)) == 0,
+                     "%s on %d threads: parameters differ from one thread's", names[k], thread_counts[t]);
+            ad_params_zero_grad_on(P, T);
+            for (i = 0; i < n && ad_params_grads(P)[i] == 0; i++) {}
+            TH_CHECK(i == n, "zeroing on %d threads left gradient %zu at %g", thread_counts[t], i,
+                     ad_params_grads(P)[i < n ? i : 0]);
+            ad_optim_free(O);
+            ad_params_free(P);
+            ad_tape_free(T);
+        }
+        ad_optim_free(O_want);
+        ad_params_free(want);
+    }
+    {
+        /* plain SGD, one step, against its formula on every scalar; the frozen one stays */
+        ad_params *P = make_big_store();
+        ad_optim *O = ad_optim_new(P, &descs[0]);
+        ad_tape *T = ad_tape_new();
+        ad_param_info frozen = ad_params_info(P, 1);
+        double *before, worst = 0;
+        int frozen_kept = 1;
+        n = ad_params_scalars(P);
+        before = (double *)malloc(n * sizeof(double));
+        ad_set_threads(T, 3);
+        fill_grads(P, 9);
+        memcpy(before, ad_params_values(P), n * sizeof(double));
+        ad_optim_step_on(O, T);
+        for (i = 0; i < n; i++) {
+            double g = ad_params_grads(P)[i], got = ad_params_values(P)[i];
+            if (i >= frozen.offset && i < frozen.offset + frozen.size) {
+                if (got != before[i]) frozen_kept = 0;
+                continue;
+            }
+            if (fabs(got - (before[i] - 0.1 * (g + 0.01 * before[i]))) > worst)
+                worst = fabs(got - (before[i] - 0.1 * (g + 0.01 * before[i])));
+        }
+        TH_CHECK(worst <= 1e-15 && frozen_kept, "threaded SGD: worst error %g, frozen parameter %s", worst,
+                 frozen_kept ? "kept" : "changed");
+        free(before);
+        ad_optim_free(O);
+        ad_params_free(P);
+        ad_tape_free(T);
+    }
+}
+
 int main(void)
 {
     (void)th_gradcheck; /* harness helpers this program does not use */
@@ -331,5 +432,6 @@ int main(void)
     test_training();
     test_clip();
     test_schedules();
+    test_threaded_steps();
     return th_summary();
 }
