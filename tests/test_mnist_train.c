@@ -44,8 +44,8 @@ static ad_real *train(const ad_dataset *tr, const ad_dataset *te, int threads, d
         shape[1] = 784;
         h = ad_relu(T, ad_linear(T, ad_tensor_view(T, 2, shape, x, NULL, 0), ad_param(T, P, 0), ad_param(T, P, 1)));
         loss = ad_cross_entropy(T, ad_linear(T, h, ad_param(T, P, 2), ad_param(T, P, 3)), y);
-        ad_params_zero_grad(P);
-        if (!loss || ad_backward(T, loss) != 0 || ad_optim_step(opt) != 0) {
+        ad_params_zero_grad_on(P, T);
+        if (!loss || ad_backward(T, loss) != 0 || ad_optim_step_on(opt, T) != 0) {
             const char *why = ad_tape_error(T) ? ad_tape_error(T) : ad_params_error(P);
             TH_CHECK(0, "training step: %s", why ? why : "unknown");
             break;
