@@ -2564,6 +2564,58 @@ AD__PRIVATE void ad__gemm_task(void *ctx, int task, int thread)
     }
 }
 
+/* Products too small or too thin to pack (and empty ones): done here, returning 1; 0 otherwise. */
+AD__PRIVATE int ad__gemm_unpacked(int ta, int tb, int M, int N, int K, const ad_real *A, ptrdiff_t lda,
+                                  const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
+{
+    int i;
+    if (M <= 0 || N <= 0) return 1;
+    if (K <= 0) {
+        if (!accumulate)
+            for (i = 0; i < M; i++) memset(C + (ptrdiff_t)i * ldc, 0, (size_t)N * sizeof(ad_real));
+        return 1;
+    }
+    if ((double)M * N * K < 8192.0 || M < 4 || N < 4) {
+        ad__gemm_small(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+        return 1;
+    }
+    return 0;
+}
+
+/* Work is split over threads from this many multiply-adds (about 10 us on one core): each half
+   must outweigh handing it over, the other core fetching its operands and the wait at the end. */
+#define AD__SPLIT_MACS 524288.0
+
+/* One thread's packing buffers: an A block and a B block with room for a last panel, a whole
+   number of 64-byte lines, so that every thread's buffers stay aligned. */
+#define AD__PACK_PER_THREAD ((size_t)AD__MC * AD__KC + (size_t)AD__KC * (AD__NC + AD__NR_MAX))
+
+/* The tape's packing buffers for `threads` threads, AD__PACK_PER_THREAD values each, aligned;
+   NULL when they cannot be allocated. */
+AD__PRIVATE ad_real *ad__gemm_buffers(ad_tape *T, int threads)
+{
+    size_t need = AD__PACK_PER_THREAD * (size_t)threads + AD__ALIGN;
+    if (T->pack_cap < need) {
+        ad_real *p = (ad_real *)AUTODIFF_REALLOC(T->pack, need * sizeof(ad_real));
+        if (!p) return NULL;
+        T->pack = p;
+        T->pack_cap = need;
+    }
+    return (ad_real *)(((uintptr_t)T->pack + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
+}
+
+/* The product on the calling thread alone, with that thread's packing buffers (from
+   ad__gemm_buffers): for work already split over the pool's threads, such as the images of a
+   convolution. */
+AD__PRIVATE void ad__gemm_alone(ad_real *pack, int ta, int tb, int M, int N, int K, const ad_real *A,
+                                ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc,
+                                int accumulate)
+{
+    if (ad__gemm_unpacked(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return;
+    ad__gemm_serial(ad__gemm_pick(N), pack, pack + (size_t)AD__MC * AD__KC, ta, tb, M, N, K, A, lda, B, ldb, C,
+                    ldc, accumulate);
+}
+
 /* Returns 0, or -1 when the packing buffers cannot be allocated. Large products are split into
    stripes of C, one per thread; each element of C is computed by the same sequence of
    operations whatever the split, so results are identical for any thread count. */
@@ -2571,33 +2623,13 @@ AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const 
                          const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
 {
     ad__gemm_job job;
-    size_t per_thread, need;
-    int threads, i;
-    if (M <= 0 || N <= 0) return 0;
-    if (K <= 0) {
-        if (!accumulate)
-            for (i = 0; i < M; i++) memset(C + (ptrdiff_t)i * ldc, 0, (size_t)N * sizeof(ad_real));
-        return 0;
-    }
-    if ((double)M * N * K < 8192.0 || M < 4 || N < 4) {
-        ad__gemm_small(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
-        return 0;
-    }
+    int threads;
+    if (ad__gemm_unpacked(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return 0;
     job.ker = ad__gemm_pick(N);
-    /* a product split in two must take long enough (here about 10 us on one core) that each
-       half outweighs handing it over: the other core fetching its operands, the wait at the end */
-    threads = (double)M * N * K >= 524288.0 ? ad__thread_count(T) : 1;
-    /* a whole number of 64-byte lines per thread, so every thread's buffers stay aligned */
-    per_thread = (size_t)AD__MC * AD__KC + (size_t)AD__KC * (AD__NC + AD__NR_MAX);
-    need = per_thread * (size_t)threads + AD__ALIGN;
-    if (T->pack_cap < need) {
-        ad_real *p = (ad_real *)AUTODIFF_REALLOC(T->pack, need * sizeof(ad_real));
-        if (!p) return -1;
-        T->pack = p;
-        T->pack_cap = need;
-    }
-    job.pack = (ad_real *)(((uintptr_t)T->pack + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
-    job.pack_stride = per_thread;
+    threads = (double)M * N * K >= AD__SPLIT_MACS ? ad__thread_count(T) : 1;
+    job.pack = ad__gemm_buffers(T, threads);
+    if (!job.pack) return -1;
+    job.pack_stride = AD__PACK_PER_THREAD;
     job.ta = ta; job.tb = tb; job.M = M; job.N = N; job.K = K;
     job.A = A; job.B = B; job.C = C;
     job.lda = lda; job.ldb = ldb; job.ldc = ldc;
@@ -3998,79 +4030,181 @@ AD__PRIVATE size_t ad__conv_row_ld(const ad__win2d *G)
     return (K + nr - 1) / nr * nr;
 }
 
-/* Scratch for one image's im2col on the tape, or NULL (not an error) when the map needs none:
-   im2col's [K, L], or for a weight gradient im2row's [L, ld] and behind it the gradient's
-   [o, ld] partial sums. */
-AD__PRIVATE ad_real *ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op, int *failed)
+/* The images of a batch are spread over the tape's threads when each image's products are too
+   small to be split themselves but the batch is large enough to be worth it. The weight
+   gradient sums over the images; so that the sum comes out the same for any thread count, the
+   images are cut into parts fixed by the geometry alone (at most AD__CONV_SUM_PARTS), each part
+   is summed in turn into its own partial sum, and the partial sums are added in order at the
+   end. */
+#define AD__CONV_SUM_PARTS 8
+
+AD__PRIVATE int ad__conv_by_images(const ad__win2d *G)
 {
-    size_t K = (size_t)(G->c / G->groups) * G->kh * G->kw, L = (size_t)G->oh * G->ow, ld;
-    ad_real *col;
-    *failed = 0;
-    if (ad__conv_direct(G)) return NULL;
-    ld = ad__conv_row_ld(G);
-    col = (ad_real *)ad__alloc(T, (K * L > (L + G->o) * ld ? K * L : (L + G->o) * ld) * sizeof(ad_real), op);
-    *failed = col == NULL;
-    return col;
+    double image_macs = (double)G->o * (G->c / G->groups) * G->kh * G->kw * G->oh * G->ow;
+    return !ad__conv_direct(G) && G->n >= 2 && image_macs < AD__SPLIT_MACS && image_macs * G->n >= AD__SPLIT_MACS;
 }
 
-/* out (+)= the map kind of (a, b) (+ bias for the forward map), added into out when add is set;
-   the operands are (x, w) for the forward map, (g, w) for Bx and (x, g) for Bw. Each image and
-   group is one GEMM around im2col / col2im (col: scratch from ad__conv_scratch). Returns 0, or
-   -1 when the GEMM's packing buffer cannot be allocated. */
-AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const ad_real *a, const ad_real *b,
-                                const ad_real *bias, ad_real *out, int add, ad_real *col)
+/* Scratch of one map on the tape: per thread, one image's im2col [K, L] or im2row [L, ld]
+   (col, col_stride values apart) and packing buffers (pack, NULL when the images are not spread
+   over threads); for a weight gradient, the partial sums [o, ld] of each part (sums). */
+typedef struct ad__conv_scratch_t {
+    ad_real *col, *pack, *sums;
+    size_t col_stride;
+    int threads, parts;
+} ad__conv_scratch_t;
+
+/* Fills s for map geometry G (with the weight gradient's sums when weight_grad is set).
+   Returns 0, or -1 with the tape's error set when memory runs out. A map that reads its input
+   directly (ad__conv_direct) needs no scratch: s->col is NULL. */
+AD__PRIVATE int ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op, int weight_grad,
+                                 ad__conv_scratch_t *s)
 {
+    size_t K = (size_t)(G->c / G->groups) * G->kh * G->kw, L = (size_t)G->oh * G->ow, ld, col, sums;
+    int by_images = ad__conv_by_images(G);
+    memset(s, 0, sizeof *s);
+    s->threads = s->parts = 1;
+    if (ad__conv_direct(G)) return 0;
+    ld = ad__conv_row_ld(G);
+    if (by_images) {
+        s->threads = ad__thread_count(T);
+        s->parts = G->n < AD__CONV_SUM_PARTS ? G->n : AD__CONV_SUM_PARTS;
+    }
+    /* whole 64-byte lines per thread, so every thread's scratch stays aligned */
+    col = ((K * L > L * ld ? K * L : L * ld) + 15) / 16 * 16;
+    sums = weight_grad ? (size_t)s->parts * G->o * ld : 0;
+    s->col_stride = col;
+    s->col = (ad_real *)ad__alloc(T, (col * (size_t)s->threads + sums) * sizeof(ad_real), op);
+    if (!s->col) return -1;
+    s->sums = weight_grad ? s->col + col * (size_t)s->threads : NULL;
+    if (by_images && (s->pack = ad__gemm_buffers(T, s->threads)) == NULL) {
+        ad__fail(T, "%s: out of memory for the packing buffer", op);
+        return -1;
+    }
+    return 0;
+}
+
+/* One map over a batch: the operands are (x, w) for the forward map, (g, w) for Bx and (x, g)
+   for Bw; out (+)= the map (+ bias for the forward map), added into out when add is set. */
+typedef struct ad__conv_job {
+    ad_tape *T;
+    const ad__win2d *G;
+    int kind, add;
+    const ad_real *a, *b, *bias;
+    ad_real *out;
+    const ad__conv_scratch_t *s;
+    int failed;
+} ad__conv_job;
+
+/* A product of the map on this thread's packing buffers, or, without them, through ad__gemm,
+   which may split it over threads. Returns 0, or -1 when packing buffers cannot be allocated. */
+AD__PRIVATE int ad__conv_gemm(ad_tape *T, ad_real *pack, int ta, int tb, int M, int N, int K, const ad_real *A,
+                              ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
+{
+    if (!pack) return ad__gemm(T, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    ad__gemm_alone(pack, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    return 0;
+}
+
+/* Image n of the map, every group: one GEMM around im2col / col2im / im2row in col. A weight
+   gradient's sums go into sums, rows ld long: stored for the first image of a part, added for
+   the others. Returns 0, or -1 when packing buffers cannot be allocated. */
+AD__PRIVATE int ad__conv_image(const ad__conv_job *j, int n, ad_real *col, ad_real *pack, ad_real *sums, int first)
+{
+    const ad__win2d *G = j->G;
     int cg = G->c / G->groups, og = G->o / G->groups, L = G->oh * G->ow, K = cg * G->kh * G->kw;
-    int n, g, r, k, rc = 0;
+    int g, r, rc = 0;
     size_t HW = (size_t)G->h * G->w, ld = col ? ad__conv_row_ld(G) : 0;
-    ad_real *wsum = col ? col + (size_t)L * ld : NULL; /* the weight gradient's sums [o, ld] */
-    if (kind == AD__CONV_INPUT_GRAD && col && !add)
-        memset(out, 0, (size_t)G->n * G->c * HW * sizeof(ad_real));
-    if (kind == AD__CONV_WEIGHT_GRAD && col)
-        for (r = 0; r < L; r++) /* im2row's padding columns: defined values from the start */
-            memset(col + (size_t)r * ld + K, 0, (ld - (size_t)K) * sizeof(ad_real));
-    for (n = 0; n < G->n && rc == 0; n++)
-        for (g = 0; g < G->groups && rc == 0; g++) {
-            size_t xoff = ((size_t)n * G->c + (size_t)g * cg) * HW;
-            size_t yoff = ((size_t)n * G->o + (size_t)g * og) * (size_t)L;
-            size_t woff = (size_t)g * og * (size_t)K;
-            const ad_real *src;
-            if (kind == AD__CONV_FORWARD) {
-                /* y[og, L] (+)= w[og, K] col[K, L] (+ bias) */
-                ad_real *yg = out + yoff;
-                src = a + xoff;
-                if (col) {
-                    ad__im2col(G, cg, src, col);
-                    src = col;
-                }
-                if (bias)
-                    for (r = 0; r < og; r++) ad__nn_fill(yg + (size_t)r * L, bias[g * og + r], (size_t)L, add);
-                rc = ad__gemm(T, 0, 0, og, L, K, b + woff, K, src, L, yg, L, add || bias);
-            } else if (kind == AD__CONV_INPUT_GRAD) {
-                /* col[K, L] = w[og, K]^T g[og, L], added back into the image */
-                if (!col) {
-                    rc = ad__gemm(T, 1, 0, K, L, og, b + woff, K, a + yoff, L, out + xoff, L, add);
-                } else {
-                    rc = ad__gemm(T, 1, 0, K, L, og, b + woff, K, a + yoff, L, col, L, 0);
-                    ad__col2im(G, cg, col, out + xoff);
-                }
-            } else if (col) {
-                /* w[og, K] (+)= g[og, L] colT[L, K], summed over the images: with im2row's layout
-                   the large operand is the GEMM's B, read in place. The sums gather in wsum,
-                   whose rows are ld long, and go to out once, at the end. */
-                ad__im2row(G, cg, a + xoff, col, ld);
-                rc = ad__gemm(T, 0, 0, og, (int)ld, L, b + yoff, L, col, (ptrdiff_t)ld, wsum + (size_t)g * og * ld,
-                              (ptrdiff_t)ld, n > 0);
-            } else {
-                /* w[og, K] (+)= g[og, L] x[K, L]^T, summed over the images */
-                rc = ad__gemm(T, 0, 1, og, K, L, b + yoff, L, a + xoff, L, out + woff, K, add || n > 0);
+    for (g = 0; g < G->groups && rc == 0; g++) {
+        size_t xoff = ((size_t)n * G->c + (size_t)g * cg) * HW;
+        size_t yoff = ((size_t)n * G->o + (size_t)g * og) * (size_t)L;
+        size_t woff = (size_t)g * og * (size_t)K;
+        const ad_real *src;
+        if (j->kind == AD__CONV_FORWARD) {
+            /* y[og, L] (+)= w[og, K] col[K, L] (+ bias) */
+            ad_real *yg = j->out + yoff;
+            src = j->a + xoff;
+            if (col) {
+                ad__im2col(G, cg, src, col);
+                src = col;
             }
+            if (j->bias)
+                for (r = 0; r < og; r++) ad__nn_fill(yg + (size_t)r * L, j->bias[g * og + r], (size_t)L, j->add);
+            rc = ad__conv_gemm(j->T, pack, 0, 0, og, L, K, j->b + woff, K, src, L, yg, L, j->add || j->bias);
+        } else if (j->kind == AD__CONV_INPUT_GRAD) {
+            /* col[K, L] = w[og, K]^T g[og, L], added back into the image */
+            if (!col) {
+                rc = ad__conv_gemm(j->T, pack, 1, 0, K, L, og, j->b + woff, K, j->a + yoff, L, j->out + xoff, L, j->add);
+            } else {
+                rc = ad__conv_gemm(j->T, pack, 1, 0, K, L, og, j->b + woff, K, j->a + yoff, L, col, L, 0);
+                ad__col2im(G, cg, col, j->out + xoff);
+            }
+        } else if (col) {
+            /* w[og, K] (+)= g[og, L] colT[L, K]: with im2row's layout the large operand is the
+               GEMM's B, read in place */
+            ad__im2row(G, cg, j->a + xoff, col, ld);
+            rc = ad__conv_gemm(j->T, pack, 0, 0, og, (int)ld, L, j->b + yoff, L, col, (ptrdiff_t)ld,
+                               sums + (size_t)g * og * ld, (ptrdiff_t)ld, !first);
+        } else {
+            /* w[og, K] (+)= g[og, L] x[K, L]^T, summed over the images */
+            rc = ad__conv_gemm(j->T, pack, 0, 1, og, K, L, j->b + yoff, L, j->a + xoff, L, j->out + woff, K,
+                               j->add || !first);
         }
-    if (kind == AD__CONV_WEIGHT_GRAD && col && rc == 0)
-        for (r = 0; r < G->o; r++)
-            for (k = 0; k < K; k++)
-                out[(size_t)r * K + k] = (add ? out[(size_t)r * K + k] : 0) + wsum[(size_t)r * ld + k];
+    }
     return rc;
+}
+
+/* Task: one image, or for a weight gradient (im2row) one part of the images. */
+AD__PRIVATE void ad__conv_task(void *ctx, int task, int thread)
+{
+    ad__conv_job *j = (ad__conv_job *)ctx;
+    const ad__conv_scratch_t *s = j->s;
+    ad_real *col = s->col ? s->col + (size_t)thread * s->col_stride : NULL;
+    ad_real *pack = s->pack ? s->pack + (size_t)thread * AD__PACK_PER_THREAD : NULL;
+    int n, rc = 0;
+    if (j->kind == AD__CONV_WEIGHT_GRAD && col) {
+        int lo = (int)((long long)task * j->G->n / s->parts), hi = (int)((long long)(task + 1) * j->G->n / s->parts);
+        ad_real *sums = s->sums + (size_t)task * j->G->o * ad__conv_row_ld(j->G);
+        for (n = lo; n < hi && rc == 0; n++) rc = ad__conv_image(j, n, col, pack, sums, n == lo);
+    } else {
+        rc = ad__conv_image(j, task, col, pack, NULL, task == 0);
+    }
+    if (rc) j->failed = 1; /* only without packing buffers, so only when the tasks run in turn */
+}
+
+/* out (+)= the map kind of (a, b) over the batch, with scratch s from ad__conv_scratch. Returns
+   0, or -1 when the GEMM's packing buffer cannot be allocated. */
+AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const ad_real *a, const ad_real *b,
+                                const ad_real *bias, ad_real *out, int add, const ad__conv_scratch_t *s)
+{
+    int L = G->oh * G->ow, K = (G->c / G->groups) * G->kh * G->kw, r, k, t, p, n;
+    size_t ld = s->col ? ad__conv_row_ld(G) : 0;
+    ad__conv_job job;
+    job.T = T; job.G = G; job.kind = kind; job.add = add;
+    job.a = a; job.b = b; job.bias = bias; job.out = out;
+    job.s = s;
+    job.failed = 0;
+    if (kind == AD__CONV_INPUT_GRAD && s->col && !add)
+        memset(out, 0, (size_t)G->n * G->c * G->h * G->w * sizeof(ad_real));
+    if (kind == AD__CONV_WEIGHT_GRAD && s->col)
+        for (t = 0; t < s->threads; t++) /* im2row's padding columns: defined values from the start */
+            for (r = 0; r < L; r++)
+                memset(s->col + (size_t)t * s->col_stride + (size_t)r * ld + K, 0, (ld - (size_t)K) * sizeof(ad_real));
+    if (s->pack) {
+        ad__parallel(T, ad__conv_task, &job, kind == AD__CONV_WEIGHT_GRAD ? s->parts : G->n);
+    } else if (kind == AD__CONV_WEIGHT_GRAD && s->col) {
+        ad__conv_task(&job, 0, 0); /* one part: every image, in turn */
+    } else {
+        for (n = 0; n < G->n && !job.failed; n++) ad__conv_task(&job, n, 0);
+    }
+    if (job.failed) return -1;
+    if (kind == AD__CONV_WEIGHT_GRAD && s->col)
+        for (r = 0; r < G->o; r++)
+            for (k = 0; k < K; k++) {
+                ad_real sum = add ? out[(size_t)r * K + k] : 0;
+                for (p = 0; p < s->parts; p++) sum += s->sums[((size_t)p * G->o + r) * ld + k];
+                out[(size_t)r * K + k] = sum;
+            }
+    return 0;
 }
 
 /* The gradients of a forward convolution when they are not recorded: each computed straight
@@ -4080,14 +4214,16 @@ AD__PRIVATE void ad__conv_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *v
     ad_tape *T = S->T;
     const ad__win2d *G = ad__win_of(n);
     ad_tensor *x = n->in[0], *w = n->in[1], *bias = n->nin > 2 ? n->in[2] : NULL;
-    ad_real *d, *col = NULL;
+    ad__conv_scratch_t scratch;
+    ad_real *d;
     int add, failed = 0, o, k;
     size_t L = (size_t)G->oh * G->ow;
-    if (ad__wants(S, x) || ad__wants(S, w)) col = ad__conv_scratch(T, G, "ad_conv2d", &failed);
+    if (ad__wants(S, x) || ad__wants(S, w))
+        failed = ad__conv_scratch(T, G, "ad_conv2d", ad__wants(S, w), &scratch) != 0;
     if (!failed && ad__wants(S, x) && (d = ad__grad_target(S, x, &add)) != NULL)
-        failed = ad__conv_kernel(T, AD__CONV_INPUT_GRAD, G, v->data, w->data, NULL, d, add, col) != 0;
+        failed = ad__conv_kernel(T, AD__CONV_INPUT_GRAD, G, v->data, w->data, NULL, d, add, &scratch) != 0;
     if (!failed && ad__wants(S, w) && (d = ad__grad_target(S, w, &add)) != NULL)
-        failed = ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, G, x->data, v->data, NULL, d, add, col) != 0;
+        failed = ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, G, x->data, v->data, NULL, d, add, &scratch) != 0;
     if (!failed && bias && ad__wants(S, bias) && (d = ad__grad_target(S, bias, &add)) != NULL) {
         if (!add) memset(d, 0, (size_t)G->o * sizeof(ad_real));
         for (k = 0; k < G->n; k++)
@@ -4137,8 +4273,8 @@ AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor
                                    const ad__win2d *G)
 {
     const char *op = ad__conv_names[kind];
-    int shape[4], failed;
-    ad_real *col;
+    int shape[4];
+    ad__conv_scratch_t scratch;
     ad_tensor *y, *ins[3];
     ad__node *node;
     if (!a || !b) return NULL;
@@ -4151,9 +4287,8 @@ AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor
     }
     y = ad__tensor(T, op, 4, shape, 1);
     if (!y) return NULL;
-    col = ad__conv_scratch(T, G, op, &failed);
-    if (failed) return NULL;
-    if (ad__conv_kernel(T, kind, G, a->data, b->data, bias ? bias->data : NULL, y->data, 0, col) != 0) {
+    if (ad__conv_scratch(T, G, op, kind == AD__CONV_WEIGHT_GRAD, &scratch) != 0) return NULL;
+    if (ad__conv_kernel(T, kind, G, a->data, b->data, bias ? bias->data : NULL, y->data, 0, &scratch) != 0) {
         ad__fail(T, "%s: out of memory for the packing buffer", op);
         return NULL;
     }

@@ -160,15 +160,18 @@ static void test_conv_reference(void)
         double *yr, *dx, *dw_, *db;
         size_t i;
         if (trial % 10 == 0) { kh = kw = 1; sh = sw = 1; ph = pw = 0; } /* the direct 1x1 path */
-        if (trial < 4) {
+        if (trial < 6) {
             /* larger images: the layers of a small MNIST network, odd sizes with padding, strided
-               rows; im2row's block copies and the GEMM's unpacked path */
-            static const int big[4][12] = {
+               rows; im2row's block copies and the GEMM's unpacked path; batches whose images are
+               spread over threads, with fewer images than weight-gradient parts and more */
+            static const int big[6][12] = {
                 /* N  G cg og  H   W  kh kw sh sw ph pw */
                 {2, 1, 1, 8, 28, 28, 5, 5, 1, 1, 0, 0},
                 {2, 1, 8, 16, 12, 12, 5, 5, 1, 1, 0, 0},
                 {2, 1, 3, 5, 13, 11, 5, 5, 1, 1, 2, 2},
                 {1, 2, 2, 4, 17, 9, 3, 5, 2, 1, 1, 1},
+                {6, 1, 1, 8, 28, 28, 5, 5, 1, 1, 0, 0},
+                {11, 2, 4, 8, 16, 15, 3, 3, 1, 1, 1, 1},
             };
             N = big[trial][0]; G = big[trial][1]; cg = big[trial][2]; og = big[trial][3];
             H = big[trial][4]; W = big[trial][5]; kh = big[trial][6]; kw = big[trial][7];
@@ -254,6 +257,66 @@ static void test_conv_reference(void)
         ad_tape_free(T);
     }
     TH_CHECK(valid > trials / 3 && errors > 0, "configurations: %d valid, %d empty", valid, errors);
+}
+
+/* ---- conv2d on threads: the images of a batch spread over 1, 2 and 3 threads ------------------ */
+static void conv_run(int threads, int N, int groups, int pad, ad_real **out, size_t *sizes)
+{
+    ad_tape *T = ad_tape_new();
+    ad_conv2d_desc d;
+    ad_rng r;
+    ad_tensor *x, *w, *b, *y;
+    int xs[4], ws[4], O = 8 * groups, C = 3 * groups;
+    ad_tensor *all[4];
+    int i;
+    ad_set_threads(T, threads);
+    ad_rng_seed(&r, 99);
+    memset(&d, 0, sizeof d);
+    d.groups = groups;
+    d.pad_h = d.pad_w = pad;
+    set4(xs, N, C, 19, 17);
+    set4(ws, O, 3, 5, 3);
+    x = ad_rand(T, 4, xs, -1, 1, &r);
+    w = ad_rand(T, 4, ws, -1, 1, &r);
+    b = ad_rand(T, 1, &O, -1, 1, &r);
+    ad_set_requires_grad(x, 1);
+    ad_set_requires_grad(w, 1);
+    ad_set_requires_grad(b, 1);
+    y = ad_conv2d(T, x, w, b, &d);
+    TH_CHECK(y && ad_backward(T, ad_sum(T, ad_mul(T, y, ad_rand(T, 4, y->shape, -1, 1, &r)))) == 0, "conv on %d "
+             "threads: %s", threads, errs(T));
+    all[0] = y; all[1] = x; all[2] = w; all[3] = b;
+    for (i = 0; i < 4; i++) {
+        const ad_real *src = i == 0 ? (y ? y->data : NULL) : all[i]->grad;
+        sizes[i] = i == 0 ? (y ? y->size : 0) : all[i]->size;
+        out[i] = (ad_real *)malloc(sizes[i] * sizeof(ad_real) + 1);
+        if (src) memcpy(out[i], src, sizes[i] * sizeof(ad_real));
+        else memset(out[i], 0, sizes[i] * sizeof(ad_real));
+    }
+    ad_tape_free(T);
+}
+
+static void test_conv_threads(void)
+{
+    static const int cases[][3] = {{13, 1, 0}, {5, 2, 2}, {64, 1, 1}};
+    static const char *what[4] = {"output", "input gradient", "weight gradient", "bias gradient"};
+    size_t c, i;
+    int t, threads[2] = {2, 3};
+    for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ad_real *want[4], *got[4];
+        size_t sizes[4], got_sizes[4];
+        conv_run(1, cases[c][0], cases[c][1], cases[c][2], want, sizes);
+        for (t = 0; t < 2; t++) {
+            conv_run(threads[t], cases[c][0], cases[c][1], cases[c][2], got, got_sizes);
+            for (i = 0; i < 4; i++) {
+                TH_CHECK(sizes[i] == got_sizes[i] && memcmp(want[i], got[i], sizes[i] * sizeof(ad_real)) == 0,
+                         "conv N=%d groups %d pad %d: the %s on %d threads differs from one thread's", cases[c][0],
+                         cases[c][1], cases[c][2], what[i], threads[t]);
+                free(got[i]);
+            }
+        }
+        for (i = 0; i < 4; i++) free(want[i]);
+    }
 }
 
 static void test_conv_errors(void)
@@ -1123,6 +1186,7 @@ int main(void)
     ad_rng_seed(&th_rng_state, 42);
     test_conv_gradients();
     test_conv_reference();
+    test_conv_threads();
     test_conv_errors();
     test_conv_accumulates();
     test_pool_gradients();
