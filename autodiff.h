@@ -4489,28 +4489,66 @@ AD__PRIVATE void ad__scatter_backward(ad__sweep *S, ad__node *n, ad_tensor *u)
     ad__accum(S, g, ad__gather(S->T, u, n->labels, n->iv[0], n->iv[1], n->iv[2], g->ndim, g->shape), 1);
 }
 
+/* Rows [lo, hi) of the gather's result, counted over all planes. */
+typedef struct ad__gather_job {
+    const ad_real *src;
+    ad_real *dst;
+    const int *idx;
+    size_t S, L, E, rows_per_task, rows;
+} ad__gather_job;
+
+AD__PRIVATE void ad__gather_rows(const ad__gather_job *j, size_t lo, size_t hi)
+{
+    size_t r = lo, E = j->E;
+    while (r < hi) {
+        size_t p = r / j->L, end = (p + 1) * j->L < hi ? (p + 1) * j->L : hi;
+        const ad_real *plane = j->src + p * j->S * E;
+        if (E == 1) {
+            for (; r < end; r++) j->dst[r] = plane[j->idx[r]];
+        } else if (E < 64) {
+            for (; r < end; r++) ad__nn_copy(j->dst + r * E, plane + (size_t)j->idx[r] * E, E);
+        } else {
+            /* long rows, often from main memory: the C library's copy moves them fastest */
+            for (; r < end; r++) memcpy(j->dst + r * E, plane + (size_t)j->idx[r] * E, E * sizeof(ad_real));
+        }
+    }
+}
+
+AD__PRIVATE void ad__gather_task(void *ctx, int task, int thread)
+{
+    const ad__gather_job *j = (const ad__gather_job *)ctx;
+    size_t lo = (size_t)task * j->rows_per_task, hi = lo + j->rows_per_task < j->rows ? lo + j->rows_per_task : j->rows;
+    (void)thread;
+    ad__gather_rows(j, lo, hi);
+}
+
+/* Gathers of many long rows, such as a batch of images picked from a data set held as one
+   tensor, are split over the tape's threads: from this many values, where the rows come
+   mostly from main memory and a second core fetching half of them halves the wait. */
+#define AD__GATHER_SPLIT ((size_t)1 << 15)
+
 AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const int *idx, int S, int E, int kind,
                                   int ndim, const int *shape)
 {
     const char *op = ad__gather_names[kind];
-    size_t P, L, p, o;
+    ad__gather_job job;
     ad_tensor *y;
     ad__node *node;
+    int tasks;
     if (!v) return NULL;
     y = ad__tensor(T, op, ndim, shape, 1);
     if (!y) return NULL;
-    P = v->size / ((size_t)S * E);
-    L = y->size / (P * E);
-    for (p = 0; p < P; p++) {
-        const int *ip = idx + p * L;
-        const ad_real *src = v->data + p * S * E;
-        ad_real *dst = y->data + p * L * E;
-        if (E == 1) {
-            for (o = 0; o < L; o++) dst[o] = src[ip[o]];
-        } else {
-            for (o = 0; o < L; o++) ad__nn_copy(dst + o * E, src + (size_t)ip[o] * E, (size_t)E);
-        }
-    }
+    job.src = v->data;
+    job.dst = y->data;
+    job.idx = idx;
+    job.S = (size_t)S;
+    job.E = (size_t)E;
+    job.L = y->size / (v->size / ((size_t)S * E) * (size_t)E);
+    job.rows = y->size / (size_t)E;
+    tasks = y->size >= AD__GATHER_SPLIT && E >= 16 ? ad__thread_count(T) : 1;
+    job.rows_per_task = (job.rows + (size_t)tasks - 1) / (size_t)tasks;
+    if (tasks > 1) ad__parallel(T, ad__gather_task, &job, tasks);
+    else ad__gather_rows(&job, 0, job.rows);
     node = ad__record1(T, op, y, ad__gather_backward, v);
     if (!node) return NULL;
     node->iv[0] = S;

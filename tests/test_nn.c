@@ -1180,6 +1180,30 @@ static void test_small_cnn(void)
     ad_batch_norm_free(&c.bn);
 }
 
+/* A gather large enough to be split over threads (a batch of rows picked from a data set held
+   as one tensor): on 1, 2 and 3 threads every row must be the named row of the table. */
+static void test_embedding_threads(void)
+{
+    enum { V = 1000, D = 47, N = 1501 };
+    int idx[N], i, t, bad;
+    ad_rng r;
+    ad_tape *T;
+    ad_tensor *w, *y;
+    ad_rng_seed(&r, 12);
+    for (i = 0; i < N; i++) idx[i] = (int)ad_rng_below(&r, V);
+    for (t = 1; t <= 3; t++) {
+        T = ad_tape_new();
+        ad_set_threads(T, t);
+        w = ad_rand(T, AD_SHAPE(V, D), -1, 1, &r);
+        y = ad_embedding(T, w, idx, N);
+        bad = y == NULL;
+        for (i = 0; y && i < N; i++)
+            if (memcmp(y->data + (size_t)i * D, w->data + (size_t)idx[i] * D, D * sizeof(ad_real)) != 0) bad++;
+        TH_CHECK(!bad, "embedding of %d rows on %d threads: %d rows differ from the table's", N, t, bad);
+        ad_tape_free(T);
+    }
+}
+
 int main(void)
 {
     quick = getenv("TH_QUICK") != NULL;
@@ -1197,6 +1221,7 @@ int main(void)
     test_batch_norm_stats();
     test_layer_norm();
     test_embedding();
+    test_embedding_threads();
     test_small_cnn();
     return th_summary();
 }
