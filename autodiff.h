@@ -1368,11 +1368,18 @@ AD__PRIVATE void ad__parallel(ad_tape *T, ad__task_fn fn, void *ctx, int ntasks)
     }
 }
 
-AD__INLINE void *ad__alloc(ad_tape *T, size_t bytes, const char *op)
+/* bytes from T's arena at the given alignment (16 to AD__ALIGN); NULL, with the error set,
+   when memory runs out. */
+AD__INLINE void *ad__alloc_aligned(ad_tape *T, size_t bytes, size_t align, const char *op)
 {
-    void *p = ad__arena_alloc(&T->arena, bytes, AD__ALIGN);
+    void *p = ad__arena_alloc(&T->arena, bytes, align);
     if (!p) ad__fail(T, "%s: out of memory allocating %zu bytes", op, bytes);
     return p;
+}
+
+AD__INLINE void *ad__alloc(ad_tape *T, size_t bytes, const char *op)
+{
+    return ad__alloc_aligned(T, bytes, AD__ALIGN, op);
 }
 
 /* >>impl:tensor ------------------------------------------------------------------------------ */
@@ -1432,17 +1439,12 @@ AD__PRIVATE int ad__check_shape(ad_tape *T, const char *op, int ndim, const int 
     return 1;
 }
 
-/* A tensor on T with a checked shape of size elements and uninitialised data (or no data when
-   with_data is 0). The header and the data are one arena block; the data starts on a 64-byte
-   boundary. */
-#define AD__HEADER_BYTES ((sizeof(ad_tensor) + AD__ALIGN - 1) & ~(size_t)(AD__ALIGN - 1))
-AD__INLINE ad_tensor *ad__tensor_sized(ad_tape *T, const char *op, int ndim, const int *shape, size_t size,
-                                       int with_data)
+/* Fills in the header of a new tensor on T whose storage is data (NULL: none yet). */
+AD__INLINE void ad__tensor_init(ad_tape *T, ad_tensor *t, int ndim, const int *shape, size_t size,
+                                ad_real *data)
 {
-    ad_tensor *t = (ad_tensor *)ad__alloc(T, AD__HEADER_BYTES + (with_data ? size * sizeof(ad_real) : 0), op);
     int i;
-    if (!t) return NULL;
-    t->data = with_data ? (ad_real *)((unsigned char *)t + AD__HEADER_BYTES) : NULL;
+    t->data = data;
     t->grad = NULL;
     t->size = size;
     t->ndim = ndim;
@@ -1453,6 +1455,32 @@ AD__INLINE ad_tensor *ad__tensor_sized(ad_tape *T, const char *op, int ndim, con
     t->id = T->ntensors++;
     t->requires_grad = 0;
     t->grad_is_external = 0;
+}
+
+/* A tensor's data starts on a 64-byte boundary after its header, except a one-element tensor's
+   value, which follows its header directly (16-byte aligned): one value gains nothing from the
+   boundary, and scalar tapes stay half the size. */
+#define AD__HEADER_BYTES ((sizeof(ad_tensor) + AD__ALIGN - 1) & ~(size_t)(AD__ALIGN - 1))
+#define AD__ONE_HEADER_BYTES ((sizeof(ad_tensor) + 15) & ~(size_t)15)
+#define AD__ONE_BYTES (AD__ONE_HEADER_BYTES + sizeof(ad_real))
+
+/* A one-element tensor on T with a checked shape and an uninitialised value. */
+AD__INLINE ad_tensor *ad__tensor_one(ad_tape *T, const char *op, int ndim, const int *shape)
+{
+    ad_tensor *t = (ad_tensor *)ad__alloc_aligned(T, AD__ONE_BYTES, 16, op);
+    if (t) ad__tensor_init(T, t, ndim, shape, 1, (ad_real *)((unsigned char *)t + AD__ONE_HEADER_BYTES));
+    return t;
+}
+
+/* A tensor on T with a checked shape of size elements and uninitialised data (or no data when
+   with_data is 0). The header and the data are one arena block. */
+AD__INLINE ad_tensor *ad__tensor_sized(ad_tape *T, const char *op, int ndim, const int *shape, size_t size,
+                                       int with_data)
+{
+    ad_tensor *t;
+    if (with_data && size == 1) return ad__tensor_one(T, op, ndim, shape);
+    t = (ad_tensor *)ad__alloc(T, AD__HEADER_BYTES + (with_data ? size * sizeof(ad_real) : 0), op);
+    if (t) ad__tensor_init(T, t, ndim, shape, size, with_data ? (ad_real *)((unsigned char *)t + AD__HEADER_BYTES) : NULL);
     return t;
 }
 
@@ -1642,26 +1670,19 @@ struct ad__sweep {
     unsigned char *owned;        /* 1 when gacc[id] is a buffer nobody else reads */
     unsigned n;                  /* tensors that existed when the sweep began */
     int create_graph;
+    int reuse;                   /* 1 when only the leaves' gradients are read after the sweep
+                                    (ad_backward), so an entry's output gradient may be reused
+                                    once the entry is done */
     int failed;
 };
 
-/* Appends an entry for out, produced by fn from nin inputs that the caller fills in. NULL when
-   memory runs out. */
-AD__PRIVATE ad__node *ad__push_entry(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn, int nin)
+/* Makes n, memory for an entry, the tape's last entry: out, produced by fn from nin inputs
+   that the caller fills in (into n->in, which holds 3; a caller with more points it elsewhere). */
+AD__INLINE void ad__link_entry(ad_tape *T, ad__node *n, ad_tensor *out, ad__backward_fn fn, int nin)
 {
-    ad__node *n = (ad__node *)ad__arena_alloc(&T->arena, sizeof(ad__node), 16);
-    if (!n) {
-        ad__fail(T, "%s: out of memory recording the operation", op);
-        return NULL;
-    }
     n->labels = NULL;
     n->saved = NULL;
-    if (nin <= 3) {
-        n->in = n->in_inline;
-    } else {
-        n->in = (ad_tensor **)ad__alloc(T, (size_t)nin * sizeof(ad_tensor *), op);
-        if (!n->in) return NULL;
-    }
+    n->in = n->in_inline;
     n->nin = nin;
     n->backward = fn;
     n->out = out;
@@ -1670,6 +1691,24 @@ AD__PRIVATE ad__node *ad__push_entry(ad_tape *T, const char *op, ad_tensor *out,
     T->nentries++;
     out->node = n;
     out->requires_grad = 1;
+}
+
+/* Appends an entry for out, produced by fn from nin inputs that the caller fills in. NULL when
+   memory runs out. */
+AD__PRIVATE ad__node *ad__push_entry(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn, int nin)
+{
+    ad__node *n = (ad__node *)ad__arena_alloc(&T->arena, sizeof(ad__node), 16);
+    ad_tensor **in = NULL;
+    if (!n) {
+        ad__fail(T, "%s: out of memory recording the operation", op);
+        return NULL;
+    }
+    if (nin > 3) {
+        in = (ad_tensor **)ad__alloc(T, (size_t)nin * sizeof(ad_tensor *), op);
+        if (!in) return NULL;
+    }
+    ad__link_entry(T, n, out, fn, nin);
+    if (in) n->in = in;
     return n;
 }
 
@@ -1781,6 +1820,34 @@ AD__INLINE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
     S->owned[x->id] = (unsigned char)fresh;
 }
 
+/* A buffer for the one-element gradient of x, owned by the sweep: *spare (a dead gradient of x's
+   shape, which is then used up) when there is one, else a new one. NULL when memory runs out. */
+AD__INLINE ad_real *ad__grad_one(ad__sweep *S, ad_tensor *x, ad_tensor **spare)
+{
+    ad_tensor *buf = *spare;
+    if (buf) *spare = NULL;
+    else if (!(buf = ad__tensor_one(S->T, "ad_backward", x->ndim, x->shape))) {
+        S->failed = 1;
+        return NULL;
+    }
+    S->gacc[x->id] = buf;
+    S->owned[x->id] = 1;
+    return buf->data;
+}
+
+/* Adds v to the gradient of x, a one-element tensor, for sweeps that do not record: in place
+   when the sweep owns x's gradient, else into a buffer of its own (see ad__grad_one). */
+AD__INLINE void ad__accum_one(ad__sweep *S, ad_tensor *x, ad_real v, ad_tensor **spare)
+{
+    ad_tensor *held = S->gacc[x->id];
+    ad_real *d;
+    if (held && S->owned[x->id]) {
+        held->data[0] += v;
+    } else if ((d = ad__grad_one(S, x, spare)) != NULL) {
+        d[0] = held ? held->data[0] + v : v;
+    }
+}
+
 /* Sums or broadcasts g to x's shape, then accumulates it. */
 AD__PRIVATE void ad__accum_to(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
 {
@@ -1833,6 +1900,7 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     }
     S->n = T->ntensors;
     S->create_graph = create_graph;
+    S->reuse = into_leaves && !create_graph;
     /* one block for both tables, cleared at once */
     S->gacc = (ad_tensor **)ad__alloc(T, (size_t)S->n * (sizeof(ad_tensor *) + 1), op);
     seed = ad__like(T, op, y);
@@ -2917,7 +2985,7 @@ AD__PRIVATE int ad__check_pair(ad_tape *T, const char *op, const ad_tensor *a, c
 }
 
 /* Computes kind(a, b) with broadcasting; records it when record is set. */
-AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record);
+AD__INLINE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record);
 
 /* Local derivatives of one element: d y / d a and d y / d b at a = x, b = z, y = x op z. */
 AD__PRIVATE void ad__binary_local(int kind, ad_real x, ad_real z, ad_real y, ad_real *da, ad_real *db)
@@ -3014,6 +3082,57 @@ AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     }
 }
 
+/* One-element operands of the same shape (scalar tapes): the output and its entry are one arena
+   block, and the backward goes straight to the inputs' gradient values. max and min, and sweeps
+   that record, take the general backward. */
+AD__PRIVATE void ad__binary_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tensor *a = n->in[0], *b = n->in[1];
+    ad_tensor *spare = S->reuse && S->owned[n->out->id] ? g : NULL; /* dead once read: see ad__sweep */
+    ad_real gv = g->data[0], bv = b->data[0], da, db;
+    if (S->create_graph) {
+        ad__binary_backward(S, n, g);
+        return;
+    }
+    /* the expressions of ad__binary_backward_fused, so that results are bitwise the same */
+    switch (n->iv[0]) {
+    case AD__B_ADD: da = gv; db = gv; break;
+    case AD__B_SUB: da = gv; db = -gv; break;
+    case AD__B_MUL: da = gv * bv; db = gv * a->data[0]; break;
+    case AD__B_DIV: da = gv / bv; db = -gv * n->out->data[0] / bv; break;
+    default:
+        ad__binary_backward(S, n, g);
+        return;
+    }
+    if (ad__wants(S, a)) ad__accum_one(S, a, da, &spare);
+    if (ad__wants(S, b)) ad__accum_one(S, b, db, &spare);
+}
+
+/* The block of a recorded one-element result: the tensor, its value, then its entry. */
+#define AD__ONE_ENTRY_OFFSET ((AD__ONE_BYTES + 15) & ~(size_t)15)
+
+AD__INLINE ad_tensor *ad__binary_one(ad_tape *T, const char *op, ad_tensor *a, ad_tensor *b, int kind,
+                                     int record)
+{
+    int recorded = record && T->grad_enabled && (a->requires_grad || b->requires_grad);
+    unsigned char *block;
+    ad_tensor *y;
+    ad__node *n;
+    block = (unsigned char *)ad__alloc_aligned(T, recorded ? AD__ONE_ENTRY_OFFSET + sizeof(ad__node)
+                                                           : AD__ONE_BYTES, 16, op);
+    if (!block) return NULL;
+    y = (ad_tensor *)block;
+    ad__tensor_init(T, y, a->ndim, a->shape, 1, (ad_real *)(block + AD__ONE_HEADER_BYTES));
+    y->data[0] = ad__binary_op(kind, a->data[0], b->data[0]);
+    if (!recorded) return y;
+    n = (ad__node *)(block + AD__ONE_ENTRY_OFFSET);
+    ad__link_entry(T, n, y, ad__binary_backward_one, 2);
+    n->in[0] = a;
+    n->in[1] = b;
+    n->iv[0] = kind;
+    return y;
+}
+
 /* kind(a, b) for operands of different shapes: the broadcast output, computed by walking it. */
 AD__PRIVATE ad_tensor *ad__binary_broadcast(ad_tape *T, const char *op, const ad_tensor *a,
                                             const ad_tensor *b, int kind)
@@ -3033,18 +3152,16 @@ AD__PRIVATE ad_tensor *ad__binary_broadcast(ad_tape *T, const char *op, const ad
     return y;
 }
 
-AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record)
+/* kind(a, b) for operands that are not both one element; records it when record is set. */
+AD__PRIVATE ad_tensor *ad__binary_tensors(ad_tape *T, const char *op, ad_tensor *a, ad_tensor *b, int kind,
+                                          int record)
 {
-    const char *op = ad__binary_names[kind];
     ad_tensor *y;
     ad__node *n;
-    if (!T || !a || !b) return NULL;
-    if (!ad__check_pair(T, op, a, b)) return NULL;
     if (ad__same_shape(a, b)) {
         y = ad__like(T, op, a);
         if (!y) return NULL;
-        if (y->size == 1) y->data[0] = ad__binary_op(kind, a->data[0], b->data[0]);
-        else ad__binary_row(kind, a->data, 1, b->data, 1, y->data, y->size);
+        ad__binary_row(kind, a->data, 1, b->data, 1, y->data, y->size);
     } else {
         y = ad__binary_broadcast(T, op, a, b, kind);
         if (!y) return NULL;
@@ -3054,6 +3171,15 @@ AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int ki
     if (!n) return NULL;
     n->iv[0] = kind;
     return y;
+}
+
+AD__INLINE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record)
+{
+    const char *op = ad__binary_names[kind];
+    if (!T || !a || !b) return NULL;
+    if (!ad__check_pair(T, op, a, b)) return NULL;
+    if (a->size == 1 && b->size == 1 && a->ndim == b->ndim) return ad__binary_one(T, op, a, b, kind, record);
+    return ad__binary_tensors(T, op, a, b, kind, record);
 }
 
 AUTODIFF_API ad_tensor *ad_add(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_ADD, 1); }
