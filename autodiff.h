@@ -1912,8 +1912,9 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     if (into_leaves && ad__sweep_into_leaves(S, y) != 0) return -1;
     S->gacc[y->id] = seed;
     T->grad_enabled = create_graph != 0;
+    /* every entry visited was recorded before the sweep began, so its tensors' ids are below n */
     for (n = T->last; n && !S->failed; n = n->prev) {
-        ad_tensor *g = n->out->id < S->n ? S->gacc[n->out->id] : NULL;
+        ad_tensor *g = S->gacc[n->out->id];
         if (g) n->backward(S, n, g);
     }
     T->grad_enabled = saved_enabled;
@@ -3104,8 +3105,9 @@ AD__PRIVATE void ad__binary_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g
         ad__binary_backward(S, n, g);
         return;
     }
-    if (ad__wants(S, a)) ad__accum_one(S, a, da, &spare);
-    if (ad__wants(S, b)) ad__accum_one(S, b, db, &spare);
+    /* (the inputs' ids are below S->n: the entry was recorded before the sweep began) */
+    if (a->requires_grad) ad__accum_one(S, a, da, &spare);
+    if (b->requires_grad) ad__accum_one(S, b, db, &spare);
 }
 
 /* The block of a recorded one-element result: the tensor, its value, then its entry. */
