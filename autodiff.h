@@ -857,15 +857,21 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 /* >>impl:platform ---------------------------------------------------------------------------- */
 #if defined(__GNUC__) || defined(__clang__)
 #define AD__UNUSED __attribute__((unused))
+#define AD__NOINLINE __attribute__((noinline))
+#define AD__ALWAYS_INLINE __attribute__((always_inline))
 #define AD__RESTRICT __restrict__
 #define AD__INLINE_KEYWORD __inline__
 #define AD__HAS_VECTOR_EXT 1
 #elif defined(_MSC_VER)
 #define AD__UNUSED
+#define AD__NOINLINE __declspec(noinline)
+#define AD__ALWAYS_INLINE
 #define AD__RESTRICT __restrict
 #define AD__INLINE_KEYWORD __inline
 #else
 #define AD__UNUSED
+#define AD__NOINLINE
+#define AD__ALWAYS_INLINE
 #define AD__RESTRICT
 #define AD__INLINE_KEYWORD
 #endif
@@ -878,6 +884,10 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 #define AD__X86_DISPATCH 0
 #endif
 #define AD__PRIVATE static AD__UNUSED
+/* the rare branch of a hot function, kept out of it so that its fast path stays short */
+#define AD__COLD static AD__NOINLINE AD__UNUSED
+/* the fast path of a public function, inlined into it whatever the compiler's estimate of size */
+#define AD__HOT static AD__INLINE_KEYWORD AD__ALWAYS_INLINE AD__UNUSED
 /* small functions on every op's path: allocation, recording, gradient slots */
 #define AD__INLINE static AD__INLINE_KEYWORD AD__UNUSED
 
@@ -951,8 +961,9 @@ AD__PRIVATE void *ad__arena_alloc_in_next(ad__arena *A, size_t bytes)
 
 /* Bump allocation of bytes at the given alignment (a power of two, 16 to AD__ALIGN). Blocks are
    multiples of 16 bytes, so used stays a multiple of 16 and, chunks being multiples of
-   AD__ALIGN, an aligned start never passes cap. */
-AD__INLINE void *ad__arena_alloc(ad__arena *A, size_t bytes, size_t align)
+   AD__ALIGN, an aligned start never passes cap. ad__arena_alloc_here is the part that stays in
+   the current chunk: NULL when the block does not fit there. */
+AD__INLINE void *ad__arena_alloc_here(ad__arena *A, size_t bytes, size_t align)
 {
     ad__chunk *c = A->cur;
     if (c) {
@@ -962,7 +973,13 @@ AD__INLINE void *ad__arena_alloc(ad__arena *A, size_t bytes, size_t align)
             return c->base + start;
         }
     }
-    return ad__arena_alloc_in_next(A, bytes);
+    return NULL;
+}
+
+AD__INLINE void *ad__arena_alloc(ad__arena *A, size_t bytes, size_t align)
+{
+    void *p = ad__arena_alloc_here(A, bytes, align);
+    return p ? p : ad__arena_alloc_in_next(A, bytes);
 }
 
 /* Bytes in use, counting the padding that alignment skipped (not the unused ends of chunks). */
@@ -1820,16 +1837,26 @@ AD__INLINE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
     S->owned[x->id] = (unsigned char)fresh;
 }
 
+/* A new buffer for the one-element gradient of x, owned by the sweep. NULL when memory runs out. */
+AD__COLD ad_real *ad__grad_one_new(ad__sweep *S, ad_tensor *x)
+{
+    ad_tensor *buf = ad__tensor_one(S->T, "ad_backward", x->ndim, x->shape);
+    if (!buf) {
+        S->failed = 1;
+        return NULL;
+    }
+    S->gacc[x->id] = buf;
+    S->owned[x->id] = 1;
+    return buf->data;
+}
+
 /* A buffer for the one-element gradient of x, owned by the sweep: *spare (a dead gradient of x's
    shape, which is then used up) when there is one, else a new one. NULL when memory runs out. */
 AD__INLINE ad_real *ad__grad_one(ad__sweep *S, ad_tensor *x, ad_tensor **spare)
 {
     ad_tensor *buf = *spare;
-    if (buf) *spare = NULL;
-    else if (!(buf = ad__tensor_one(S->T, "ad_backward", x->ndim, x->shape))) {
-        S->failed = 1;
-        return NULL;
-    }
+    if (!buf) return ad__grad_one_new(S, x);
+    *spare = NULL;
     S->gacc[x->id] = buf;
     S->owned[x->id] = 1;
     return buf->data;
@@ -2986,7 +3013,7 @@ AD__PRIVATE int ad__check_pair(ad_tape *T, const char *op, const ad_tensor *a, c
 }
 
 /* Computes kind(a, b) with broadcasting; records it when record is set. */
-AD__INLINE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record);
+AD__HOT ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record);
 
 /* Local derivatives of one element: d y / d a and d y / d b at a = x, b = z, y = x op z. */
 AD__PRIVATE void ad__binary_local(int kind, ad_real x, ad_real z, ad_real y, ad_real *da, ad_real *db)
@@ -3110,20 +3137,15 @@ AD__PRIVATE void ad__binary_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g
     if (b->requires_grad) ad__accum_one(S, b, db, &spare);
 }
 
-/* The block of a recorded one-element result: the tensor, its value, then its entry. */
+/* The block of a one-element result: the tensor, its value, then its entry when it is recorded. */
 #define AD__ONE_ENTRY_OFFSET ((AD__ONE_BYTES + 15) & ~(size_t)15)
+#define AD__ONE_BLOCK_BYTES(recorded) ((recorded) ? AD__ONE_ENTRY_OFFSET + sizeof(ad__node) : AD__ONE_BYTES)
 
-AD__INLINE ad_tensor *ad__binary_one(ad_tape *T, const char *op, ad_tensor *a, ad_tensor *b, int kind,
-                                     int record)
+AD__INLINE ad_tensor *ad__binary_one_fill(ad_tape *T, unsigned char *block, ad_tensor *a, ad_tensor *b,
+                                          int kind, int recorded)
 {
-    int recorded = record && T->grad_enabled && (a->requires_grad || b->requires_grad);
-    unsigned char *block;
-    ad_tensor *y;
+    ad_tensor *y = (ad_tensor *)block;
     ad__node *n;
-    block = (unsigned char *)ad__alloc_aligned(T, recorded ? AD__ONE_ENTRY_OFFSET + sizeof(ad__node)
-                                                           : AD__ONE_BYTES, 16, op);
-    if (!block) return NULL;
-    y = (ad_tensor *)block;
     ad__tensor_init(T, y, a->ndim, a->shape, 1, (ad_real *)(block + AD__ONE_HEADER_BYTES));
     y->data[0] = ad__binary_op(kind, a->data[0], b->data[0]);
     if (!recorded) return y;
@@ -3133,6 +3155,23 @@ AD__INLINE ad_tensor *ad__binary_one(ad_tape *T, const char *op, ad_tensor *a, a
     n->in[1] = b;
     n->iv[0] = kind;
     return y;
+}
+
+/* The same when the block does not fit in the arena's current chunk. */
+AD__COLD ad_tensor *ad__binary_one_next_chunk(ad_tape *T, const char *op, ad_tensor *a, ad_tensor *b, int kind,
+                                              int recorded)
+{
+    unsigned char *block = (unsigned char *)ad__alloc_aligned(T, AD__ONE_BLOCK_BYTES(recorded), 16, op);
+    return block ? ad__binary_one_fill(T, block, a, b, kind, recorded) : NULL;
+}
+
+AD__INLINE ad_tensor *ad__binary_one(ad_tape *T, const char *op, ad_tensor *a, ad_tensor *b, int kind,
+                                     int record)
+{
+    int recorded = record && T->grad_enabled && (a->requires_grad || b->requires_grad);
+    unsigned char *block = (unsigned char *)ad__arena_alloc_here(&T->arena, AD__ONE_BLOCK_BYTES(recorded), 16);
+    if (!block) return ad__binary_one_next_chunk(T, op, a, b, kind, recorded);
+    return ad__binary_one_fill(T, block, a, b, kind, recorded);
 }
 
 /* kind(a, b) for operands of different shapes: the broadcast output, computed by walking it. */
@@ -3175,7 +3214,7 @@ AD__PRIVATE ad_tensor *ad__binary_tensors(ad_tape *T, const char *op, ad_tensor 
     return y;
 }
 
-AD__INLINE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record)
+AD__HOT ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record)
 {
     const char *op = ad__binary_names[kind];
     if (!T || !a || !b) return NULL;
