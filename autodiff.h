@@ -1938,6 +1938,7 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     if (!y->requires_grad) return 0;
     if (into_leaves && ad__sweep_into_leaves(S, y) != 0) return -1;
     S->gacc[y->id] = seed;
+    S->owned[y->id] = 1; /* the seed is the sweep's own: ad_backward may reuse it like any other */
     T->grad_enabled = create_graph != 0;
     /* every entry visited was recorded before the sweep began, so its tensors' ids are below n */
     for (n = T->last; n && !S->failed; n = n->prev) {
