@@ -932,7 +932,10 @@ AD__PRIVATE ad__chunk *ad__chunk_new(size_t cap)
    after the current one when none is. Data never moves. Returns 0 when memory runs out. */
 AD__PRIVATE int ad__arena_advance(ad__arena *A, size_t bytes)
 {
-    ad__chunk **link = A->cur ? &A->cur->next : &A->head, **at = link, *next;
+    ad__chunk **link, **at, *next;
+    if (A->cur == A->head && A->cur && A->cur->used == 0) A->cur = NULL; /* reset: all chunks are free */
+    link = A->cur ? &A->cur->next : &A->head;
+    at = link;
     while (*at && (*at)->cap < bytes) at = &(*at)->next;
     if (*at) {
         next = *at;
@@ -996,10 +999,13 @@ AD__PRIVATE size_t ad__arena_peak(const ad__arena *A)
     return now > A->peak ? now : A->peak;
 }
 
+/* Rewinds to the start of the first chunk, so that the next allocation is a plain bump when it
+   fits there (when it does not, ad__arena_advance chooses among all the chunks). */
 AD__PRIVATE void ad__arena_reset(ad__arena *A)
 {
     A->peak = ad__arena_peak(A);
-    A->cur = NULL;
+    A->cur = A->head;
+    if (A->cur) A->cur->used = 0;
     A->done = 0;
 }
 
