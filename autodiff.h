@@ -3118,31 +3118,53 @@ AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 }
 
 /* One-element operands of the same shape (scalar tapes): the output and its entry are one arena
-   block, and the backward goes straight to the inputs' gradient values. max and min, and sweeps
-   that record, take the general backward. */
-AD__PRIVATE void ad__binary_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
+   block, and the backward, one function per kind, goes straight to the inputs' gradient values
+   with the expressions of ad__binary_backward_fused (so results are bitwise the same). Sweeps
+   that record, and max and min, take the general backward. */
+
+/* Adds da and db, the contributions of a one-element entry, to its inputs' gradients. */
+AD__INLINE void ad__binary_one_accum(ad__sweep *S, ad__node *n, ad_tensor *g, ad_real da, ad_real db)
 {
     ad_tensor *a = n->in[0], *b = n->in[1];
     ad_tensor *spare = S->reuse && S->owned[n->out->id] ? g : NULL; /* dead once read: see ad__sweep */
-    ad_real gv = g->data[0], bv = b->data[0], da, db;
-    if (S->create_graph) {
-        ad__binary_backward(S, n, g);
-        return;
-    }
-    /* the expressions of ad__binary_backward_fused, so that results are bitwise the same */
-    switch (n->iv[0]) {
-    case AD__B_ADD: da = gv; db = gv; break;
-    case AD__B_SUB: da = gv; db = -gv; break;
-    case AD__B_MUL: da = gv * bv; db = gv * a->data[0]; break;
-    case AD__B_DIV: da = gv / bv; db = -gv * n->out->data[0] / bv; break;
-    default:
-        ad__binary_backward(S, n, g);
-        return;
-    }
     /* (the inputs' ids are below S->n: the entry was recorded before the sweep began) */
     if (a->requires_grad) ad__accum_one(S, a, da, &spare);
     if (b->requires_grad) ad__accum_one(S, b, db, &spare);
 }
+
+AD__PRIVATE void ad__add_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_real gv = g->data[0];
+    if (S->create_graph) ad__binary_backward(S, n, g);
+    else ad__binary_one_accum(S, n, g, gv, gv);
+}
+
+AD__PRIVATE void ad__sub_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_real gv = g->data[0];
+    if (S->create_graph) ad__binary_backward(S, n, g);
+    else ad__binary_one_accum(S, n, g, gv, -gv);
+}
+
+AD__PRIVATE void ad__mul_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_real gv = g->data[0];
+    if (S->create_graph) ad__binary_backward(S, n, g);
+    else ad__binary_one_accum(S, n, g, gv * n->in[1]->data[0], gv * n->in[0]->data[0]);
+}
+
+AD__PRIVATE void ad__div_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_real gv = g->data[0], bv = n->in[1]->data[0];
+    if (S->create_graph) ad__binary_backward(S, n, g);
+    else ad__binary_one_accum(S, n, g, gv / bv, -gv * n->out->data[0] / bv);
+}
+
+/* by kind (enum ad__binary_kind); the masks are never recorded */
+static const ad__backward_fn ad__binary_backward_one[] = {
+    ad__add_backward_one, ad__sub_backward_one, ad__mul_backward_one, ad__div_backward_one,
+    ad__binary_backward, ad__binary_backward
+};
 
 /* The block of a one-element result: the tensor, its value, then its entry when it is recorded. */
 #define AD__ONE_ENTRY_OFFSET ((AD__ONE_BYTES + 15) & ~(size_t)15)
@@ -3157,7 +3179,7 @@ AD__INLINE ad_tensor *ad__binary_one_fill(ad_tape *T, unsigned char *block, ad_t
     y->data[0] = ad__binary_op(kind, a->data[0], b->data[0]);
     if (!recorded) return y;
     n = (ad__node *)(block + AD__ONE_ENTRY_OFFSET);
-    ad__link_entry(T, n, y, ad__binary_backward_one, 2);
+    ad__link_entry(T, n, y, ad__binary_backward_one[kind], 2);
     n->in[0] = a;
     n->in[1] = b;
     n->iv[0] = kind;
