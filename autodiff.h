@@ -886,7 +886,7 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 #define AD__PRIVATE static AD__UNUSED
 /* the rare branch of a hot function, kept out of it so that its fast path stays short */
 #define AD__COLD static AD__NOINLINE AD__UNUSED
-/* the fast path of a public function, inlined into it whatever the compiler's estimate of size */
+/* a fast path, inlined into its callers whatever the compiler's estimate of its size */
 #define AD__HOT static AD__INLINE_KEYWORD AD__ALWAYS_INLINE AD__UNUSED
 /* small functions on every op's path: allocation, recording, gradient slots */
 #define AD__INLINE static AD__INLINE_KEYWORD AD__UNUSED
@@ -3123,7 +3123,7 @@ AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
    that record, and max and min, take the general backward. */
 
 /* Adds da and db, the contributions of a one-element entry, to its inputs' gradients. */
-AD__INLINE void ad__binary_one_accum(ad__sweep *S, ad__node *n, ad_tensor *g, ad_real da, ad_real db)
+AD__HOT void ad__binary_one_accum(ad__sweep *S, ad__node *n, ad_tensor *g, ad_real da, ad_real db)
 {
     ad_tensor *a = n->in[0], *b = n->in[1];
     ad_tensor *spare = S->reuse && S->owned[n->out->id] ? g : NULL; /* dead once read: see ad__sweep */
