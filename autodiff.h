@@ -867,15 +867,21 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 /* >>impl:platform ---------------------------------------------------------------------------- */
 #if defined(__GNUC__) || defined(__clang__)
 #define AD__UNUSED __attribute__((unused))
+#define AD__NOINLINE __attribute__((noinline))
+#define AD__ALWAYS_INLINE __attribute__((always_inline))
 #define AD__RESTRICT __restrict__
 #define AD__INLINE_KEYWORD __inline__
 #define AD__HAS_VECTOR_EXT 1
 #elif defined(_MSC_VER)
 #define AD__UNUSED
+#define AD__NOINLINE __declspec(noinline)
+#define AD__ALWAYS_INLINE
 #define AD__RESTRICT __restrict
 #define AD__INLINE_KEYWORD __inline
 #else
 #define AD__UNUSED
+#define AD__NOINLINE
+#define AD__ALWAYS_INLINE
 #define AD__RESTRICT
 #define AD__INLINE_KEYWORD
 #endif
@@ -888,6 +894,10 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 #define AD__X86_DISPATCH 0
 #endif
 #define AD__PRIVATE static AD__UNUSED
+/* the rare branch of a hot function, kept out of it so that its fast path stays short */
+#define AD__COLD static AD__NOINLINE AD__UNUSED
+/* a fast path, inlined into its callers whatever the compiler's estimate of its size */
+#define AD__HOT static AD__INLINE_KEYWORD AD__ALWAYS_INLINE AD__UNUSED
 /* small functions on every op's path: allocation, recording, gradient slots */
 #define AD__INLINE static AD__INLINE_KEYWORD AD__UNUSED
 
@@ -932,7 +942,10 @@ AD__PRIVATE ad__chunk *ad__chunk_new(size_t cap)
    after the current one when none is. Data never moves. Returns 0 when memory runs out. */
 AD__PRIVATE int ad__arena_advance(ad__arena *A, size_t bytes)
 {
-    ad__chunk **link = A->cur ? &A->cur->next : &A->head, **at = link, *next;
+    ad__chunk **link, **at, *next;
+    if (A->cur == A->head && A->cur && A->cur->used == 0) A->cur = NULL; /* reset: all chunks are free */
+    link = A->cur ? &A->cur->next : &A->head;
+    at = link;
     while (*at && (*at)->cap < bytes) at = &(*at)->next;
     if (*at) {
         next = *at;
@@ -961,8 +974,9 @@ AD__PRIVATE void *ad__arena_alloc_in_next(ad__arena *A, size_t bytes)
 
 /* Bump allocation of bytes at the given alignment (a power of two, 16 to AD__ALIGN). Blocks are
    multiples of 16 bytes, so used stays a multiple of 16 and, chunks being multiples of
-   AD__ALIGN, an aligned start never passes cap. */
-AD__INLINE void *ad__arena_alloc(ad__arena *A, size_t bytes, size_t align)
+   AD__ALIGN, an aligned start never passes cap. ad__arena_alloc_here is the part that stays in
+   the current chunk: NULL when the block does not fit there. */
+AD__INLINE void *ad__arena_alloc_here(ad__arena *A, size_t bytes, size_t align)
 {
     ad__chunk *c = A->cur;
     if (c) {
@@ -972,7 +986,13 @@ AD__INLINE void *ad__arena_alloc(ad__arena *A, size_t bytes, size_t align)
             return c->base + start;
         }
     }
-    return ad__arena_alloc_in_next(A, bytes);
+    return NULL;
+}
+
+AD__INLINE void *ad__arena_alloc(ad__arena *A, size_t bytes, size_t align)
+{
+    void *p = ad__arena_alloc_here(A, bytes, align);
+    return p ? p : ad__arena_alloc_in_next(A, bytes);
 }
 
 /* Bytes in use, counting the padding that alignment skipped (not the unused ends of chunks). */
@@ -989,10 +1009,13 @@ AD__PRIVATE size_t ad__arena_peak(const ad__arena *A)
     return now > A->peak ? now : A->peak;
 }
 
+/* Rewinds to the start of the first chunk, so that the next allocation is a plain bump when it
+   fits there (when it does not, ad__arena_advance chooses among all the chunks). */
 AD__PRIVATE void ad__arena_reset(ad__arena *A)
 {
     A->peak = ad__arena_peak(A);
-    A->cur = NULL;
+    A->cur = A->head;
+    if (A->cur) A->cur->used = 0;
     A->done = 0;
 }
 
@@ -1378,11 +1401,18 @@ AD__PRIVATE void ad__parallel(ad_tape *T, ad__task_fn fn, void *ctx, int ntasks)
     }
 }
 
-AD__INLINE void *ad__alloc(ad_tape *T, size_t bytes, const char *op)
+/* bytes from T's arena at the given alignment (16 to AD__ALIGN); NULL, with the error set,
+   when memory runs out. */
+AD__INLINE void *ad__alloc_aligned(ad_tape *T, size_t bytes, size_t align, const char *op)
 {
-    void *p = ad__arena_alloc(&T->arena, bytes, AD__ALIGN);
+    void *p = ad__arena_alloc(&T->arena, bytes, align);
     if (!p) ad__fail(T, "%s: out of memory allocating %zu bytes", op, bytes);
     return p;
+}
+
+AD__INLINE void *ad__alloc(ad_tape *T, size_t bytes, const char *op)
+{
+    return ad__alloc_aligned(T, bytes, AD__ALIGN, op);
 }
 
 /* >>impl:tensor ------------------------------------------------------------------------------ */
@@ -1442,17 +1472,12 @@ AD__PRIVATE int ad__check_shape(ad_tape *T, const char *op, int ndim, const int 
     return 1;
 }
 
-/* A tensor on T with a checked shape of size elements and uninitialised data (or no data when
-   with_data is 0). The header and the data are one arena block; the data starts on a 64-byte
-   boundary. */
-#define AD__HEADER_BYTES ((sizeof(ad_tensor) + AD__ALIGN - 1) & ~(size_t)(AD__ALIGN - 1))
-AD__INLINE ad_tensor *ad__tensor_sized(ad_tape *T, const char *op, int ndim, const int *shape, size_t size,
-                                       int with_data)
+/* Fills in the header of a new tensor on T whose storage is data (NULL: none yet). */
+AD__INLINE void ad__tensor_init(ad_tape *T, ad_tensor *t, int ndim, const int *shape, size_t size,
+                                ad_real *data)
 {
-    ad_tensor *t = (ad_tensor *)ad__alloc(T, AD__HEADER_BYTES + (with_data ? size * sizeof(ad_real) : 0), op);
     int i;
-    if (!t) return NULL;
-    t->data = with_data ? (ad_real *)((unsigned char *)t + AD__HEADER_BYTES) : NULL;
+    t->data = data;
     t->grad = NULL;
     t->size = size;
     t->ndim = ndim;
@@ -1463,6 +1488,32 @@ AD__INLINE ad_tensor *ad__tensor_sized(ad_tape *T, const char *op, int ndim, con
     t->id = T->ntensors++;
     t->requires_grad = 0;
     t->grad_is_external = 0;
+}
+
+/* A tensor's data starts on a 64-byte boundary after its header, except a one-element tensor's
+   value, which follows its header directly (16-byte aligned): one value gains nothing from the
+   boundary, and scalar tapes stay half the size. */
+#define AD__HEADER_BYTES ((sizeof(ad_tensor) + AD__ALIGN - 1) & ~(size_t)(AD__ALIGN - 1))
+#define AD__ONE_HEADER_BYTES ((sizeof(ad_tensor) + 15) & ~(size_t)15)
+#define AD__ONE_BYTES (AD__ONE_HEADER_BYTES + sizeof(ad_real))
+
+/* A one-element tensor on T with a checked shape and an uninitialised value. */
+AD__INLINE ad_tensor *ad__tensor_one(ad_tape *T, const char *op, int ndim, const int *shape)
+{
+    ad_tensor *t = (ad_tensor *)ad__alloc_aligned(T, AD__ONE_BYTES, 16, op);
+    if (t) ad__tensor_init(T, t, ndim, shape, 1, (ad_real *)((unsigned char *)t + AD__ONE_HEADER_BYTES));
+    return t;
+}
+
+/* A tensor on T with a checked shape of size elements and uninitialised data (or no data when
+   with_data is 0). The header and the data are one arena block. */
+AD__INLINE ad_tensor *ad__tensor_sized(ad_tape *T, const char *op, int ndim, const int *shape, size_t size,
+                                       int with_data)
+{
+    ad_tensor *t;
+    if (with_data && size == 1) return ad__tensor_one(T, op, ndim, shape);
+    t = (ad_tensor *)ad__alloc(T, AD__HEADER_BYTES + (with_data ? size * sizeof(ad_real) : 0), op);
+    if (t) ad__tensor_init(T, t, ndim, shape, size, with_data ? (ad_real *)((unsigned char *)t + AD__HEADER_BYTES) : NULL);
     return t;
 }
 
@@ -1652,26 +1703,19 @@ struct ad__sweep {
     unsigned char *owned;        /* 1 when gacc[id] is a buffer nobody else reads */
     unsigned n;                  /* tensors that existed when the sweep began */
     int create_graph;
+    int reuse;                   /* 1 when only the leaves' gradients are read after the sweep
+                                    (ad_backward), so an entry's output gradient may be reused
+                                    once the entry is done */
     int failed;
 };
 
-/* Appends an entry for out, produced by fn from nin inputs that the caller fills in. NULL when
-   memory runs out. */
-AD__PRIVATE ad__node *ad__push_entry(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn, int nin)
+/* Makes n, memory for an entry, the tape's last entry: out, produced by fn from nin inputs
+   that the caller fills in (into n->in, which holds 3; a caller with more points it elsewhere). */
+AD__INLINE void ad__link_entry(ad_tape *T, ad__node *n, ad_tensor *out, ad__backward_fn fn, int nin)
 {
-    ad__node *n = (ad__node *)ad__arena_alloc(&T->arena, sizeof(ad__node), 16);
-    if (!n) {
-        ad__fail(T, "%s: out of memory recording the operation", op);
-        return NULL;
-    }
     n->labels = NULL;
     n->saved = NULL;
-    if (nin <= 3) {
-        n->in = n->in_inline;
-    } else {
-        n->in = (ad_tensor **)ad__alloc(T, (size_t)nin * sizeof(ad_tensor *), op);
-        if (!n->in) return NULL;
-    }
+    n->in = n->in_inline;
     n->nin = nin;
     n->backward = fn;
     n->out = out;
@@ -1680,6 +1724,24 @@ AD__PRIVATE ad__node *ad__push_entry(ad_tape *T, const char *op, ad_tensor *out,
     T->nentries++;
     out->node = n;
     out->requires_grad = 1;
+}
+
+/* Appends an entry for out, produced by fn from nin inputs that the caller fills in. NULL when
+   memory runs out. */
+AD__PRIVATE ad__node *ad__push_entry(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn, int nin)
+{
+    ad__node *n = (ad__node *)ad__arena_alloc(&T->arena, sizeof(ad__node), 16);
+    ad_tensor **in = NULL;
+    if (!n) {
+        ad__fail(T, "%s: out of memory recording the operation", op);
+        return NULL;
+    }
+    if (nin > 3) {
+        in = (ad_tensor **)ad__alloc(T, (size_t)nin * sizeof(ad_tensor *), op);
+        if (!in) return NULL;
+    }
+    ad__link_entry(T, n, out, fn, nin);
+    if (in) n->in = in;
     return n;
 }
 
@@ -1791,6 +1853,44 @@ AD__INLINE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
     S->owned[x->id] = (unsigned char)fresh;
 }
 
+/* A new buffer for the one-element gradient of x, owned by the sweep. NULL when memory runs out. */
+AD__COLD ad_real *ad__grad_one_new(ad__sweep *S, ad_tensor *x)
+{
+    ad_tensor *buf = ad__tensor_one(S->T, "ad_backward", x->ndim, x->shape);
+    if (!buf) {
+        S->failed = 1;
+        return NULL;
+    }
+    S->gacc[x->id] = buf;
+    S->owned[x->id] = 1;
+    return buf->data;
+}
+
+/* A buffer for the one-element gradient of x, owned by the sweep: *spare (a dead gradient of x's
+   shape, which is then used up) when there is one, else a new one. NULL when memory runs out. */
+AD__INLINE ad_real *ad__grad_one(ad__sweep *S, ad_tensor *x, ad_tensor **spare)
+{
+    ad_tensor *buf = *spare;
+    if (!buf) return ad__grad_one_new(S, x);
+    *spare = NULL;
+    S->gacc[x->id] = buf;
+    S->owned[x->id] = 1;
+    return buf->data;
+}
+
+/* Adds v to the gradient of x, a one-element tensor, for sweeps that do not record: in place
+   when the sweep owns x's gradient, else into a buffer of its own (see ad__grad_one). */
+AD__INLINE void ad__accum_one(ad__sweep *S, ad_tensor *x, ad_real v, ad_tensor **spare)
+{
+    ad_tensor *held = S->gacc[x->id];
+    ad_real *d;
+    if (held && S->owned[x->id]) {
+        held->data[0] += v;
+    } else if ((d = ad__grad_one(S, x, spare)) != NULL) {
+        d[0] = held ? held->data[0] + v : v;
+    }
+}
+
 /* Sums or broadcasts g to x's shape, then accumulates it. */
 AD__PRIVATE void ad__accum_to(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
 {
@@ -1843,6 +1943,7 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     }
     S->n = T->ntensors;
     S->create_graph = create_graph;
+    S->reuse = into_leaves && !create_graph;
     /* one block for both tables, cleared at once */
     S->gacc = (ad_tensor **)ad__alloc(T, (size_t)S->n * (sizeof(ad_tensor *) + 1), op);
     seed = ad__like(T, op, y);
@@ -1853,9 +1954,11 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     if (!y->requires_grad) return 0;
     if (into_leaves && ad__sweep_into_leaves(S, y) != 0) return -1;
     S->gacc[y->id] = seed;
+    S->owned[y->id] = 1; /* the seed is the sweep's own: ad_backward may reuse it like any other */
     T->grad_enabled = create_graph != 0;
+    /* every entry visited was recorded before the sweep began, so its tensors' ids are below n */
     for (n = T->last; n && !S->failed; n = n->prev) {
-        ad_tensor *g = n->out->id < S->n ? S->gacc[n->out->id] : NULL;
+        ad_tensor *g = S->gacc[n->out->id];
         if (g) n->backward(S, n, g);
     }
     T->grad_enabled = saved_enabled;
@@ -2959,7 +3062,7 @@ AD__PRIVATE int ad__check_pair(ad_tape *T, const char *op, const ad_tensor *a, c
 }
 
 /* Computes kind(a, b) with broadcasting; records it when record is set. */
-AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record);
+AD__HOT ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record);
 
 /* Local derivatives of one element: d y / d a and d y / d b at a = x, b = z, y = x op z. */
 AD__PRIVATE void ad__binary_local(int kind, ad_real x, ad_real z, ad_real y, ad_real *da, ad_real *db)
@@ -3056,6 +3159,92 @@ AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     }
 }
 
+/* One-element operands of the same shape (scalar tapes): the output and its entry are one arena
+   block, and the backward, one function per kind, goes straight to the inputs' gradient values
+   with the expressions of ad__binary_backward_fused (so results are bitwise the same). Sweeps
+   that record, and max and min, take the general backward. */
+
+/* Adds da and db, the contributions of a one-element entry, to its inputs' gradients. */
+AD__HOT void ad__binary_one_accum(ad__sweep *S, ad__node *n, ad_tensor *g, ad_real da, ad_real db)
+{
+    ad_tensor *a = n->in[0], *b = n->in[1];
+    ad_tensor *spare = S->reuse && S->owned[n->out->id] ? g : NULL; /* dead once read: see ad__sweep */
+    /* (the inputs' ids are below S->n: the entry was recorded before the sweep began) */
+    if (a->requires_grad) ad__accum_one(S, a, da, &spare);
+    if (b->requires_grad) ad__accum_one(S, b, db, &spare);
+}
+
+AD__PRIVATE void ad__add_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_real gv = g->data[0];
+    if (S->create_graph) ad__binary_backward(S, n, g);
+    else ad__binary_one_accum(S, n, g, gv, gv);
+}
+
+AD__PRIVATE void ad__sub_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_real gv = g->data[0];
+    if (S->create_graph) ad__binary_backward(S, n, g);
+    else ad__binary_one_accum(S, n, g, gv, -gv);
+}
+
+AD__PRIVATE void ad__mul_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_real gv = g->data[0];
+    if (S->create_graph) ad__binary_backward(S, n, g);
+    else ad__binary_one_accum(S, n, g, gv * n->in[1]->data[0], gv * n->in[0]->data[0]);
+}
+
+AD__PRIVATE void ad__div_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_real gv = g->data[0], bv = n->in[1]->data[0];
+    if (S->create_graph) ad__binary_backward(S, n, g);
+    else ad__binary_one_accum(S, n, g, gv / bv, -gv * n->out->data[0] / bv);
+}
+
+/* by kind (enum ad__binary_kind); the masks are never recorded */
+static const ad__backward_fn ad__binary_backward_one[] = {
+    ad__add_backward_one, ad__sub_backward_one, ad__mul_backward_one, ad__div_backward_one,
+    ad__binary_backward, ad__binary_backward
+};
+
+/* The block of a one-element result: the tensor, its value, then its entry when it is recorded. */
+#define AD__ONE_ENTRY_OFFSET ((AD__ONE_BYTES + 15) & ~(size_t)15)
+#define AD__ONE_BLOCK_BYTES(recorded) ((recorded) ? AD__ONE_ENTRY_OFFSET + sizeof(ad__node) : AD__ONE_BYTES)
+
+AD__INLINE ad_tensor *ad__binary_one_fill(ad_tape *T, unsigned char *block, ad_tensor *a, ad_tensor *b,
+                                          int kind, int recorded)
+{
+    ad_tensor *y = (ad_tensor *)block;
+    ad__node *n;
+    ad__tensor_init(T, y, a->ndim, a->shape, 1, (ad_real *)(block + AD__ONE_HEADER_BYTES));
+    y->data[0] = ad__binary_op(kind, a->data[0], b->data[0]);
+    if (!recorded) return y;
+    n = (ad__node *)(block + AD__ONE_ENTRY_OFFSET);
+    ad__link_entry(T, n, y, ad__binary_backward_one[kind], 2);
+    n->in[0] = a;
+    n->in[1] = b;
+    n->iv[0] = kind;
+    return y;
+}
+
+/* The same when the block does not fit in the arena's current chunk. */
+AD__COLD ad_tensor *ad__binary_one_next_chunk(ad_tape *T, const char *op, ad_tensor *a, ad_tensor *b, int kind,
+                                              int recorded)
+{
+    unsigned char *block = (unsigned char *)ad__alloc_aligned(T, AD__ONE_BLOCK_BYTES(recorded), 16, op);
+    return block ? ad__binary_one_fill(T, block, a, b, kind, recorded) : NULL;
+}
+
+AD__INLINE ad_tensor *ad__binary_one(ad_tape *T, const char *op, ad_tensor *a, ad_tensor *b, int kind,
+                                     int record)
+{
+    int recorded = record && T->grad_enabled && (a->requires_grad || b->requires_grad);
+    unsigned char *block = (unsigned char *)ad__arena_alloc_here(&T->arena, AD__ONE_BLOCK_BYTES(recorded), 16);
+    if (!block) return ad__binary_one_next_chunk(T, op, a, b, kind, recorded);
+    return ad__binary_one_fill(T, block, a, b, kind, recorded);
+}
+
 /* kind(a, b) for operands of different shapes: the broadcast output, computed by walking it. */
 AD__PRIVATE ad_tensor *ad__binary_broadcast(ad_tape *T, const char *op, const ad_tensor *a,
                                             const ad_tensor *b, int kind)
@@ -3075,18 +3264,16 @@ AD__PRIVATE ad_tensor *ad__binary_broadcast(ad_tape *T, const char *op, const ad
     return y;
 }
 
-AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record)
+/* kind(a, b) for operands that are not both one element; records it when record is set. */
+AD__PRIVATE ad_tensor *ad__binary_tensors(ad_tape *T, const char *op, ad_tensor *a, ad_tensor *b, int kind,
+                                          int record)
 {
-    const char *op = ad__binary_names[kind];
     ad_tensor *y;
     ad__node *n;
-    if (!T || !a || !b) return NULL;
-    if (!ad__check_pair(T, op, a, b)) return NULL;
     if (ad__same_shape(a, b)) {
         y = ad__like(T, op, a);
         if (!y) return NULL;
-        if (y->size == 1) y->data[0] = ad__binary_op(kind, a->data[0], b->data[0]);
-        else ad__binary_row(kind, a->data, 1, b->data, 1, y->data, y->size);
+        ad__binary_row(kind, a->data, 1, b->data, 1, y->data, y->size);
     } else {
         y = ad__binary_broadcast(T, op, a, b, kind);
         if (!y) return NULL;
@@ -3096,6 +3283,15 @@ AD__PRIVATE ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int ki
     if (!n) return NULL;
     n->iv[0] = kind;
     return y;
+}
+
+AD__HOT ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record)
+{
+    const char *op = ad__binary_names[kind];
+    if (!T || !a || !b) return NULL;
+    if (!ad__check_pair(T, op, a, b)) return NULL;
+    if (a->size == 1 && b->size == 1 && a->ndim == b->ndim) return ad__binary_one(T, op, a, b, kind, record);
+    return ad__binary_tensors(T, op, a, b, kind, record);
 }
 
 AUTODIFF_API ad_tensor *ad_add(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_ADD, 1); }

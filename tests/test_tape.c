@@ -487,6 +487,143 @@ static void test_threads(void)
     ad_tape_free(ref);
 }
 
+/* (j) scalar tapes: ops on one-element tensors take a path of their own (one block per entry,
+   gradients as values, output gradients reused during ad_backward). The same expressions on
+   two-element tensors take the general path; both must give the same values and gradients,
+   through leaves used several times, squares, sums that share one gradient, caller-owned
+   gradients that accumulate, ad_grad of intermediates, second derivatives and reused tapes. */
+enum { SCALAR_LEAVES = 3 };
+
+/* A fixed expression over three leaves of any one shape; returns its one-element result (a sum
+   of the elements for the two-element form) and, in *mid, an intermediate. */
+static ad_tensor *scalar_expr(ad_tape *T, ad_tensor **x, ad_tensor **mid)
+{
+    ad_tensor *a = x[0], *b = x[1], *c = x[2];
+    ad_tensor *u = ad_sub(T, b, ad_mul(T, a, c));         /* u's gradient becomes the product's */
+    ad_tensor *v = ad_mul(T, u, u);                        /* a square */
+    ad_tensor *w = ad_div(T, ad_sub(T, v, a), ad_add(T, b, c));
+    ad_tensor *z = ad_mul(T, ad_sub(T, w, ad_mul(T, a, c)), ad_add(T, ad_div(T, c, a), b));
+    ad_tensor *m = ad_maximum(T, z, ad_minimum(T, a, c)); /* the general backward */
+    ad_tensor *r = w ? ad_reshape(T, w, w->ndim, w->shape) : NULL; /* w shares r's gradient */
+    ad_tensor *y = ad_add(T, ad_mul(T, m, ad_sub(T, a, r)), ad_add(T, z, ad_mul(T, b, b)));
+    if (mid) *mid = u;
+    return y && y->size > 1 ? ad_sum(T, y) : y;
+}
+
+static int scalar_close(double got, double want)
+{
+    return fabs(got - want) <= 1e-6 * (fabs(want) > 1 ? fabs(want) : 1);
+}
+
+static void test_scalar_tape(void)
+{
+    static const float vals[][SCALAR_LEAVES] = {{1.5f, 0.7f, -0.4f}, {-2.0f, 0.3f, 1.25f}, {0.9f, -1.1f, 2.5f}};
+    ad_tape *T = ad_tape_new(), *R = ad_tape_new();
+    int two[] = {2}, round, i, k;
+    long settled = 0;
+    size_t peak = 0;
+    for (round = 0; round < 40; round++) {
+        const float *v = vals[round % 3];
+        ad_tensor *x[SCALAR_LEAVES], *xr[SCALAR_LEAVES], *y, *yr, *u, *ur, *gu, *gur;
+        float pair[2], held[SCALAR_LEAVES] = {0.5f, 0, 0}, ext_data = v[0];
+        for (i = 0; i < SCALAR_LEAVES; i++) {
+            pair[0] = pair[1] = v[i];
+            xr[i] = ad_tensor_new(R, 1, two, pair, 1);
+        }
+        /* the first leaf is the caller's, with a gradient that already holds 0.5 */
+        x[0] = ad_tensor_view(T, 0, NULL, &ext_data, &held[0], 1);
+        x[1] = ad_var(T, v[1]);
+        x[2] = ad_var(T, v[2]);
+        y = scalar_expr(T, x, &u);
+        yr = scalar_expr(R, xr, &ur);
+        TH_CHECK(y && yr, "round %d: %s / %s", round, errs(T), errs(R));
+        if (!y || !yr) break;
+        TH_CHECK(scalar_close(ad_item(y), 0.5 * ad_item(yr)), "round %d: value %.9g, general path %.9g",
+                 round, (double)ad_item(y), 0.5 * (double)ad_item(yr));
+        /* d y / d u of an intermediate, before and after ad_backward, and twice ad_backward */
+        gu = ad_grad(T, y, u, 0);
+        gur = ad_grad(R, yr, ur, 0);
+        TH_CHECK(gu && gur && scalar_close(gu->data[0], gur->data[0]), "round %d: d y / d u %g vs %g", round,
+                 gu ? (double)gu->data[0] : 0.0, gur ? (double)gur->data[0] : 0.0);
+        TH_CHECK(ad_backward(T, y) == 0 && ad_backward(T, y) == 0, "round %d backward: %s", round, errs(T));
+        TH_CHECK(ad_backward(R, yr) == 0 && ad_backward(R, yr) == 0, "round %d backward: %s", round, errs(R));
+        TH_CHECK(gu && gur && scalar_close(gu->data[0], gur->data[0]), "round %d: ad_backward changed d y / d u",
+                 round);
+        TH_CHECK(scalar_close(held[0], 0.5 + xr[0]->grad[0]) && scalar_close(held[0], 0.5 + xr[0]->grad[1]),
+                 "round %d: caller's gradient %.9g, general path 0.5 + %.9g", round, (double)held[0],
+                 (double)xr[0]->grad[0]);
+        for (k = 1; k < SCALAR_LEAVES; k++)
+            TH_CHECK(scalar_close(ad_grad_item(x[k]), xr[k]->grad[0]), "round %d: d y / d x%d %.9g, general %.9g",
+                     round, k, (double)ad_grad_item(x[k]), (double)xr[k]->grad[0]);
+        ad_tape_reset(T);
+        ad_tape_reset(R);
+        /* the same rounds on a reused tape: no allocation, the same peak */
+        if (round == 5) {
+            settled = allocs();
+            peak = ad_tape_bytes_peak(T);
+        }
+    }
+    TH_CHECK(allocs() == settled, "a scalar tape kept allocating: %ld blocks", allocs() - settled);
+    TH_CHECK(ad_tape_bytes_peak(T) == peak, "a scalar tape's peak grew from %zu to %zu", peak,
+             ad_tape_bytes_peak(T));
+    /* the tutorial function against its derivatives by hand */
+    {
+        double a = 1.5, b = 0.7, l = a / b - a, m = b / a + a + b, r = a - b;
+        double dl_da = 1 / b - 1, dl_db = -a / (b * b), dm_da = -b / (a * a) + 1, dm_db = 1 / a + 1;
+        double da = dl_da * m * r + l * dm_da * r + l * m, db = dl_db * m * r + l * dm_db * r - l * m;
+        ad_tensor *A = ad_var(T, (ad_real)a), *B = ad_var(T, (ad_real)b);
+        ad_tensor *f = ad_mul(T, ad_mul(T, ad_sub(T, ad_div(T, A, B), A), ad_add(T, ad_add(T, ad_div(T, B, A), A), B)),
+                              ad_sub(T, A, B));
+        TH_CHECK(ad_backward(T, f) == 0, "tutorial: %s", errs(T));
+        TH_CHECK(fabs(ad_grad_item(A) - da) < 1e-5 * fabs(da) && fabs(ad_grad_item(B) - db) < 1e-5 * fabs(db),
+                 "tutorial: gradients %.7g %.7g, by hand %.7g %.7g", (double)ad_grad_item(A),
+                 (double)ad_grad_item(B), da, db);
+        ad_tape_reset(T);
+    }
+    /* second derivatives go through the general backward: d2 (x^3 / x2) / dx2 = 6 x / x2 */
+    {
+        ad_tensor *X = ad_var(T, 1.25f), *X2 = ad_var(T, 2.0f);
+        ad_tensor *c = ad_div(T, ad_mul(T, ad_mul(T, X, X), X), X2);
+        ad_tensor *d1 = ad_grad(T, c, X, 1), *d2 = d1 ? ad_grad(T, d1, X, 0) : NULL;
+        TH_CHECK(d1 && fabs(d1->data[0] - 3 * 1.25 * 1.25 / 2) < 1e-6, "first derivative %g",
+                 d1 ? (double)d1->data[0] : 0.0);
+        TH_CHECK(d2 && fabs(d2->data[0] - 6 * 1.25 / 2) < 1e-6, "second derivative %g", d2 ? (double)d2->data[0] : 0.0);
+        ad_tape_reset(T);
+    }
+    /* scalar entries between general ones, shapes [1,1] and [1] (broadcast against a scalar),
+       constants, and no-grad mode */
+    {
+        int s3[] = {3}, s11[] = {1, 1}, s1[] = {1};
+        float three[] = {0.5f, -1.0f, 2.0f}, one = 0.75f;
+        ad_tensor *P = ad_tensor_new(T, 1, s3, three, 1), *Q = ad_tensor_new(T, 2, s11, &one, 1);
+        ad_tensor *S1 = ad_tensor_new(T, 1, s1, &one, 1), *k = ad_scalar(T, 3);
+        ad_tensor *s = ad_sum(T, ad_mul(T, P, P));             /* 5.25: the general path */
+        ad_tensor *q = ad_mul(T, ad_add(T, Q, Q), Q);          /* [1,1]: 2 Q^2 */
+        ad_tensor *h = ad_mul(T, ad_mul(T, s, k), ad_sub(T, S1, s)); /* [1]: broadcast */
+        ad_tensor *o = ad_add(T, ad_sum(T, h), ad_sum(T, q));
+        int was;
+        /* [1,1] + [1]: both one element, so the two inputs share the sum's gradient; the [1,1]
+           input's own entry must not reuse it, as the [1] input's entry reads it later */
+        ad_tensor *e1 = ad_mul(T, S1, S1), *e2 = ad_mul(T, ad_mul(T, Q, Q), Q);
+        o = ad_add(T, o, ad_sum(T, ad_mul(T, ad_add(T, e2, e1), k)));
+        TH_CHECK(o && ad_backward(T, o) == 0, "mixed: %s", errs(T));
+        /* o = 3 s (S1 - s) + 2 Q^2 + 3 (Q^3 + S1^2): do/ds = 3 S1 - 6 s, ds/dP = 2 P */
+        for (i = 0; i < 3; i++)
+            TH_CHECK(fabs(P->grad[i] - (3 * 0.75 - 6 * 5.25) * 2 * three[i]) < 1e-4, "mixed: d o / d P[%d] = %g", i,
+                     (double)P->grad[i]);
+        TH_CHECK(fabs(Q->grad[0] - (4 * 0.75 + 9 * 0.75 * 0.75)) < 1e-5 && fabs(S1->grad[0] - 3 * 5.25 - 6 * 0.75) < 1e-5 &&
+                     k->grad == NULL,
+                 "mixed: d o / d Q = %g, d o / d S1 = %g", (double)Q->grad[0], (double)S1->grad[0]);
+        was = ad_set_grad_enabled(T, 0);
+        k = ad_mul(T, Q, Q);
+        TH_CHECK(k && k->node == NULL && !k->requires_grad && ad_item(k) == 0.75f * 0.75f,
+                 "no-grad scalar op recorded or wrong");
+        ad_set_grad_enabled(T, was);
+    }
+    ad_tape_free(T);
+    ad_tape_free(R);
+}
+
 int main(void)
 {
     long start = live();
@@ -499,6 +636,7 @@ int main(void)
     test_arena();
     test_float_matmul();
     test_threads();
+    test_scalar_tape();
     TH_CHECK(live() == start, "%ld blocks leaked in total", live() - start);
     return th_summary();
 }
