@@ -207,14 +207,4 @@ BENCH_FN void bench_shuffle(int *perm, int n, ad_rng *rng)
     }
 }
 
-/* Copies the samples perm[start .. start + count) into one batch: images xb, labels yb. */
-BENCH_FN void bench_gather(const bench_data *d, const int *perm, int start, int count, float *xb, int *yb)
-{
-    int r;
-    for (r = 0; r < count; r++) {
-        memcpy(xb + (size_t)r * d->dim, d->x + (size_t)perm[start + r] * d->dim, (size_t)d->dim * sizeof(float));
-        yb[r] = d->y[perm[start + r]];
-    }
-}
-
 #endif

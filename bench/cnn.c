@@ -26,7 +26,6 @@ int main(void)
     ad_init kaiming;
     ad_rng rng;
     ad_tape *T = ad_tape_new();
-    float *xb;
     int *yb, *perm;
     double times[64], loss_sum = 0;
 
@@ -48,10 +47,9 @@ int main(void)
     desc.kind = AD_OPTIM_SGD;
     desc.lr = 0.05;
     opt = ad_optim_new(P, &desc);
-    xb = (float *)malloc((size_t)BATCH * d.dim * sizeof(float));
     yb = (int *)malloc(BATCH * sizeof(int));
     perm = (int *)malloc((size_t)d.n * sizeof(int));
-    if (!opt || !T || !xb || !yb || !perm) return 1;
+    if (!opt || !T || !yb || !perm) return 1;
     ad_set_threads(T, bench_threads());
     printf("# CNN conv5x5(1-8)-pool-conv5x5(8-16)-pool-fc, %s (%d images), batch %d, SGD lr 0.05, %d epoch(s), %d thread(s)\n",
            d.real ? "MNIST" : "synthetic data", d.n, BATCH, epochs, bench_threads());
@@ -67,12 +65,16 @@ int main(void)
         for (start = 0; start < n_used; start += BATCH) {
             int bs = n_used - start < BATCH ? n_used - start : BATCH, shape[4];
             ad_tensor *h, *loss;
-            bench_gather(&d, perm, start, bs, xb, yb);
+            for (i = 0; i < bs; i++) yb[i] = d.y[perm[start + i]];
             ad_tape_reset(T);
+            /* the batch's rows picked from the whole set, as PyTorch's x[idx] */
+            shape[0] = d.n;
+            shape[1] = d.dim;
+            h = ad_embedding(T, ad_tensor_view(T, 2, shape, d.x, NULL, 0), perm + start, bs);
             shape[0] = bs;
             shape[1] = 1;
             shape[2] = shape[3] = 28;
-            h = ad_tensor_view(T, 4, shape, xb, NULL, 0);
+            h = ad_reshape(T, h, 4, shape);
             h = ad_max_pool2d(T, ad_relu(T, ad_conv2d(T, h, ad_param(T, P, W1), ad_param(T, P, B1), NULL)), 2, 2, NULL);
             h = ad_max_pool2d(T, ad_relu(T, ad_conv2d(T, h, ad_param(T, P, W2), ad_param(T, P, B2), NULL)), 2, 2, NULL);
             loss = ad_cross_entropy(T, ad_linear(T, ad_flatten(T, h), ad_param(T, P, WF), ad_param(T, P, BF)), yb);
@@ -92,7 +94,6 @@ int main(void)
     ad_tape_free(T);
     ad_optim_free(opt);
     ad_params_free(P);
-    free(xb);
     free(yb);
     free(perm);
     free(d.x);

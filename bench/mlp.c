@@ -6,7 +6,8 @@
 
    Data: MNIST_DIR/train-{images-idx3,labels-idx1}-ubyte (raw or .gz) when MNIST_DIR is set,
    otherwise random data of the same size (the time per epoch is the same; the loss is not
-   meaningful then). Each step copies its 64 shuffled rows into one batch buffer.
+   meaningful then). Each step picks its 64 shuffled rows out of the whole set with
+   ad_embedding, which splits the copy over the tape's threads, as PyTorch's x[idx] does.
 
    Build: cc -O2 -I. bench/mlp.c -lm -lpthread
    Run:   bench/mlp [784,128,10]    (layer widths; environment BENCH_EPOCHS, default 1)
@@ -37,7 +38,6 @@ int main(int argc, char **argv)
     ad_params *P;
     ad_optim *opt;
     ad_optim_desc sgd;
-    float *xb;
     int *yb, *perm, i;
     double times[64], loss_sum = 0;
     char key[160], name[96];
@@ -97,11 +97,10 @@ int main(int argc, char **argv)
     sgd.kind = AD_OPTIM_SGD;
     sgd.lr = lr;
     opt = ad_optim_new(P, &sgd);
-    xb = (float *)malloc((size_t)BATCH * d.dim * sizeof(float));
     yb = (int *)malloc(BATCH * sizeof(int));
     perm = (int *)malloc((size_t)d.n * sizeof(int));
     T = ad_tape_new();
-    if (!xb || !yb || !perm || !T || !opt) return 1;
+    if (!yb || !perm || !T || !opt) return 1;
     ad_set_threads(T, bench_threads());
     for (i = 0; i < d.n; i++) perm[i] = i;
 
@@ -114,11 +113,12 @@ int main(int argc, char **argv)
         for (start = 0; start < d.n; start += BATCH) {
             int bs = d.n - start < BATCH ? d.n - start : BATCH, shape[2];
             ad_tensor *h, *loss;
-            bench_gather(&d, perm, start, bs, xb, yb);
+            for (i = 0; i < bs; i++) yb[i] = d.y[perm[start + i]];
             ad_tape_reset(T);
-            shape[0] = bs;
+            /* the batch's rows picked from the whole set, as PyTorch's x[idx] */
+            shape[0] = d.n;
             shape[1] = d.dim;
-            h = ad_tensor_view(T, 2, shape, xb, NULL, 0);
+            h = ad_embedding(T, ad_tensor_view(T, 2, shape, d.x, NULL, 0), perm + start, bs);
             for (l = 0; l < nl; l++) {
                 h = ad_linear(T, h, ad_param(T, P, L[l].W), ad_param(T, P, L[l].b));
                 if (l < nl - 1) h = ad_relu(T, h);
@@ -144,7 +144,6 @@ int main(int argc, char **argv)
     ad_tape_free(T);
     ad_optim_free(opt);
     ad_params_free(P);
-    free(xb);
     free(yb);
     free(perm);
     free(d.x);
