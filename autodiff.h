@@ -2159,13 +2159,12 @@ AD__PRIVATE void ad__split_axis(const ad_tensor *x, int axis, size_t *outer, siz
 #define AD__KC 256
 #define AD__MC 144
 #define AD__NC 2048
-#define AD__MR_MAX 12
 #define AD__NR_MAX (64 / (int)sizeof(ad_real) * 2)
 
 /* A micro-kernel reads element (i, k) of its A operand at A[i * a_row + k * a_k]: a packed panel
-   (a_row 1, a_k MR), or op(A) in place. */
+   (a_row 1, a_k MR), or op(A) in place. It stores the first rows x cols of its tile. */
 typedef void (*ad__microkernel)(int kc, const ad_real *A, ptrdiff_t a_row, ptrdiff_t a_k, const ad_real *B,
-                                ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate);
+                                ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int rows, int cols, int accumulate);
 /* A column micro-kernel computes rows x ncols of C (rows <= its height, ncols <= its width NC)
    from kc columns of op(A), a_k apart, each with its rows contiguous, and kc packed rows of NC
    values of B. */
@@ -2180,16 +2179,38 @@ typedef struct ad__gemm_kernel {
     int column_height, column_width;
 } ad__gemm_kernel;
 
+/* Copies n values, n < lanes <= 16, in pieces of 8, 4, 2 and 1: copies of a constant size become
+   single moves, where a copy of n values would be a loop or a call. lanes is a constant in every
+   caller, so the pieces that cannot occur drop out. */
+AD__INLINE void ad__copy_part(ad_real *AD__RESTRICT dst, const ad_real *AD__RESTRICT src, int n, int lanes)
+{
+    int j = 0;
+    if (lanes > 8 && (n & 8)) {
+        memcpy(dst, src, 8 * sizeof(ad_real));
+        j = 8;
+    }
+    if (lanes > 4 && (n & 4)) {
+        memcpy(dst + j, src + j, 4 * sizeof(ad_real));
+        j += 4;
+    }
+    if (lanes > 2 && (n & 2)) {
+        memcpy(dst + j, src + j, 2 * sizeof(ad_real));
+        j += 2;
+    }
+    if (n & 1) dst[j] = src[j];
+}
+
 #if AD__HAS_VECTOR_EXT
 /* An MR x (NV vectors of VBYTES) micro-kernel. A holds kc columns of MR values, packed (PACKED
    1: the strides are MR and 1, known to the compiler) or anywhere (PACKED 0: a_row, a_k); B kc
-   rows of NV * VL values, ldb apart (a packed panel, or B itself); the tile is added to C (row
-   stride ldc) when accumulate is set. */
+   rows of NV * VL values, ldb apart (a packed panel, or B itself); the first rows x cols of the
+   tile are stored to C (row stride ldc), or added to it when accumulate is set. An edge tile's
+   part of a vector is stored in pieces, so nothing outside those rows x cols is touched. */
 #define AD__DEFINE_KERNEL(NAME, ATTR, VBYTES, MR, NV, PACKED)                                     \
     typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                            \
     static ATTR AD__UNUSED void NAME(int kc, const ad_real *AD__RESTRICT A, ptrdiff_t a_row,     \
                                      ptrdiff_t a_k, const ad_real *AD__RESTRICT B, ptrdiff_t ldb, \
-                                     ad_real *C, ptrdiff_t ldc, int accumulate)                  \
+                                     ad_real *C, ptrdiff_t ldc, int rows, int cols, int accumulate) \
     {                                                                                            \
         enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
         const ptrdiff_t row_step = PACKED ? 1 : a_row, k_step = PACKED ? MR : a_k;               \
@@ -2211,16 +2232,46 @@ typedef struct ad__gemm_kernel {
                 _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) c[i][j] += a * b[j];           \
             }                                                                                    \
         }                                                                                        \
-        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)                                        \
-        _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) {                                      \
-            ad_real *dst = C + i * ldc + j * VL;                                                 \
-            NAME##_vec t = c[i][j];                                                              \
-            if (accumulate) {                                                                    \
-                NAME##_vec old;                                                                  \
-                memcpy(&old, dst, VBYTES);                                                       \
-                t += old;                                                                        \
+        if (rows == MR && cols == NV * VL) {                                                     \
+            _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)                                    \
+            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) {                                  \
+                ad_real *dst = C + i * ldc + j * VL;                                             \
+                NAME##_vec t = c[i][j];                                                          \
+                if (accumulate) {                                                                \
+                    NAME##_vec old;                                                              \
+                    memcpy(&old, dst, VBYTES);                                                   \
+                    t += old;                                                                    \
+                }                                                                                \
+                memcpy(dst, &t, VBYTES);                                                         \
             }                                                                                    \
-            memcpy(dst, &t, VBYTES);                                                             \
+            return;                                                                              \
+        }                                                                                        \
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                      \
+            if (i >= rows) break;                                                                \
+            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) {                                  \
+                ad_real *dst = C + i * ldc + j * VL, part[VL];                                   \
+                NAME##_vec t = c[i][j];                                                          \
+                int n = cols - j * VL;                                                           \
+                if (n <= 0) break;                                                               \
+                if (n >= VL) {                                                                   \
+                    if (accumulate) {                                                            \
+                        NAME##_vec old;                                                          \
+                        memcpy(&old, dst, VBYTES);                                               \
+                        t += old;                                                                \
+                    }                                                                            \
+                    memcpy(dst, &t, VBYTES);                                                     \
+                    continue;                                                                    \
+                }                                                                                \
+                if (accumulate) {                                                                \
+                    NAME##_vec old;                                                              \
+                    memset(part, 0, sizeof part);                                                \
+                    ad__copy_part(part, dst, n, VL);                                               \
+                    memcpy(&old, part, VBYTES);                                                  \
+                    t += old;                                                                    \
+                }                                                                                \
+                memcpy(part, &t, VBYTES);                                                        \
+                ad__copy_part(dst, part, n, VL);                                                   \
+            }                                                                                    \
         }                                                                                        \
     }
 /* A column micro-kernel (see ad__column_kernel) with MV vectors of VBYTES down the rows and NC
@@ -2282,15 +2333,15 @@ AD__DEFINE_KERNEL(ad__kernel_avx512_narrow_strided, __attribute__((target("avx51
 /* Plain C: a 4 x 4 tile. */
 static void ad__kernel_generic(int kc, const ad_real *AD__RESTRICT A, ptrdiff_t a_row, ptrdiff_t a_k,
                                const ad_real *AD__RESTRICT B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc,
-                               int accumulate)
+                               int rows, int cols, int accumulate)
 {
     ad_real c[4][4] = {{0}};
     int i, j, k;
     for (k = 0; k < kc; k++)
         for (i = 0; i < 4; i++)
             for (j = 0; j < 4; j++) c[i][j] += A[k * a_k + i * a_row] * B[k * ldb + j];
-    for (i = 0; i < 4; i++)
-        for (j = 0; j < 4; j++) C[i * ldc + j] = accumulate ? C[i * ldc + j] + c[i][j] : c[i][j];
+    for (i = 0; i < rows; i++)
+        for (j = 0; j < cols; j++) C[i * ldc + j] = accumulate ? C[i * ldc + j] + c[i][j] : c[i][j];
 }
 #endif
 
@@ -2501,22 +2552,7 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
                             a_row = ta ? 1 : lda;
                             a_k = ta ? lda : 1;
                         }
-                        if (mr == ker.mr && nr == ker.nr) {
-                            fn(kc, ap, a_row, a_k, bp, bstride, c, ldc, acc);
-                        } else {
-                            /* an edge tile: computed whole into a scratch tile, partly stored */
-                            ad_real tile[AD__MR_MAX * AD__NR_MAX];
-                            int i, j;
-                            fn(kc, ap, a_row, a_k, bp, bstride, tile, ker.nr, 0);
-                            for (i = 0; i < mr; i++) {
-                                ad_real *row = c + (ptrdiff_t)i * ldc;
-                                const ad_real *t = tile + i * ker.nr;
-                                if (acc)
-                                    for (j = 0; j < nr; j++) row[j] += t[j];
-                                else
-                                    for (j = 0; j < nr; j++) row[j] = t[j];
-                            }
-                        }
+                        fn(kc, ap, a_row, a_k, bp, bstride, c, ldc, mr, nr, acc);
                     }
                 }
             }
