@@ -2166,10 +2166,10 @@ AD__PRIVATE void ad__split_axis(const ad_tensor *x, int axis, size_t *outer, siz
 typedef void (*ad__microkernel)(int kc, const ad_real *A, ptrdiff_t a_row, ptrdiff_t a_k, const ad_real *B,
                                 ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int rows, int cols, int accumulate);
 /* A column micro-kernel computes rows x ncols of C (rows <= its height, ncols <= its width NC)
-   from kc columns of op(A), a_k apart, each with its rows contiguous, and kc packed rows of NC
-   values of B. */
-typedef void (*ad__column_kernel)(int kc, const ad_real *A, ptrdiff_t a_k, const ad_real *B, ad_real *C,
-                                  ptrdiff_t ldc, int rows, int ncols, int accumulate);
+   from kc columns of op(A), a_k apart, each with its rows contiguous, and kc rows of NC values of
+   B, ldb apart (B itself when it has NC columns, else a packed panel). */
+typedef void (*ad__column_kernel)(int kc, const ad_real *A, ptrdiff_t a_k, const ad_real *B, ptrdiff_t ldb,
+                                  ad_real *C, ptrdiff_t ldc, int rows, int ncols, int accumulate);
 
 typedef struct ad__gemm_kernel {
     ad__microkernel fn;          /* for packed A, whose strides it knows at compile time */
@@ -2277,12 +2277,12 @@ AD__INLINE void ad__copy_part(ad_real *AD__RESTRICT dst, const ad_real *AD__REST
 /* A column micro-kernel (see ad__column_kernel) with MV vectors of VBYTES down the rows and NC
    columns: for a product with few columns, each column of C a broadcast and each vector a run of
    rows, so no lane goes to columns C does not have. The tile is stored transposed through a
-   scratch tile. */
+   scratch tile, NC values a row when the product has NC columns. */
 #define AD__DEFINE_COLUMN_KERNEL(NAME, ATTR, VBYTES, MV, NC)                                      \
     typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                            \
     static ATTR AD__UNUSED void NAME(int kc, const ad_real *AD__RESTRICT A, ptrdiff_t a_k,       \
-                                     const ad_real *AD__RESTRICT B, ad_real *C, ptrdiff_t ldc,   \
-                                     int rows, int ncols, int accumulate)                        \
+                                     const ad_real *AD__RESTRICT B, ptrdiff_t ldb, ad_real *C,   \
+                                     ptrdiff_t ldc, int rows, int ncols, int accumulate)         \
     {                                                                                            \
         enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
         NAME##_vec c[NC][MV], zero;                                                              \
@@ -2296,7 +2296,7 @@ AD__INLINE void ad__copy_part(ad_real *AD__RESTRICT dst, const ad_real *AD__REST
             _Pragma("GCC unroll 16") for (v = 0; v < MV; v++)                                    \
                 memcpy(&a[v], A + k * a_k + v * VL, VBYTES);                                     \
             _Pragma("GCC unroll 16") for (j = 0; j < NC; j++) {                                  \
-                NAME##_vec b = B[k * NC + j] - zero;                                             \
+                NAME##_vec b = B[k * ldb + j] - zero;                                            \
                 _Pragma("GCC unroll 16") for (v = 0; v < MV; v++) c[j][v] += a[v] * b;           \
             }                                                                                    \
         }                                                                                        \
@@ -2304,10 +2304,15 @@ AD__INLINE void ad__copy_part(ad_real *AD__RESTRICT dst, const ad_real *AD__REST
         _Pragma("GCC unroll 16") for (v = 0; v < MV; v++) memcpy(&t[j][v * VL], &c[j][v], VBYTES);\
         for (i = 0; i < rows; i++) {                                                             \
             ad_real *dst = C + i * ldc;                                                          \
-            if (accumulate)                                                                      \
+            if (ncols == NC && accumulate) {                                                     \
+                _Pragma("GCC unroll 16") for (j = 0; j < NC; j++) dst[j] += t[j][i];             \
+            } else if (ncols == NC) {                                                            \
+                _Pragma("GCC unroll 16") for (j = 0; j < NC; j++) dst[j] = t[j][i];              \
+            } else if (accumulate) {                                                             \
                 for (j = 0; j < ncols; j++) dst[j] += t[j][i];                                   \
-            else                                                                                 \
+            } else {                                                                             \
                 for (j = 0; j < ncols; j++) dst[j] = t[j][i];                                    \
+            }                                                                                    \
         }                                                                                        \
     }
 #if AD__X86_DISPATCH
@@ -2487,23 +2492,27 @@ AD__PRIVATE void ad__gemm_small(int ta, int tb, int M, int N, int K, const ad_re
 }
 
 /* The product with a column kernel: op(A) transposed, so its columns are contiguous, B not
-   transposed and at most the kernel's width of columns; B's values end at b_end. Only the rows
-   of a last, partial tile are packed. */
+   transposed and at most the kernel's width of columns; B's values end at b_end. B is read in
+   place when it has exactly that width, else packed; of A only the rows of a last, partial tile
+   are packed. */
 AD__PRIVATE void ad__gemm_columns(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int M, int N, int K,
                                   const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
                                   const ad_real *b_end, ad_real *C, ptrdiff_t ldc, int accumulate)
 {
-    int pc, i, height = ker.column_height;
+    int pc, i, height = ker.column_height, in_place = N == ker.column_width;
+    ptrdiff_t b_step = in_place ? ldb : ker.column_width;
     for (pc = 0; pc < K; pc += AD__KC) {
         int kc = K - pc < AD__KC ? K - pc : AD__KC, acc = accumulate || pc > 0;
-        ad__pack_b(0, B, ldb, b_end, pc, kc, 0, N, ker.column_width, pb);
+        const ad_real *bp = in_place ? B + (ptrdiff_t)pc * ldb : pb;
+        if (!in_place) ad__pack_b(0, B, ldb, b_end, pc, kc, 0, N, ker.column_width, pb);
         for (i = 0; i < M; i += height) {
             int rows = M - i < height ? M - i : height;
+            ad_real *c = C + (ptrdiff_t)i * ldc;
             if (rows == height) {
-                ker.columns(kc, A + (ptrdiff_t)pc * lda + i, lda, pb, C + (ptrdiff_t)i * ldc, ldc, rows, N, acc);
+                ker.columns(kc, A + (ptrdiff_t)pc * lda + i, lda, bp, b_step, c, ldc, rows, N, acc);
             } else {
                 ad__pack_a(1, A, lda, i, rows, pc, kc, height, pa);
-                ker.columns(kc, pa, height, pb, C + (ptrdiff_t)i * ldc, ldc, rows, N, acc);
+                ker.columns(kc, pa, height, bp, b_step, c, ldc, rows, N, acc);
             }
         }
     }
