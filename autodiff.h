@@ -2171,12 +2171,22 @@ typedef void (*ad__microkernel)(int kc, const ad_real *A, ptrdiff_t a_row, ptrdi
 typedef void (*ad__column_kernel)(int kc, const ad_real *A, ptrdiff_t a_k, const ad_real *B, ptrdiff_t ldb,
                                   ad_real *C, ptrdiff_t ldc, int rows, int ncols, int accumulate);
 
+/* A narrow kernel computes rows x cols of C (rows <= its height, cols <= its width, one vector)
+   from kc columns of op(A), element (i, k) at A[i * a_row + k * a_k], and kc rows of B read in
+   place, ldb apart, but for the rows from k_in on, whose whole vector would run past B's end:
+   those come from tail, a padded copy, one vector apart. */
+typedef void (*ad__narrow_kernel)(int kc, const ad_real *A, ptrdiff_t a_row, ptrdiff_t a_k, const ad_real *B,
+                                  ptrdiff_t ldb, int k_in, const ad_real *tail, ad_real *C, ptrdiff_t ldc,
+                                  int rows, int cols, int accumulate);
+
 typedef struct ad__gemm_kernel {
     ad__microkernel fn;          /* for packed A, whose strides it knows at compile time */
     ad__microkernel fn_strided;  /* for A in place; NULL where there is none */
     int mr, nr;
     ad__column_kernel columns;   /* for few columns and A stored by columns; NULL where none */
     int column_height, column_width;
+    ad__narrow_kernel narrow;    /* for at most one vector of columns, B untransposed; NULL where none */
+    int narrow_height, narrow_width;
 } ad__gemm_kernel;
 
 /* Copies n values, n < lanes <= 16, in pieces of 8, 4, 2 and 1: copies of a constant size become
@@ -2201,6 +2211,30 @@ AD__INLINE void ad__copy_part(ad_real *AD__RESTRICT dst, const ad_real *AD__REST
 }
 
 #if AD__HAS_VECTOR_EXT
+/* Stores the first n lanes of T, a vector of type VEC (VBYTES bytes, VL lanes), at DST, or adds
+   them to what is there when ACC is set; all VL lanes when n >= VL. A part of a vector goes in
+   pieces (ad__copy_part), so nothing past DST[n - 1] is read or written. */
+#define AD__STORE_LANES(VEC, VBYTES, VL, DST, T, N, ACC)                                         \
+    do {                                                                                         \
+        VEC t_ = (T), old_;                                                                      \
+        ad_real part_[VL];                                                                       \
+        if ((N) >= VL) {                                                                         \
+            if (ACC) {                                                                           \
+                memcpy(&old_, (DST), VBYTES);                                                    \
+                t_ += old_;                                                                      \
+            }                                                                                    \
+            memcpy((DST), &t_, VBYTES);                                                          \
+        } else {                                                                                 \
+            if (ACC) {                                                                           \
+                memset(part_, 0, sizeof part_);                                                  \
+                ad__copy_part(part_, (DST), (N), VL);                                            \
+                memcpy(&old_, part_, VBYTES);                                                    \
+                t_ += old_;                                                                      \
+            }                                                                                    \
+            memcpy(part_, &t_, VBYTES);                                                          \
+            ad__copy_part((DST), part_, (N), VL);                                                \
+        }                                                                                        \
+    } while (0)
 /* An MR x (NV vectors of VBYTES) micro-kernel. A holds kc columns of MR values, packed (PACKED
    1: the strides are MR and 1, known to the compiler) or anywhere (PACKED 0: a_row, a_k); B kc
    rows of NV * VL values, ldb apart (a packed panel, or B itself); the first rows x cols of the
@@ -2234,44 +2268,46 @@ AD__INLINE void ad__copy_part(ad_real *AD__RESTRICT dst, const ad_real *AD__REST
         }                                                                                        \
         if (rows == MR && cols == NV * VL) {                                                     \
             _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)                                    \
-            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) {                                  \
-                ad_real *dst = C + i * ldc + j * VL;                                             \
-                NAME##_vec t = c[i][j];                                                          \
-                if (accumulate) {                                                                \
-                    NAME##_vec old;                                                              \
-                    memcpy(&old, dst, VBYTES);                                                   \
-                    t += old;                                                                    \
-                }                                                                                \
-                memcpy(dst, &t, VBYTES);                                                         \
-            }                                                                                    \
+            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++)                                    \
+                AD__STORE_LANES(NAME##_vec, VBYTES, VL, C + i * ldc + j * VL, c[i][j], VL,       \
+                                accumulate);                                                     \
             return;                                                                              \
         }                                                                                        \
         _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                      \
             if (i >= rows) break;                                                                \
             _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) {                                  \
-                ad_real *dst = C + i * ldc + j * VL, part[VL];                                   \
-                NAME##_vec t = c[i][j];                                                          \
-                int n = cols - j * VL;                                                           \
-                if (n <= 0) break;                                                               \
-                if (n >= VL) {                                                                   \
-                    if (accumulate) {                                                            \
-                        NAME##_vec old;                                                          \
-                        memcpy(&old, dst, VBYTES);                                               \
-                        t += old;                                                                \
-                    }                                                                            \
-                    memcpy(dst, &t, VBYTES);                                                     \
-                    continue;                                                                    \
-                }                                                                                \
-                if (accumulate) {                                                                \
-                    NAME##_vec old;                                                              \
-                    memset(part, 0, sizeof part);                                                \
-                    ad__copy_part(part, dst, n, VL);                                               \
-                    memcpy(&old, part, VBYTES);                                                  \
-                    t += old;                                                                    \
-                }                                                                                \
-                memcpy(part, &t, VBYTES);                                                        \
-                ad__copy_part(dst, part, n, VL);                                                   \
+                if (cols <= j * VL) break;                                                       \
+                AD__STORE_LANES(NAME##_vec, VBYTES, VL, C + i * ldc + j * VL, c[i][j], cols - j * VL, \
+                                accumulate);                                                     \
             }                                                                                    \
+        }                                                                                        \
+    }
+/* A narrow kernel (see ad__narrow_kernel), MR rows by one vector of VBYTES: for products with
+   at most a vector's width of columns, such as a classifier's ten. B is read where it lies, so
+   the product packs nothing but a few rows at B's end and a ragged last tile of A. */
+#define AD__DEFINE_NARROW_KERNEL(NAME, ATTR, VBYTES, MR)                                         \
+    typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                             \
+    static ATTR AD__UNUSED void NAME(int kc, const ad_real *AD__RESTRICT A, ptrdiff_t a_row,     \
+                                     ptrdiff_t a_k, const ad_real *AD__RESTRICT B, ptrdiff_t ldb, \
+                                     int k_in, const ad_real *AD__RESTRICT tail, ad_real *C,     \
+                                     ptrdiff_t ldc, int rows, int cols, int accumulate)          \
+    {                                                                                            \
+        enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
+        NAME##_vec c[MR], zero;                                                                  \
+        int i, k;                                                                                \
+        memset(&zero, 0, sizeof zero);                                                           \
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                      \
+            __builtin_prefetch(C + i * ldc, 1);                                                  \
+            c[i] = zero;                                                                         \
+        }                                                                                        \
+        for (k = 0; k < kc; k++) {                                                               \
+            NAME##_vec b;                                                                        \
+            memcpy(&b, k < k_in ? B + (ptrdiff_t)k * ldb : tail + (ptrdiff_t)(k - k_in) * VL, VBYTES); \
+            _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) c[i] += (A[k * a_k + i * a_row] - zero) * b; \
+        }                                                                                        \
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                      \
+            if (i >= rows) break;                                                                \
+            AD__STORE_LANES(NAME##_vec, VBYTES, VL, C + i * ldc, c[i], cols, accumulate);        \
         }                                                                                        \
     }
 /* A column micro-kernel (see ad__column_kernel) with MV vectors of VBYTES down the rows and NC
@@ -2321,6 +2357,11 @@ AD__DEFINE_COLUMN_KERNEL(ad__columns8_avx512, __attribute__((target("avx512f,avx
 AD__DEFINE_COLUMN_KERNEL(ad__columns10_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 2, 10)
 AD__DEFINE_COLUMN_KERNEL(ad__columns12_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 2, 12)
 #endif
+#if AD__X86_DISPATCH
+AD__DEFINE_NARROW_KERNEL(ad__narrow_avx2, __attribute__((target("avx2,fma"))), 32, 8)
+AD__DEFINE_NARROW_KERNEL(ad__narrow_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 8)
+#endif
+#undef AD__DEFINE_NARROW_KERNEL
 #undef AD__DEFINE_COLUMN_KERNEL
 
 AD__DEFINE_KERNEL(ad__kernel_generic, , 16, 6, 2, 1)
@@ -2334,6 +2375,7 @@ AD__DEFINE_KERNEL(ad__kernel_avx512_narrow, __attribute__((target("avx512f,avx2,
 AD__DEFINE_KERNEL(ad__kernel_avx512_narrow_strided, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 1, 0)
 #endif
 #undef AD__DEFINE_KERNEL
+#undef AD__STORE_LANES
 #else
 /* Plain C: a 4 x 4 tile. */
 static void ad__kernel_generic(int kc, const ad_real *AD__RESTRICT A, ptrdiff_t a_row, ptrdiff_t a_k,
@@ -2356,6 +2398,8 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
     ad__gemm_kernel k;
     k.columns = NULL;
     k.column_height = k.column_width = 0;
+    k.narrow = NULL;
+    k.narrow_height = k.narrow_width = 0;
 #if AD__X86_DISPATCH
     if (__builtin_cpu_supports("avx512f")) {
         int narrow = N <= 64 / (int)sizeof(ad_real);
@@ -2366,6 +2410,9 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
         k.columns = N <= 8 ? ad__columns8_avx512 : N <= 10 ? ad__columns10_avx512 : ad__columns12_avx512;
         k.column_height = 2 * 64 / (int)sizeof(ad_real);
         k.column_width = N <= 8 ? 8 : N <= 10 ? 10 : 12;
+        k.narrow = ad__narrow_avx512;
+        k.narrow_height = 8;
+        k.narrow_width = 64 / (int)sizeof(ad_real);
         return k;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -2373,6 +2420,9 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
         k.fn_strided = ad__kernel_avx2_strided;
         k.mr = 6;
         k.nr = 2 * 32 / (int)sizeof(ad_real);
+        k.narrow = ad__narrow_avx2;
+        k.narrow_height = 8;
+        k.narrow_width = 32 / (int)sizeof(ad_real);
         return k;
     }
 #endif
@@ -2518,6 +2568,37 @@ AD__PRIVATE void ad__gemm_columns(ad__gemm_kernel ker, ad_real *pa, ad_real *pb,
     }
 }
 
+/* The product with a narrow kernel: B not transposed and at most the kernel's width of columns,
+   its values ending at b_end. B is read in place but for its last rows, those whose whole vector
+   would run past b_end, which are packed; of A only the rows of a last, partial tile are packed. */
+AD__PRIVATE void ad__gemm_narrow(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int M, int N, int K,
+                                 const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
+                                 const ad_real *b_end, ad_real *C, ptrdiff_t ldc, int accumulate)
+{
+    int pc, i, height = ker.narrow_height, width = ker.narrow_width;
+    for (pc = 0; pc < K; pc += AD__KC) {
+        int kc = K - pc < AD__KC ? K - pc : AD__KC, acc = accumulate || pc > 0, k_in = 0;
+        const ad_real *b = B + (ptrdiff_t)pc * ldb;
+        if (b_end - b >= width) {
+            ptrdiff_t whole = (b_end - b - width) / ldb + 1; /* rows with a whole vector before b_end */
+            k_in = whole < kc ? (int)whole : kc;
+        }
+        if (k_in < kc) ad__pack_b(0, B, ldb, b_end, pc + k_in, kc - k_in, 0, N, width, pb);
+        for (i = 0; i < M; i += height) {
+            int rows = M - i < height ? M - i : height;
+            const ad_real *a = ta ? A + (ptrdiff_t)pc * lda + i : A + (ptrdiff_t)i * lda + pc;
+            ptrdiff_t a_row = ta ? 1 : lda, a_k = ta ? lda : 1;
+            if (rows < height) {
+                ad__pack_a(ta, A, lda, i, rows, pc, kc, height, pa);
+                a = pa;
+                a_row = 1;
+                a_k = height;
+            }
+            ker.narrow(kc, a, a_row, a_k, b, ldb, k_in, pb, C + (ptrdiff_t)i * ldc, ldc, rows, N, acc);
+        }
+    }
+}
+
 /* The product for one block of C with one thread's packing buffers pa (AD__MC x AD__KC) and
    pb (AD__KC x AD__NC). Packing pays off when a panel is used many times. When op(A) has few
    rows, each element of B is used only a few times: the micro-kernel then reads B's rows in place
@@ -2532,6 +2613,10 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
     const ad_real *b_end = tb ? B + (ptrdiff_t)(N - 1) * ldb + K : B + (ptrdiff_t)(K - 1) * ldb + N;
     if (ta && !tb && N <= ker.column_width && ker.columns) {
         ad__gemm_columns(ker, pa, pb, M, N, K, A, lda, B, ldb, b_end, C, ldc, accumulate);
+        return;
+    }
+    if (!tb && N <= ker.narrow_width && ker.narrow) {
+        ad__gemm_narrow(ker, pa, pb, ta, M, N, K, A, lda, B, ldb, b_end, C, ldc, accumulate);
         return;
     }
     for (jc = 0; jc < N; jc += AD__NC) {
