@@ -2604,7 +2604,9 @@ AD__PRIVATE void ad__gemm_narrow(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
    rows, each element of B is used only a few times: the micro-kernel then reads B's rows in place
    (when B is not transposed). When op(B) has at most four panels of columns, each element of A is
    used at most four times: the micro-kernel reads A in place (measured faster on the MLP's
-   products). Only a last, partial panel is packed then. */
+   products). Only a last, partial panel is packed then. Products with few columns and B not
+   transposed go to a column kernel (op(A) transposed) or a narrow one, which waste no lanes, or
+   fewer, on columns C does not have. */
 AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int tb, int M, int N,
                                  int K, const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
                                  ad_real *C, ptrdiff_t ldc, int accumulate)
