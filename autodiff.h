@@ -2272,18 +2272,25 @@ AD__PRIVATE void ad__split_axis(const ad_tensor *x, int axis, size_t *outer, siz
 #define AD__KC 256
 #define AD__MC 144
 #define AD__NC 2048
-#define AD__MR_MAX 12
 #define AD__NR_MAX (64 / (int)sizeof(ad_real) * 2)
 
 /* A micro-kernel reads element (i, k) of its A operand at A[i * a_row + k * a_k]: a packed panel
-   (a_row 1, a_k MR), or op(A) in place. */
+   (a_row 1, a_k MR), or op(A) in place. It stores the first rows x cols of its tile. */
 typedef void (*ad__microkernel)(int kc, const ad_real *A, ptrdiff_t a_row, ptrdiff_t a_k, const ad_real *B,
-                                ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate);
+                                ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int rows, int cols, int accumulate);
 /* A column micro-kernel computes rows x ncols of C (rows <= its height, ncols <= its width NC)
-   from kc columns of op(A), a_k apart, each with its rows contiguous, and kc packed rows of NC
-   values of B. */
-typedef void (*ad__column_kernel)(int kc, const ad_real *A, ptrdiff_t a_k, const ad_real *B, ad_real *C,
-                                  ptrdiff_t ldc, int rows, int ncols, int accumulate);
+   from kc columns of op(A), a_k apart, each with its rows contiguous, and kc rows of NC values of
+   B, ldb apart (B itself when it has NC columns, else a packed panel). */
+typedef void (*ad__column_kernel)(int kc, const ad_real *A, ptrdiff_t a_k, const ad_real *B, ptrdiff_t ldb,
+                                  ad_real *C, ptrdiff_t ldc, int rows, int ncols, int accumulate);
+
+/* A narrow kernel computes rows x cols of C (rows <= its height, cols <= its width, one vector)
+   from kc columns of op(A), element (i, k) at A[i * a_row + k * a_k], and kc rows of B read in
+   place, ldb apart, but for the rows from k_in on, whose whole vector would run past B's end:
+   those come from tail, a padded copy, one vector apart. */
+typedef void (*ad__narrow_kernel)(int kc, const ad_real *A, ptrdiff_t a_row, ptrdiff_t a_k, const ad_real *B,
+                                  ptrdiff_t ldb, int k_in, const ad_real *tail, ad_real *C, ptrdiff_t ldc,
+                                  int rows, int cols, int accumulate);
 
 typedef struct ad__gemm_kernel {
     ad__microkernel fn;          /* for packed A, whose strides it knows at compile time */
@@ -2291,18 +2298,66 @@ typedef struct ad__gemm_kernel {
     int mr, nr;
     ad__column_kernel columns;   /* for few columns and A stored by columns; NULL where none */
     int column_height, column_width;
+    ad__narrow_kernel narrow;    /* for at most one vector of columns, B untransposed; NULL where none */
+    int narrow_height, narrow_width;
 } ad__gemm_kernel;
 
+/* Copies n values, n < lanes <= 16, in pieces of 8, 4, 2 and 1: copies of a constant size become
+   single moves, where a copy of n values would be a loop or a call. lanes is a constant in every
+   caller, so the pieces that cannot occur drop out. */
+AD__INLINE void ad__copy_part(ad_real *AD__RESTRICT dst, const ad_real *AD__RESTRICT src, int n, int lanes)
+{
+    int j = 0;
+    if (lanes > 8 && (n & 8)) {
+        memcpy(dst, src, 8 * sizeof(ad_real));
+        j = 8;
+    }
+    if (lanes > 4 && (n & 4)) {
+        memcpy(dst + j, src + j, 4 * sizeof(ad_real));
+        j += 4;
+    }
+    if (lanes > 2 && (n & 2)) {
+        memcpy(dst + j, src + j, 2 * sizeof(ad_real));
+        j += 2;
+    }
+    if (n & 1) dst[j] = src[j];
+}
+
 #if AD__HAS_VECTOR_EXT
+/* Stores the first n lanes of T, a vector of type VEC (VBYTES bytes, VL lanes), at DST, or adds
+   them to what is there when ACC is set; all VL lanes when n >= VL. A part of a vector goes in
+   pieces (ad__copy_part), so nothing past DST[n - 1] is read or written. */
+#define AD__STORE_LANES(VEC, VBYTES, VL, DST, T, N, ACC)                                         \
+    do {                                                                                         \
+        VEC t_ = (T), old_;                                                                      \
+        ad_real part_[VL];                                                                       \
+        if ((N) >= VL) {                                                                         \
+            if (ACC) {                                                                           \
+                memcpy(&old_, (DST), VBYTES);                                                    \
+                t_ += old_;                                                                      \
+            }                                                                                    \
+            memcpy((DST), &t_, VBYTES);                                                          \
+        } else {                                                                                 \
+            if (ACC) {                                                                           \
+                memset(part_, 0, sizeof part_);                                                  \
+                ad__copy_part(part_, (DST), (N), VL);                                            \
+                memcpy(&old_, part_, VBYTES);                                                    \
+                t_ += old_;                                                                      \
+            }                                                                                    \
+            memcpy(part_, &t_, VBYTES);                                                          \
+            ad__copy_part((DST), part_, (N), VL);                                                \
+        }                                                                                        \
+    } while (0)
 /* An MR x (NV vectors of VBYTES) micro-kernel. A holds kc columns of MR values, packed (PACKED
    1: the strides are MR and 1, known to the compiler) or anywhere (PACKED 0: a_row, a_k); B kc
-   rows of NV * VL values, ldb apart (a packed panel, or B itself); the tile is added to C (row
-   stride ldc) when accumulate is set. */
+   rows of NV * VL values, ldb apart (a packed panel, or B itself); the first rows x cols of the
+   tile are stored to C (row stride ldc), or added to it when accumulate is set. An edge tile's
+   part of a vector is stored in pieces, so nothing outside those rows x cols is touched. */
 #define AD__DEFINE_KERNEL(NAME, ATTR, VBYTES, MR, NV, PACKED)                                     \
     typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                            \
     static ATTR AD__UNUSED void NAME(int kc, const ad_real *AD__RESTRICT A, ptrdiff_t a_row,     \
                                      ptrdiff_t a_k, const ad_real *AD__RESTRICT B, ptrdiff_t ldb, \
-                                     ad_real *C, ptrdiff_t ldc, int accumulate)                  \
+                                     ad_real *C, ptrdiff_t ldc, int rows, int cols, int accumulate) \
     {                                                                                            \
         enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
         const ptrdiff_t row_step = PACKED ? 1 : a_row, k_step = PACKED ? MR : a_k;               \
@@ -2324,27 +2379,59 @@ typedef struct ad__gemm_kernel {
                 _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) c[i][j] += a * b[j];           \
             }                                                                                    \
         }                                                                                        \
-        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)                                        \
-        _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) {                                      \
-            ad_real *dst = C + i * ldc + j * VL;                                                 \
-            NAME##_vec t = c[i][j];                                                              \
-            if (accumulate) {                                                                    \
-                NAME##_vec old;                                                                  \
-                memcpy(&old, dst, VBYTES);                                                       \
-                t += old;                                                                        \
+        if (rows == MR && cols == NV * VL) {                                                     \
+            _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)                                    \
+            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++)                                    \
+                AD__STORE_LANES(NAME##_vec, VBYTES, VL, C + i * ldc + j * VL, c[i][j], VL,       \
+                                accumulate);                                                     \
+            return;                                                                              \
+        }                                                                                        \
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                      \
+            if (i >= rows) break;                                                                \
+            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) {                                  \
+                if (cols <= j * VL) break;                                                       \
+                AD__STORE_LANES(NAME##_vec, VBYTES, VL, C + i * ldc + j * VL, c[i][j], cols - j * VL, \
+                                accumulate);                                                     \
             }                                                                                    \
-            memcpy(dst, &t, VBYTES);                                                             \
+        }                                                                                        \
+    }
+/* A narrow kernel (see ad__narrow_kernel), MR rows by one vector of VBYTES: for products with
+   at most a vector's width of columns, such as a classifier's ten. B is read where it lies, so
+   the product packs nothing but a few rows at B's end and a ragged last tile of A. */
+#define AD__DEFINE_NARROW_KERNEL(NAME, ATTR, VBYTES, MR)                                         \
+    typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                             \
+    static ATTR AD__UNUSED void NAME(int kc, const ad_real *AD__RESTRICT A, ptrdiff_t a_row,     \
+                                     ptrdiff_t a_k, const ad_real *AD__RESTRICT B, ptrdiff_t ldb, \
+                                     int k_in, const ad_real *AD__RESTRICT tail, ad_real *C,     \
+                                     ptrdiff_t ldc, int rows, int cols, int accumulate)          \
+    {                                                                                            \
+        enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
+        NAME##_vec c[MR], zero;                                                                  \
+        int i, k;                                                                                \
+        memset(&zero, 0, sizeof zero);                                                           \
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                      \
+            __builtin_prefetch(C + i * ldc, 1);                                                  \
+            c[i] = zero;                                                                         \
+        }                                                                                        \
+        for (k = 0; k < kc; k++) {                                                               \
+            NAME##_vec b;                                                                        \
+            memcpy(&b, k < k_in ? B + (ptrdiff_t)k * ldb : tail + (ptrdiff_t)(k - k_in) * VL, VBYTES); \
+            _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) c[i] += (A[k * a_k + i * a_row] - zero) * b; \
+        }                                                                                        \
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                      \
+            if (i >= rows) break;                                                                \
+            AD__STORE_LANES(NAME##_vec, VBYTES, VL, C + i * ldc, c[i], cols, accumulate);        \
         }                                                                                        \
     }
 /* A column micro-kernel (see ad__column_kernel) with MV vectors of VBYTES down the rows and NC
    columns: for a product with few columns, each column of C a broadcast and each vector a run of
    rows, so no lane goes to columns C does not have. The tile is stored transposed through a
-   scratch tile. */
+   scratch tile, NC values a row when the product has NC columns. */
 #define AD__DEFINE_COLUMN_KERNEL(NAME, ATTR, VBYTES, MV, NC)                                      \
     typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                            \
     static ATTR AD__UNUSED void NAME(int kc, const ad_real *AD__RESTRICT A, ptrdiff_t a_k,       \
-                                     const ad_real *AD__RESTRICT B, ad_real *C, ptrdiff_t ldc,   \
-                                     int rows, int ncols, int accumulate)                        \
+                                     const ad_real *AD__RESTRICT B, ptrdiff_t ldb, ad_real *C,   \
+                                     ptrdiff_t ldc, int rows, int ncols, int accumulate)         \
     {                                                                                            \
         enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
         NAME##_vec c[NC][MV], zero;                                                              \
@@ -2358,7 +2445,7 @@ typedef struct ad__gemm_kernel {
             _Pragma("GCC unroll 16") for (v = 0; v < MV; v++)                                    \
                 memcpy(&a[v], A + k * a_k + v * VL, VBYTES);                                     \
             _Pragma("GCC unroll 16") for (j = 0; j < NC; j++) {                                  \
-                NAME##_vec b = B[k * NC + j] - zero;                                             \
+                NAME##_vec b = B[k * ldb + j] - zero;                                            \
                 _Pragma("GCC unroll 16") for (v = 0; v < MV; v++) c[j][v] += a[v] * b;           \
             }                                                                                    \
         }                                                                                        \
@@ -2366,10 +2453,15 @@ typedef struct ad__gemm_kernel {
         _Pragma("GCC unroll 16") for (v = 0; v < MV; v++) memcpy(&t[j][v * VL], &c[j][v], VBYTES);\
         for (i = 0; i < rows; i++) {                                                             \
             ad_real *dst = C + i * ldc;                                                          \
-            if (accumulate)                                                                      \
+            if (ncols == NC && accumulate) {                                                     \
+                _Pragma("GCC unroll 16") for (j = 0; j < NC; j++) dst[j] += t[j][i];             \
+            } else if (ncols == NC) {                                                            \
+                _Pragma("GCC unroll 16") for (j = 0; j < NC; j++) dst[j] = t[j][i];              \
+            } else if (accumulate) {                                                             \
                 for (j = 0; j < ncols; j++) dst[j] += t[j][i];                                   \
-            else                                                                                 \
+            } else {                                                                             \
                 for (j = 0; j < ncols; j++) dst[j] = t[j][i];                                    \
+            }                                                                                    \
         }                                                                                        \
     }
 #if AD__X86_DISPATCH
@@ -2378,6 +2470,11 @@ AD__DEFINE_COLUMN_KERNEL(ad__columns8_avx512, __attribute__((target("avx512f,avx
 AD__DEFINE_COLUMN_KERNEL(ad__columns10_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 2, 10)
 AD__DEFINE_COLUMN_KERNEL(ad__columns12_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 2, 12)
 #endif
+#if AD__X86_DISPATCH
+AD__DEFINE_NARROW_KERNEL(ad__narrow_avx2, __attribute__((target("avx2,fma"))), 32, 8)
+AD__DEFINE_NARROW_KERNEL(ad__narrow_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 8)
+#endif
+#undef AD__DEFINE_NARROW_KERNEL
 #undef AD__DEFINE_COLUMN_KERNEL
 
 AD__DEFINE_KERNEL(ad__kernel_generic, , 16, 6, 2, 1)
@@ -2391,19 +2488,20 @@ AD__DEFINE_KERNEL(ad__kernel_avx512_narrow, __attribute__((target("avx512f,avx2,
 AD__DEFINE_KERNEL(ad__kernel_avx512_narrow_strided, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 1, 0)
 #endif
 #undef AD__DEFINE_KERNEL
+#undef AD__STORE_LANES
 #else
 /* Plain C: a 4 x 4 tile. */
 static void ad__kernel_generic(int kc, const ad_real *AD__RESTRICT A, ptrdiff_t a_row, ptrdiff_t a_k,
                                const ad_real *AD__RESTRICT B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc,
-                               int accumulate)
+                               int rows, int cols, int accumulate)
 {
     ad_real c[4][4] = {{0}};
     int i, j, k;
     for (k = 0; k < kc; k++)
         for (i = 0; i < 4; i++)
             for (j = 0; j < 4; j++) c[i][j] += A[k * a_k + i * a_row] * B[k * ldb + j];
-    for (i = 0; i < 4; i++)
-        for (j = 0; j < 4; j++) C[i * ldc + j] = accumulate ? C[i * ldc + j] + c[i][j] : c[i][j];
+    for (i = 0; i < rows; i++)
+        for (j = 0; j < cols; j++) C[i * ldc + j] = accumulate ? C[i * ldc + j] + c[i][j] : c[i][j];
 }
 #endif
 
@@ -2413,6 +2511,8 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
     ad__gemm_kernel k;
     k.columns = NULL;
     k.column_height = k.column_width = 0;
+    k.narrow = NULL;
+    k.narrow_height = k.narrow_width = 0;
 #if AD__X86_DISPATCH
     if (__builtin_cpu_supports("avx512f")) {
         int narrow = N <= 64 / (int)sizeof(ad_real);
@@ -2423,6 +2523,9 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
         k.columns = N <= 8 ? ad__columns8_avx512 : N <= 10 ? ad__columns10_avx512 : ad__columns12_avx512;
         k.column_height = 2 * 64 / (int)sizeof(ad_real);
         k.column_width = N <= 8 ? 8 : N <= 10 ? 10 : 12;
+        k.narrow = ad__narrow_avx512;
+        k.narrow_height = 8;
+        k.narrow_width = 64 / (int)sizeof(ad_real);
         return k;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -2430,6 +2533,9 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
         k.fn_strided = ad__kernel_avx2_strided;
         k.mr = 6;
         k.nr = 2 * 32 / (int)sizeof(ad_real);
+        k.narrow = ad__narrow_avx2;
+        k.narrow_height = 8;
+        k.narrow_width = 32 / (int)sizeof(ad_real);
         return k;
     }
 #endif
@@ -2549,24 +2655,59 @@ AD__PRIVATE void ad__gemm_small(int ta, int tb, int M, int N, int K, const ad_re
 }
 
 /* The product with a column kernel: op(A) transposed, so its columns are contiguous, B not
-   transposed and at most the kernel's width of columns; B's values end at b_end. Only the rows
-   of a last, partial tile are packed. */
+   transposed and at most the kernel's width of columns; B's values end at b_end. B is read in
+   place when it has exactly that width, else packed; of A only the rows of a last, partial tile
+   are packed. */
 AD__PRIVATE void ad__gemm_columns(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int M, int N, int K,
                                   const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
                                   const ad_real *b_end, ad_real *C, ptrdiff_t ldc, int accumulate)
 {
-    int pc, i, height = ker.column_height;
+    int pc, i, height = ker.column_height, in_place = N == ker.column_width;
+    ptrdiff_t b_step = in_place ? ldb : ker.column_width;
     for (pc = 0; pc < K; pc += AD__KC) {
         int kc = K - pc < AD__KC ? K - pc : AD__KC, acc = accumulate || pc > 0;
-        ad__pack_b(0, B, ldb, b_end, pc, kc, 0, N, ker.column_width, pb);
+        const ad_real *bp = in_place ? B + (ptrdiff_t)pc * ldb : pb;
+        if (!in_place) ad__pack_b(0, B, ldb, b_end, pc, kc, 0, N, ker.column_width, pb);
         for (i = 0; i < M; i += height) {
             int rows = M - i < height ? M - i : height;
+            ad_real *c = C + (ptrdiff_t)i * ldc;
             if (rows == height) {
-                ker.columns(kc, A + (ptrdiff_t)pc * lda + i, lda, pb, C + (ptrdiff_t)i * ldc, ldc, rows, N, acc);
+                ker.columns(kc, A + (ptrdiff_t)pc * lda + i, lda, bp, b_step, c, ldc, rows, N, acc);
             } else {
                 ad__pack_a(1, A, lda, i, rows, pc, kc, height, pa);
-                ker.columns(kc, pa, height, pb, C + (ptrdiff_t)i * ldc, ldc, rows, N, acc);
+                ker.columns(kc, pa, height, bp, b_step, c, ldc, rows, N, acc);
             }
+        }
+    }
+}
+
+/* The product with a narrow kernel: B not transposed and at most the kernel's width of columns,
+   its values ending at b_end. B is read in place but for its last rows, those whose whole vector
+   would run past b_end, which are packed; of A only the rows of a last, partial tile are packed. */
+AD__PRIVATE void ad__gemm_narrow(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int M, int N, int K,
+                                 const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
+                                 const ad_real *b_end, ad_real *C, ptrdiff_t ldc, int accumulate)
+{
+    int pc, i, height = ker.narrow_height, width = ker.narrow_width;
+    for (pc = 0; pc < K; pc += AD__KC) {
+        int kc = K - pc < AD__KC ? K - pc : AD__KC, acc = accumulate || pc > 0, k_in = 0;
+        const ad_real *b = B + (ptrdiff_t)pc * ldb;
+        if (b_end - b >= width) {
+            ptrdiff_t whole = (b_end - b - width) / ldb + 1; /* rows with a whole vector before b_end */
+            k_in = whole < kc ? (int)whole : kc;
+        }
+        if (k_in < kc) ad__pack_b(0, B, ldb, b_end, pc + k_in, kc - k_in, 0, N, width, pb);
+        for (i = 0; i < M; i += height) {
+            int rows = M - i < height ? M - i : height;
+            const ad_real *a = ta ? A + (ptrdiff_t)pc * lda + i : A + (ptrdiff_t)i * lda + pc;
+            ptrdiff_t a_row = ta ? 1 : lda, a_k = ta ? lda : 1;
+            if (rows < height) {
+                ad__pack_a(ta, A, lda, i, rows, pc, kc, height, pa);
+                a = pa;
+                a_row = 1;
+                a_k = height;
+            }
+            ker.narrow(kc, a, a_row, a_k, b, ldb, k_in, pb, C + (ptrdiff_t)i * ldc, ldc, rows, N, acc);
         }
     }
 }
@@ -2576,7 +2717,9 @@ AD__PRIVATE void ad__gemm_columns(ad__gemm_kernel ker, ad_real *pa, ad_real *pb,
    rows, each element of B is used only a few times: the micro-kernel then reads B's rows in place
    (when B is not transposed). When op(B) has at most four panels of columns, each element of A is
    used at most four times: the micro-kernel reads A in place (measured faster on the MLP's
-   products). Only a last, partial panel is packed then. */
+   products). Only a last, partial panel is packed then. Products with few columns and B not
+   transposed go to a column kernel (op(A) transposed) or a narrow one, which waste no lanes, or
+   fewer, on columns C does not have. */
 AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int tb, int M, int N,
                                  int K, const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
                                  ad_real *C, ptrdiff_t ldc, int accumulate)
@@ -2585,6 +2728,10 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
     const ad_real *b_end = tb ? B + (ptrdiff_t)(N - 1) * ldb + K : B + (ptrdiff_t)(K - 1) * ldb + N;
     if (ta && !tb && N <= ker.column_width && ker.columns) {
         ad__gemm_columns(ker, pa, pb, M, N, K, A, lda, B, ldb, b_end, C, ldc, accumulate);
+        return;
+    }
+    if (!tb && N <= ker.narrow_width && ker.narrow) {
+        ad__gemm_narrow(ker, pa, pb, ta, M, N, K, A, lda, B, ldb, b_end, C, ldc, accumulate);
         return;
     }
     for (jc = 0; jc < N; jc += AD__NC) {
@@ -2614,22 +2761,7 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
                             a_row = ta ? 1 : lda;
                             a_k = ta ? lda : 1;
                         }
-                        if (mr == ker.mr && nr == ker.nr) {
-                            fn(kc, ap, a_row, a_k, bp, bstride, c, ldc, acc);
-                        } else {
-                            /* an edge tile: computed whole into a scratch tile, partly stored */
-                            ad_real tile[AD__MR_MAX * AD__NR_MAX];
-                            int i, j;
-                            fn(kc, ap, a_row, a_k, bp, bstride, tile, ker.nr, 0);
-                            for (i = 0; i < mr; i++) {
-                                ad_real *row = c + (ptrdiff_t)i * ldc;
-                                const ad_real *t = tile + i * ker.nr;
-                                if (acc)
-                                    for (j = 0; j < nr; j++) row[j] += t[j];
-                                else
-                                    for (j = 0; j < nr; j++) row[j] = t[j];
-                            }
-                        }
+                        fn(kc, ap, a_row, a_k, bp, bstride, c, ldc, mr, nr, acc);
                     }
                 }
             }

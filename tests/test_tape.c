@@ -438,6 +438,98 @@ static void test_float_matmul(void)
             }
 }
 
+/* (h2) ad__gemm itself on products with few columns, the shapes its narrow and column kernels
+   take (N up to a vector and a bit over, ragged M, K over the cache block), with and without
+   accumulating, every transpose. B is allocated to its exact size, so a read past its end shows
+   under AddressSanitizer; C sits in a wider array whose other columns must stay untouched.
+   Each result is held to the same bound as (h), and on three threads must equal one thread's
+   bit for bit. */
+static int gemm_case_ok(ad_tape *T, ad_rng *rng, int ta, int tb, int m, int n, int k, int accumulate,
+                        int padded_ldb, float *out)
+{
+    const float sentinel = 12345.0f;
+    int lda = ta ? m : k, ldb = (tb ? k : n) + padded_ldb, ldc = n + 3, rows_b = tb ? n : k, r, c, p, ok = 1;
+    float *A = (float *)malloc((size_t)(ta ? k : m) * lda * sizeof(float));
+    float *B = (float *)malloc(((size_t)(rows_b - 1) * ldb + (tb ? k : n)) * sizeof(float));
+    float *C = (float *)malloc((size_t)m * ldc * sizeof(float)), *C0 = (float *)malloc((size_t)m * ldc * sizeof(float));
+    if (!A || !B || !C || !C0) {
+        free(A); free(B); free(C); free(C0);
+        return 0;
+    }
+    for (r = 0; r < (ta ? k : m) * lda; r++) A[r] = (float)(2 * ad_rng_uniform(rng) - 1);
+    for (r = 0; r < (rows_b - 1) * ldb + (tb ? k : n); r++) B[r] = (float)(2 * ad_rng_uniform(rng) - 1);
+    for (r = 0; r < m; r++)
+        for (c = 0; c < ldc; c++) C[r * ldc + c] = c < n ? (float)(2 * ad_rng_uniform(rng) - 1) : sentinel;
+    memcpy(C0, C, (size_t)m * ldc * sizeof(float));
+    if (ad__gemm(T, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate) != 0) ok = 0;
+    for (r = 0; ok && r < m; r++)
+        for (c = 0; c < ldc; c++) {
+            double ref = accumulate ? C0[r * ldc + c] : 0, mag = fabs(ref);
+            if (c >= n) {
+                if (C[r * ldc + c] != sentinel) { ok = 0; break; }
+                continue;
+            }
+            for (p = 0; p < k; p++) {
+                double u = ta ? A[p * lda + r] : A[r * lda + p];
+                double v = tb ? B[c * ldb + p] : B[p * ldb + c];
+                ref += u * v;
+                mag += fabs(u * v);
+            }
+            if (fabs(C[r * ldc + c] - ref) > (k + 1) * 6e-8 * mag + 1e-30) { ok = 0; break; }
+        }
+    if (ok && out) memcpy(out, C, (size_t)m * ldc * sizeof(float));
+    free(A); free(B); free(C); free(C0);
+    return ok;
+}
+
+static void test_float_gemm_narrow(void)
+{
+    static const int ms[] = {4, 9, 16, 17, 64, 70}, ns[] = {4, 7, 8, 9, 10, 11, 12, 13, 15, 16, 17, 20},
+                     ks[] = {3, 64, 257};
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    size_t mi, ni, ki;
+    int ta, tb, acc, bad = 0, cases = 0;
+    ad_rng_seed(&rng, 21);
+    ad_set_threads(T, 1);
+    for (mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+        for (ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+                for (ta = 0; ta <= 1; ta++)
+                    for (tb = 0; tb <= 1; tb++)
+                        for (acc = 0; acc <= 1; acc++) {
+                            int m = ms[mi], n = ns[ni], k = ks[ki];
+                            cases++;
+                            if (!gemm_case_ok(T, &rng, ta, tb, m, n, k, acc, (m + n + k) % 3 == 0 ? 5 : 0, NULL)) {
+                                if (bad++ < 5)
+                                    TH_CHECK(0, "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d is off", m, n, k, ta,
+                                             tb, acc);
+                            }
+                        }
+    TH_CHECK(bad == 0, "%d of %d narrow products are off", bad, cases);
+    /* large enough to be split over threads: the split must not change a bit */
+    for (ta = 0; ta <= 1; ta++)
+        for (ni = 0; ni < 3; ni++) {
+            static const int wide[] = {10, 13, 16};
+            int m = 3001, n = wide[ni], k = 300, ldc = n + 3;
+            float *one = (float *)malloc((size_t)m * ldc * sizeof(float)), *three = (float *)malloc((size_t)m * ldc * sizeof(float));
+            ad_rng r1, r3;
+            int ok1, ok3;
+            if (!one || !three) { free(one); free(three); TH_CHECK(0, "out of memory"); return; }
+            ad_rng_seed(&r1, 99 + ni);
+            r3 = r1;
+            ad_set_threads(T, 1);
+            ok1 = gemm_case_ok(T, &r1, ta, 0, m, n, k, ta, 0, one);
+            ad_set_threads(T, 3);
+            ok3 = gemm_case_ok(T, &r3, ta, 0, m, n, k, ta, 0, three);
+            TH_CHECK(ok1 && ok3 && memcmp(one, three, (size_t)m * ldc * sizeof(float)) == 0,
+                     "gemm m=%d n=%d k=%d ta=%d: three threads differ from one", m, n, k, ta);
+            free(one);
+            free(three);
+        }
+    ad_tape_free(T);
+}
+
 /* (i) the thread pool: many products in quick succession, split by rows and by columns, on more
    threads than the machine may have cores, now and then after a pause long enough for the
    workers to fall asleep; every result must equal the single-thread one bit for bit. */
@@ -635,6 +727,7 @@ int main(void)
     test_views();
     test_arena();
     test_float_matmul();
+    test_float_gemm_narrow();
     test_threads();
     test_scalar_tape();
     TH_CHECK(live() == start, "%ld blocks leaked in total", live() - start);
