@@ -123,13 +123,16 @@
    >>threads
    All state lives in explicit objects; there are no globals. Different tapes may be used from
    different threads at the same time. One tape must not be used by two threads at once.
-   Large matrix products split their output into stripes computed by a small pool of POSIX
-   threads that each tape starts on first use (plain `cc` on Linux needs no flag; glibc older
-   than 2.34 needs -lpthread). ad_optim_step_on(O, T) and ad_params_zero_grad_on(P, T) lend the
-   same threads to the parameter update of a large store. ad_set_threads(T, n) sets the count; the default is the
+   Large work is split over a small pool of POSIX threads that each tape starts on first use
+   (plain `cc` on Linux needs no flag; glibc older than 2.34 needs -lpthread): a large matrix
+   product by stripes of its output, a convolution by images when each image's products are
+   too small to split, a gather of many long rows (ad_embedding over a data set) by rows.
+   ad_optim_step_on(O, T) and ad_params_zero_grad_on(P, T) lend the same threads to the
+   parameter update of a large store. ad_set_threads(T, n) sets the count; the default is the
    environment variable AUTODIFF_THREADS, else the number of online processors. Every output
-   element is computed by the same operations in the same order whatever the split, so results
-   are bitwise identical for any thread count. Between products the workers wait by spinning for
+   element is computed by the same operations in the same order whatever the split (sums over
+   a convolution's images are taken in parts fixed by the batch size), so results are bitwise
+   identical for any thread count. Between jobs the workers wait by spinning for
    about a millisecond (the next product of a training step usually comes sooner than a sleeping
    thread could be woken), then sleep; ad_set_threads(T, 1) stops them. A program that
    runs tapes on threads of its own should divide the cores between them (ad_set_threads(T,
