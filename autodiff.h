@@ -1063,6 +1063,10 @@ typedef void (*ad__task_fn)(void *ctx, int task, int thread);
    new job's number and AD__UNPUBLISHED, which makes every stale claim fail; the description is
    written with release stores, so a worker that sees any of it also sees that mark. */
 #define AD__SPINS 16384
+/* Spinning threads give up the processor every this many rounds (a few microseconds): when
+   the machine has more runnable threads than cores, a worker spinning on the core of the
+   thread it waits for would otherwise slow that thread down instead of helping it. */
+#define AD__YIELD_EVERY 64
 #define AD__UNPUBLISHED 0xffffffffull
 #define AD__TASK_MASK 0xffffffffull
 
@@ -1119,10 +1123,10 @@ AD__PRIVATE unsigned long long ad__pool_wait(ad__pool *P, unsigned long long see
     unsigned long long word;
     int spin;
 #define AD__IS_NEW(w) ((w) >> 32 != seen && ((w) & AD__TASK_MASK) != AD__UNPUBLISHED)
-    for (spin = 0; spin < AD__SPINS; spin++) {
+    for (spin = 1; spin <= AD__SPINS; spin++) {
         word = __atomic_load_n(&P->claim, __ATOMIC_ACQUIRE);
         if (AD__IS_NEW(word) || __atomic_load_n(&P->stop, __ATOMIC_ACQUIRE)) return word;
-        AD__CPU_RELAX();
+        if (spin % AD__YIELD_EVERY == 0) sched_yield(); else AD__CPU_RELAX();
     }
     pthread_mutex_lock(&P->mu);
     __atomic_fetch_add(&P->sleepers, 1, __ATOMIC_SEQ_CST);
@@ -1394,7 +1398,7 @@ AD__PRIVATE void ad__parallel(ad_tape *T, ad__task_fn fn, void *ctx, int ntasks)
         ad__pool_work(P, job << 32, 0);
         /* the other threads' last tasks are running: their ends are near */
         while (__atomic_load_n(&P->finished, __ATOMIC_ACQUIRE) < ntasks)
-            if (++spin % 1024 == 0) sched_yield(); else AD__CPU_RELAX();
+            if (++spin % AD__YIELD_EVERY == 0) sched_yield(); else AD__CPU_RELAX();
         return;
     }
 #endif
