@@ -1,4 +1,4 @@
-/* autodiff.h - v0.1.1 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.2.0 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -154,6 +154,11 @@
                       weight gradient from an im2row matrix, cheaper im2col/col2im, a 2x2 max
                       pool path; GEMM reads thin operands in place and has a column kernel for
                       products with few columns; thread pool workers spin briefly between jobs.
+   0.2.0  2026-11-22  ad_optim_step_on and ad_params_zero_grad_on: the parameter update on a
+                      tape's threads; convolution batches and large row gathers split over
+                      threads; one-element ops in one arena block with reused gradients; a
+                      narrow GEMM kernel for products of up to one vector of columns; spinning
+                      threads yield to others on an oversubscribed machine.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -162,8 +167,8 @@
 #include <stdint.h>
 
 #define AUTODIFF_VERSION_MAJOR 0
-#define AUTODIFF_VERSION_MINOR 1
-#define AUTODIFF_VERSION_PATCH 1
+#define AUTODIFF_VERSION_MINOR 2
+#define AUTODIFF_VERSION_PATCH 0
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
