@@ -196,6 +196,18 @@ BENCH_FN int bench_synthetic(bench_data *d, uint64_t seed)
     return 0;
 }
 
+/* The samples perm[start .. start + count) as a batch on T: their labels into yb, and their
+   images, picked out of the whole set by one ad_embedding (as PyTorch's x[idx]), returned as
+   [count, dim]; NULL with T's error set on failure. */
+BENCH_FN ad_tensor *bench_batch(ad_tape *T, const bench_data *d, const int *perm, int start, int count, int *yb)
+{
+    int shape[2], i;
+    for (i = 0; i < count; i++) yb[i] = d->y[perm[start + i]];
+    shape[0] = d->n;
+    shape[1] = d->dim;
+    return ad_embedding(T, ad_tensor_view(T, 2, shape, d->x, NULL, 0), perm + start, count);
+}
+
 /* A new random order of the n samples (Fisher-Yates), for an epoch. */
 BENCH_FN void bench_shuffle(int *perm, int n, ad_rng *rng)
 {

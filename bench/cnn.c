@@ -65,12 +65,8 @@ int main(void)
         for (start = 0; start < n_used; start += BATCH) {
             int bs = n_used - start < BATCH ? n_used - start : BATCH, shape[4];
             ad_tensor *h, *loss;
-            for (i = 0; i < bs; i++) yb[i] = d.y[perm[start + i]];
             ad_tape_reset(T);
-            /* the batch's rows picked from the whole set, as PyTorch's x[idx] */
-            shape[0] = d.n;
-            shape[1] = d.dim;
-            h = ad_embedding(T, ad_tensor_view(T, 2, shape, d.x, NULL, 0), perm + start, bs);
+            h = bench_batch(T, &d, perm, start, bs, yb);
             shape[0] = bs;
             shape[1] = 1;
             shape[2] = shape[3] = 28;

@@ -111,14 +111,10 @@ int main(int argc, char **argv)
         loss_sum = 0;
         t0 = bench_time();
         for (start = 0; start < d.n; start += BATCH) {
-            int bs = d.n - start < BATCH ? d.n - start : BATCH, shape[2];
+            int bs = d.n - start < BATCH ? d.n - start : BATCH;
             ad_tensor *h, *loss;
-            for (i = 0; i < bs; i++) yb[i] = d.y[perm[start + i]];
             ad_tape_reset(T);
-            /* the batch's rows picked from the whole set, as PyTorch's x[idx] */
-            shape[0] = d.n;
-            shape[1] = d.dim;
-            h = ad_embedding(T, ad_tensor_view(T, 2, shape, d.x, NULL, 0), perm + start, bs);
+            h = bench_batch(T, &d, perm, start, bs, yb);
             for (l = 0; l < nl; l++) {
                 h = ad_linear(T, h, ad_param(T, P, L[l].W), ad_param(T, P, L[l].b));
                 if (l < nl - 1) h = ad_relu(T, h);
