@@ -2787,11 +2787,14 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
     }
 }
 
+/* One thread's packing buffers: an A block and a B block with room for a last panel, a whole
+   number of 64-byte lines, so that every thread's buffers stay aligned. */
+#define AD__PACK_PER_THREAD ((size_t)AD__MC * AD__KC + (size_t)AD__KC * (AD__NC + AD__NR_MAX))
+
 /* One stripe of C per task: rows [r0, r1) or columns [c0, c1) of the whole product. */
 typedef struct ad__gemm_job {
     ad__gemm_kernel ker;
     ad_real *pack;
-    size_t pack_stride;
     int ta, tb, M, N, K, by_rows, stripe;
     const ad_real *A, *B;
     ptrdiff_t lda, ldb, ldc;
@@ -2802,7 +2805,7 @@ typedef struct ad__gemm_job {
 AD__PRIVATE void ad__gemm_task(void *ctx, int task, int thread)
 {
     const ad__gemm_job *j = (const ad__gemm_job *)ctx;
-    ad_real *pa = j->pack + (size_t)thread * j->pack_stride, *pb = pa + (size_t)AD__MC * AD__KC;
+    ad_real *pa = j->pack + (size_t)thread * AD__PACK_PER_THREAD, *pb = pa + (size_t)AD__MC * AD__KC;
     int lo = task * j->stripe, len;
     if (j->by_rows) {
         len = j->M - lo < j->stripe ? j->M - lo : j->stripe;
@@ -2838,10 +2841,6 @@ AD__PRIVATE int ad__gemm_unpacked(int ta, int tb, int M, int N, int K, const ad_
 /* Work is split over threads from this many multiply-adds (about 10 us on one core): each half
    must outweigh handing it over, the other core fetching its operands and the wait at the end. */
 #define AD__SPLIT_MACS 524288.0
-
-/* One thread's packing buffers: an A block and a B block with room for a last panel, a whole
-   number of 64-byte lines, so that every thread's buffers stay aligned. */
-#define AD__PACK_PER_THREAD ((size_t)AD__MC * AD__KC + (size_t)AD__KC * (AD__NC + AD__NR_MAX))
 
 /* The tape's packing buffers for `threads` threads, AD__PACK_PER_THREAD values each, aligned;
    NULL when they cannot be allocated. */
@@ -2882,7 +2881,6 @@ AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const 
     threads = (double)M * N * K >= AD__SPLIT_MACS ? ad__thread_count(T) : 1;
     job.pack = ad__gemm_buffers(T, threads);
     if (!job.pack) return -1;
-    job.pack_stride = AD__PACK_PER_THREAD;
     job.ta = ta; job.tb = tb; job.M = M; job.N = N; job.K = K;
     job.A = A; job.B = B; job.C = C;
     job.lda = lda; job.ldb = ldb; job.ldc = ldc;
