@@ -906,6 +906,15 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 #else
 #define AD__X86_DISPATCH 0
 #endif
+/* vector shuffles with constant lane lists (clang, GCC 12 and later) */
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define AD__HAS_SHUFFLE 1
+#endif
+#endif
+#if !defined(AD__HAS_SHUFFLE)
+#define AD__HAS_SHUFFLE 0
+#endif
 #define AD__PRIVATE static AD__UNUSED
 /* the rare branch of a hot function, kept out of it so that its fast path stays short */
 #define AD__COLD static AD__NOINLINE AD__UNUSED
@@ -2621,6 +2630,56 @@ AD__PRIVATE AD__CODE_ALIGN void ad__pack_a(int ta, const ad_real *A, ptrdiff_t l
    end at b_end. A last, partial panel of an untransposed B is copied in whole blocks of 16 where
    those stay before b_end: its extra columns then hold whatever follows in B, which only reaches
    columns of edge tiles that are never stored. */
+#if AD__X86_DISPATCH && AD__HAS_SHUFFLE && !defined(AUTODIFF_DOUBLE)
+#define AD__PACK_BT_FAST 1
+typedef float ad__v8 __attribute__((vector_size(32)));
+typedef float ad__v8_unaligned __attribute__((vector_size(32), aligned(4)));
+
+/* Transposes the 8 x 8 block of floats at src (rows ld apart) into dst (rows dst_ld apart), in
+   three rounds of shuffles: pairs, then quads, then halves of rows are interleaved. */
+AD__INLINE AD__ALWAYS_INLINE __attribute__((target("avx2"))) void ad__transpose8(const float *src, ptrdiff_t ld,
+                                                                                 float *dst, ptrdiff_t dst_ld)
+{
+    ad__v8 r[8], t[8], u[8], o[8];
+    int i;
+    _Pragma("GCC unroll 8") for (i = 0; i < 8; i++) r[i] = *(const ad__v8_unaligned *)(src + i * ld);
+    _Pragma("GCC unroll 4") for (i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    }
+    _Pragma("GCC unroll 2") for (i = 0; i < 8; i += 4) {
+        u[i] = __builtin_shufflevector(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+        u[i + 1] = __builtin_shufflevector(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+        u[i + 2] = __builtin_shufflevector(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+        u[i + 3] = __builtin_shufflevector(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+    _Pragma("GCC unroll 4") for (i = 0; i < 4; i++) {
+        o[i] = __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        o[i + 4] = __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    _Pragma("GCC unroll 8") for (i = 0; i < 8; i++) *(ad__v8_unaligned *)(dst + i * dst_ld) = o[i];
+}
+
+/* A whole panel of op(B) for transposed B: nr rows of B (nr a multiple of 8), kc values of each
+   from src on, into dst[k * nr + c], in 8 x 8 blocks. A copy one value at a time would do one
+   store per value, which took a quarter of a g . W^T product's time. */
+AD__PRIVATE __attribute__((target("avx2"))) void ad__pack_bt_panel(const float *src, ptrdiff_t ldb, int kc,
+                                                                   int nr, float *AD__RESTRICT dst)
+{
+    int c, k;
+    for (c = 0; c < nr; c += 8) {
+        const float *s = src + (ptrdiff_t)c * ldb;
+        for (k = 0; k + 8 <= kc; k += 8) ad__transpose8(s + k, ldb, dst + (size_t)k * nr + c, nr);
+        for (; k < kc; k++) {
+            int i;
+            for (i = 0; i < 8; i++) dst[(size_t)k * nr + c + i] = s[(ptrdiff_t)i * ldb + k];
+        }
+    }
+}
+#else
+#define AD__PACK_BT_FAST 0
+#endif
+
 AD__PRIVATE AD__CODE_ALIGN void ad__pack_b(int tb, const ad_real *B, ptrdiff_t ldb, const ad_real *b_end,
                                            int k0, int kc, int j0, int nc, int nr, ad_real *AD__RESTRICT dst)
 {
@@ -2641,6 +2700,12 @@ AD__PRIVATE AD__CODE_ALIGN void ad__pack_b(int tb, const ad_real *B, ptrdiff_t l
                 for (; c < nr; c++) d[c] = 0;
             }
         } else {
+#if AD__PACK_BT_FAST
+            if (cols == nr && nr % 8 == 0 && __builtin_cpu_supports("avx2")) {
+                ad__pack_bt_panel(B + (ptrdiff_t)(j0 + p) * ldb + k0, ldb, kc, nr, dst);
+                continue;
+            }
+#endif
             for (c = 0; c < cols; c++) {
                 const ad_real *src = B + (ptrdiff_t)(j0 + p + c) * ldb + k0;
                 for (k = 0; k < kc; k++) dst[(size_t)k * nr + c] = src[k];
