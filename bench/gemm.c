@@ -1,8 +1,8 @@
 /* GEMM throughput: autodiff.h's ad__gemm (the routine behind ad_matmul, ad_matmul_t and
    ad_linear) against OpenBLAS's cblas_sgemm, both on AUTODIFF_THREADS threads (default 1), at
-   square sizes and at the products of a 784-128-10 MLP trained with batch 64. Also measures one
-   core's fp32 peak with an FMA loop on 512-bit vectors, and checks that both libraries give the
-   same product. Timed batches of the two libraries alternate.
+   square sizes and at the products of the 784-128-10 and 784-512-256-10 MLPs trained with batch
+   64. Also measures one core's fp32 peak with an FMA loop on 512-bit vectors, and checks that
+   both libraries give the same product. Timed batches of the two libraries alternate.
 
    Build: cc -O2 -I. bench/gemm.c -lm -lpthread                        (autodiff.h alone)
           cc -O2 -I. -DBENCH_CBLAS bench/gemm.c -lopenblas -lm -lpthread  (with OpenBLAS)
@@ -38,6 +38,12 @@ static const gemm_shape shapes[] = {
     {"mlp_gWt2", "g[64,10] . W2^T", 0, 1, 64, 128, 10},
     {"mlp_hTg2", "h^T . g[64,10]", 1, 0, 128, 10, 64},
     {"mlp_xTg1", "x^T . g[64,128]", 1, 0, 784, 128, 64},
+    /* 784-512-256-10 MLP, batch 64: the products with the hidden layers */
+    {"mlp2_fwd1", "x[64,784] . W1[784,512]", 0, 0, 64, 512, 784},
+    {"mlp2_fwd2", "h1[64,512] . W2[512,256]", 0, 0, 64, 256, 512},
+    {"mlp2_gWt2", "g[64,256] . W2^T", 0, 1, 64, 512, 256},
+    {"mlp2_hTg2", "h1^T . g[64,256]", 1, 0, 512, 256, 64},
+    {"mlp2_xTg1", "x^T . g[64,512]", 1, 0, 784, 512, 64},
 };
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
 

@@ -142,7 +142,10 @@ ROWS=$OUT/rows.txt
     for s in "sq256 256x256x256" "sq512 512x512x512" "sq1024 1024x1024x1024" "sq2048 2048x2048x2048" \
              "mlp_fwd1 MLP fwd x.W1 64x784.784x128" "mlp_fwd2 MLP fwd h.W2 64x128.128x10" \
              "mlp_gWt2 MLP bwd g.W2^T 64x10.10x128" "mlp_hTg2 MLP bwd h^T.g 128x64.64x10" \
-             "mlp_xTg1 MLP bwd x^T.g 784x64.64x128"; do
+             "mlp_xTg1 MLP bwd x^T.g 784x64.64x128" \
+             "mlp2_fwd1 MLP2 fwd x.W1 64x784.784x512" "mlp2_fwd2 MLP2 fwd h1.W2 64x512.512x256" \
+             "mlp2_gWt2 MLP2 bwd g.W2^T 64x256.256x512" "mlp2_hTg2 MLP2 bwd h1^T.g 512x64.64x256" \
+             "mlp2_xTg1 MLP2 bwd x^T.g 784x64.64x512"; do
         set -- $s
         key=$1; shift
         echo "GEMM $*, GFLOP/s|gemm.$key.ours|gemm.$key.openblas|OpenBLAS|hi"
@@ -150,7 +153,10 @@ ROWS=$OUT/rows.txt
     for s in "sq256 256x256x256" "sq512 512x512x512" "sq1024 1024x1024x1024" "sq2048 2048x2048x2048" \
              "mlp_fwd1 MLP fwd 64x784.784x128" "mlp_fwd2 MLP fwd 64x128.128x10" \
              "mlp_gWt2 MLP bwd 64x10.10x128^T" "mlp_hTg2 MLP bwd 128x64^T.64x10" \
-             "mlp_xTg1 MLP bwd 784x64^T.64x128"; do
+             "mlp_xTg1 MLP bwd 784x64^T.64x128" \
+             "mlp2_fwd1 MLP2 fwd 64x784.784x512" "mlp2_fwd2 MLP2 fwd 64x512.512x256" \
+             "mlp2_gWt2 MLP2 bwd 64x256.256x512^T" "mlp2_hTg2 MLP2 bwd 512x64^T.64x256" \
+             "mlp2_xTg1 MLP2 bwd 784x64^T.64x512"; do
         set -- $s
         key=$1; shift
         echo "GEMM $*, GFLOP/s|gemm.$key.ours|gemm.$key.torch|torch.mm|hi"
