@@ -52,7 +52,8 @@
            ad_tensor *h = ad_relu(T, ad_linear(T, x, ad_param(T, P, W1), ad_param(T, P, b1)));
            ad_tensor *loss = ad_cross_entropy(T, ad_linear(T, h, ad_param(T, P, W2), ...), labels);
            if (!loss) { fprintf(stderr, "%s\n", ad_tape_error(T)); break; }
-           ad_params_zero_grad_on(P, T);               // on T's threads; or ad_params_zero_grad(P)
+           ad_params_zero_grad_on(P, T);               // on T's threads; or ad_params_zero_grad(P),
+                                                        // or none with an optimizer made with zero_grad
            ad_backward(T, loss);                        // adds into P's gradient buffer
            ad_optim_step_on(opt, T);                    // or ad_optim_step(opt), one thread
            ad_tape_reset(T);
@@ -159,6 +160,9 @@
                       threads; one-element ops in one arena block with reused gradients; a
                       narrow GEMM kernel for products of up to one vector of columns; spinning
                       threads yield to others on an oversubscribed machine.
+   0.3.0  2026-11-22  ad_optim_desc.zero_grad: the optimizer step zeroes the gradients as it
+                      goes, saving a pass over the store; transposed B operands packed in
+                      register-transposed 8x8 blocks (g . W^T products).
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -167,7 +171,7 @@
 #include <stdint.h>
 
 #define AUTODIFF_VERSION_MAJOR 0
-#define AUTODIFF_VERSION_MINOR 2
+#define AUTODIFF_VERSION_MINOR 3
 #define AUTODIFF_VERSION_PATCH 0
 
 #ifdef AUTODIFF_STATIC
@@ -625,6 +629,10 @@ typedef enum ad_optim_kind { AD_OPTIM_SGD = 0, AD_OPTIM_ADAM, AD_OPTIM_ADAMW } a
                                               AdamW multiplies p by 1 - lr * weight_decay
        beta1, beta2  0.9, 0.999               Adam, AdamW
        eps           1e-8                     Adam, AdamW
+       zero_grad     0 (off)                  all: when set, each step also sets every gradient
+                                              of the store to zero, each piece right after its
+                                              update while it is still in cache, so that the
+                                              training loop needs no ad_params_zero_grad pass
    Because zero means "default", lr, beta1, beta2, eps and AdamW's weight_decay cannot be set to
    exactly 0 here (AdamW without decay is Adam; ad_optim_set_lr accepts 0). */
 typedef struct ad_optim_desc {
@@ -634,6 +642,7 @@ typedef struct ad_optim_desc {
     int nesterov;
     double weight_decay;
     double beta1, beta2, eps;
+    int zero_grad;
 } ad_optim_desc;
 
 typedef struct ad_optim ad_optim;
@@ -642,8 +651,9 @@ typedef struct ad_optim ad_optim;
    settings are invalid or memory runs out, with P's error set. */
 AUTODIFF_API ad_optim *ad_optim_new(ad_params *P, const ad_optim_desc *desc);
 AUTODIFF_API void ad_optim_free(ad_optim *O);
-/* Updates every parameter from the store's gradients (which it leaves as they are). Returns 0,
-   or -1 with the store's error set (parameters were added after the optimizer was made). */
+/* Updates every parameter from the store's gradients, which it leaves as they are, or sets to
+   zero when the optimizer was made with zero_grad. Returns 0, or -1 with the store's error set
+   (parameters were added after the optimizer was made). */
 AUTODIFF_API int ad_optim_step(ad_optim *O);
 /* The same step, split over the threads of tape T (see >>threads) when the store is large; T
    NULL means the calling thread alone. T is only borrowed for the call. Every scalar goes
@@ -5984,6 +5994,8 @@ struct ad_optim {
     size_t n;             /* scalars of the store the state was made for */
     int nbuf;             /* state buffers: SGD 0, or 1 with momentum; Adam, AdamW 2 (m, v) */
     ad_real *state;       /* nbuf * n values, zero at the start */
+    double correct1;      /* Adam's bias corrections at the current step t: 1 - beta1^t */
+    double correct2;      /* and sqrt(1 - beta2^t) */
 };
 
 /* The settings with every zero field replaced by its default. */
@@ -6054,6 +6066,7 @@ AUTODIFF_API ad_optim *ad_optim_new(ad_params *P, const ad_optim_desc *desc)
     O->P = P;
     O->d = d;
     O->steps = 0;
+    O->correct1 = O->correct2 = 1;
     O->n = P->nscalars;
     O->nbuf = nbuf;
     return O;
@@ -6100,13 +6113,12 @@ AD__PRIVATE void ad__adam_step(ad_optim *O, size_t lo, size_t n)
     ad_real *AD__RESTRICT p = O->P->value + lo, *AD__RESTRICT m = O->state + lo;
     ad_real *AD__RESTRICT v = O->state + O->n + lo;
     const ad_real *AD__RESTRICT g = O->P->grad + lo;
-    double t = (double)O->steps;
     int decoupled = d->kind == AD_OPTIM_ADAMW;
     ad_real l2 = (ad_real)(decoupled ? 0 : d->weight_decay);
     ad_real shrink = (ad_real)(decoupled ? 1 - d->lr * d->weight_decay : 1);
     ad_real b1 = (ad_real)d->beta1, c1 = (ad_real)(1 - d->beta1);
     ad_real b2 = (ad_real)d->beta2, c2 = (ad_real)(1 - d->beta2);
-    ad_real step = (ad_real)(d->lr / (1 - pow(d->beta1, t))), root = (ad_real)sqrt(1 - pow(d->beta2, t));
+    ad_real step = (ad_real)(d->lr / O->correct1), root = (ad_real)O->correct2;
     ad_real eps = (ad_real)d->eps;
     for (i = 0; i < n; i++) {
         ad_real di = g[i] + l2 * p[i];
@@ -6114,6 +6126,14 @@ AD__PRIVATE void ad__adam_step(ad_optim *O, size_t lo, size_t n)
         v[i] = b2 * v[i] + c2 * di * di;
         p[i] = shrink * p[i] - step * (m[i] / (AD__F(sqrt)(v[i]) / root + eps));
     }
+}
+
+/* The gradients of frozen parameters, which an optimizer step does not visit, set to zero. */
+AD__PRIVATE void ad__zero_frozen_grads(ad_params *P)
+{
+    int i;
+    for (i = 0; i < P->n; i++)
+        if (P->items[i].frozen) memset(P->grad + P->items[i].offset, 0, P->items[i].size * sizeof(ad_real));
 }
 
 /* A step walks the runs of consecutive trained parameters; frozen ones are skipped. Returns the
@@ -6142,6 +6162,23 @@ typedef struct ad__optim_job {
     size_t stretch;
 } ad__optim_job;
 
+/* With zero_grad, the scalars are updated in pieces of this many (a multiple of
+   AD__STORE_BLOCK, so every scalar still takes the same path), each piece's gradients zeroed
+   right after its update while they are still in the first-level cache. */
+#define AD__ZERO_PIECE 2048
+
+/* Updates the scalars [lo, lo + n) of the store. */
+AD__PRIVATE void ad__optim_update(ad_optim *O, size_t lo, size_t n)
+{
+    size_t piece = O->d.zero_grad ? AD__ZERO_PIECE : n, at, len;
+    for (at = 0; at < n; at += len) {
+        len = n - at < piece ? n - at : piece;
+        if (O->d.kind == AD_OPTIM_SGD) ad__sgd_step(O, lo + at, len);
+        else ad__adam_step(O, lo + at, len);
+        if (O->d.zero_grad) memset(O->P->grad + lo + at, 0, len * sizeof(ad_real));
+    }
+}
+
 /* Updates the part of every run that lies in this task's stretch of the line. */
 AD__PRIVATE void ad__optim_task(void *ctx, int task, int thread)
 {
@@ -6152,10 +6189,7 @@ AD__PRIVATE void ad__optim_task(void *ctx, int task, int thread)
     (void)thread;
     while (at < to && (len = ad__optim_next_run(O->P, &i, &lo)) > 0) {
         size_t a = from > at ? from - at : 0, b = to - at < len ? to - at : len;
-        if (a < b) {
-            if (O->d.kind == AD_OPTIM_SGD) ad__sgd_step(O, lo + a, b - a);
-            else ad__adam_step(O, lo + a, b - a);
-        }
+        if (a < b) ad__optim_update(O, lo + a, b - a);
         at += ad__run_blocks(len);
     }
 }
@@ -6172,12 +6206,15 @@ AUTODIFF_API int ad_optim_step_on(ad_optim *O, ad_tape *T)
         return -1;
     }
     O->steps++;
+    O->correct1 = 1 - pow(O->d.beta1, (double)O->steps);
+    O->correct2 = sqrt(1 - pow(O->d.beta2, (double)O->steps));
     while ((len = ad__optim_next_run(O->P, &i, &lo)) > 0) line += ad__run_blocks(len);
     tasks = ad__store_tasks(T, line);
     job.O = O;
     job.stretch = ad__store_stretch(line, tasks);
     if (tasks > 1) ad__parallel(T, ad__optim_task, &job, tasks);
     else ad__optim_task(&job, 0, 0);
+    if (O->d.zero_grad) ad__zero_frozen_grads(O->P);
     return 0;
 }
 

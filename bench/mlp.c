@@ -1,8 +1,9 @@
 /* Training speed: epochs of an MLP classifier (ReLU between fully connected layers, softmax
    cross-entropy) on MNIST's 60000 training images, batch 64, plain SGD with learning rate 0.1,
    Kaiming-uniform weights (bound sqrt(6 / fan_in)) and zero biases. The parameters live in an
-   ad_params store; each step zeroes the gradients and updates the parameters on the tape's
-   threads (ad_params_zero_grad_on, ad_optim_step_on), as PyTorch's optimizer does on its own.
+   ad_params store; each step updates the parameters on the tape's threads (ad_optim_step_on)
+   and, with the optimizer's zero_grad, zeroes their gradients in the same pass, where PyTorch
+   calls optimizer.zero_grad().
 
    Data: MNIST_DIR/train-{images-idx3,labels-idx1}-ubyte (raw or .gz) when MNIST_DIR is set,
    otherwise random data of the same size (the time per epoch is the same; the loss is not
@@ -96,6 +97,7 @@ int main(int argc, char **argv)
     memset(&sgd, 0, sizeof sgd);
     sgd.kind = AD_OPTIM_SGD;
     sgd.lr = lr;
+    sgd.zero_grad = 1;
     opt = ad_optim_new(P, &sgd);
     yb = (int *)malloc(BATCH * sizeof(int));
     perm = (int *)malloc((size_t)d.n * sizeof(int));
@@ -120,7 +122,6 @@ int main(int argc, char **argv)
                 if (l < nl - 1) h = ad_relu(T, h);
             }
             loss = ad_cross_entropy(T, h, yb);
-            ad_params_zero_grad_on(P, T);
             if (!loss || ad_backward(T, loss) != 0 || ad_optim_step_on(opt, T) != 0) {
                 fprintf(stderr, "mlp: %s\n", ad_tape_error(T) ? ad_tape_error(T) : ad_params_error(P));
                 return 1;

@@ -422,6 +422,52 @@ static void test_threaded_steps(void)
     }
 }
 
+/* An optimizer made with zero_grad updates the parameters exactly as one without it (it works
+   in pieces, whose cuts must not change a bit) and leaves every gradient of the store at zero,
+   the frozen parameter's too, on one thread and on three. */
+static void test_zero_grad_in_step(void)
+{
+    ad_optim_desc descs[4];
+    const char *names[4] = {"SGD", "SGD with Nesterov momentum", "Adam", "AdamW"};
+    size_t n, i;
+    int k, step, threads;
+    descs[0] = sgd(0.1, 0, 0, 0, 0.01);
+    descs[1] = sgd(0.05, 0.9, 0, 1, 0.001);
+    descs[2] = adam(AD_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0);
+    descs[3] = adam(AD_OPTIM_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01);
+    for (k = 0; k < 4; k++)
+        for (threads = 1; threads <= 3; threads += 2) {
+            ad_params *want = make_big_store(), *P = make_big_store();
+            ad_optim_desc zeroing = descs[k];
+            ad_optim *O_want = ad_optim_new(want, &descs[k]), *O;
+            ad_tape *T = ad_tape_new();
+            int all_zero = 1;
+            zeroing.zero_grad = 1;
+            O = ad_optim_new(P, &zeroing);
+            ad_set_threads(T, threads);
+            n = ad_params_scalars(P);
+            for (step = 1; step <= 3; step++) {
+                fill_grads(want, (uint64_t)step);
+                fill_grads(P, (uint64_t)step);
+                ad_optim_step(O_want);
+                TH_CHECK(ad_optim_step_on(O, threads > 1 ? T : NULL) == 0, "%s with zero_grad: %s", names[k],
+                         th_params_error(P));
+                for (i = 0; i < n; i++)
+                    if (ad_params_grads(P)[i] != 0) all_zero = 0;
+            }
+            TH_CHECK(memcmp(ad_params_values(P), ad_params_values(want), n * sizeof(ad_real)) == 0,
+                     "%s with zero_grad on %d thread(s): parameters differ from the step without it", names[k],
+                     threads);
+            TH_CHECK(all_zero, "%s with zero_grad on %d thread(s): a gradient was left nonzero", names[k], threads);
+            TH_CHECK(ad_params_grads(want)[n - 1] != 0, "%s without zero_grad: the gradients are kept", names[k]);
+            ad_optim_free(O);
+            ad_optim_free(O_want);
+            ad_params_free(P);
+            ad_params_free(want);
+            ad_tape_free(T);
+        }
+}
+
 int main(void)
 {
     (void)th_gradcheck; /* harness helpers this program does not use */
@@ -433,5 +479,6 @@ int main(void)
     test_clip();
     test_schedules();
     test_threaded_steps();
+    test_zero_grad_in_step();
     return th_summary();
 }
