@@ -2636,10 +2636,6 @@ AD__PRIVATE AD__CODE_ALIGN void ad__pack_a(int ta, const ad_real *A, ptrdiff_t l
     }
 }
 
-/* Packs rows k0..k0+kc-1, columns j0..j0+nc-1 of op(B) into panels of nr columns. B's values
-   end at b_end. A last, partial panel of an untransposed B is copied in whole blocks of 16 where
-   those stay before b_end: its extra columns then hold whatever follows in B, which only reaches
-   columns of edge tiles that are never stored. */
 #if AD__X86_DISPATCH && AD__HAS_SHUFFLE && !defined(AUTODIFF_DOUBLE)
 #define AD__PACK_BT_FAST 1
 typedef float ad__v8 __attribute__((vector_size(32)));
@@ -2690,6 +2686,11 @@ AD__PRIVATE __attribute__((target("avx2"))) void ad__pack_bt_panel(const float *
 #define AD__PACK_BT_FAST 0
 #endif
 
+/* Packs rows k0..k0+kc-1, columns j0..j0+nc-1 of op(B) into panels of nr columns. B's values
+   end at b_end. A last, partial panel of an untransposed B is copied in whole blocks of 16 where
+   those stay before b_end: its extra columns then hold whatever follows in B, which only reaches
+   columns of edge tiles that are never stored. Whole panels of a transposed B go through 8 x 8
+   register transposes where the processor has AVX2. */
 AD__PRIVATE AD__CODE_ALIGN void ad__pack_b(int tb, const ad_real *B, ptrdiff_t ldb, const ad_real *b_end,
                                            int k0, int kc, int j0, int nc, int nr, ad_real *AD__RESTRICT dst)
 {
