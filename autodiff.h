@@ -125,9 +125,11 @@
    All state lives in explicit objects; there are no globals. Different tapes may be used from
    different threads at the same time. One tape must not be used by two threads at once.
    Large work is split over a small pool of POSIX threads that each tape starts on first use
-   (plain `cc` on Linux needs no flag; glibc older than 2.34 needs -lpthread): a large matrix
-   product by stripes of its output, a convolution by images when each image's products are
-   too small to split, a gather of many long rows (ad_embedding over a data set) by rows.
+   (plain `cc` on Linux needs no flag; glibc older than 2.34 needs -lpthread): a matrix product
+   by stripes of its output, or, when it is large, by blocks of output rows taken as they come
+   around one shared packed block of B (a thread slowed by other work takes fewer); a
+   convolution by images when each image's products are too small to split; a gather of many
+   long rows (ad_embedding over a data set) by rows.
    ad_optim_step_on(O, T) and ad_params_zero_grad_on(P, T) lend the same threads to the
    parameter update of a large store. ad_set_threads(T, n) sets the count; the default is the
    environment variable AUTODIFF_THREADS, else the number of online processors. Every output
@@ -2814,11 +2816,48 @@ AD__PRIVATE void ad__gemm_narrow(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
    products). Only a last, partial panel is packed then. Products with few columns and B not
    transposed go to a column kernel (op(A) transposed) or a narrow one, which waste no lanes, or
    fewer, on columns C does not have. */
+/* The block of C at rows ic..ic+mc-1, columns jc..jc+nc-1, from columns pc..pc+kc-1 of op(A) and
+   the same rows of op(B): register tiles in columns of the B panel, rows of the A panel. The first
+   a_full rows of the block are read from A in place, the rest from the packed panel pa; the first
+   b_full columns from B in place, the rest from the packed panel pb. */
+AD__PRIVATE void ad__gemm_block(ad__gemm_kernel ker, const ad_real *pa, const ad_real *pb, int ta, const ad_real *A,
+                                ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb, int ic, int mc, int jc, int nc,
+                                int pc, int kc, int a_full, int b_full, ad_real *C, ptrdiff_t ldc, int acc)
+{
+    int jr, ir;
+    for (jr = 0; jr < nc; jr += ker.nr) {
+        int nr = nc - jr < ker.nr ? nc - jr : ker.nr;
+        const ad_real *bp = jr < b_full ? B + (ptrdiff_t)pc * ldb + jc + jr : pb + (size_t)(jr - b_full) * kc;
+        ptrdiff_t bstride = jr < b_full ? ldb : ker.nr;
+        for (ir = 0; ir < mc; ir += ker.mr) {
+            int mr = mc - ir < ker.mr ? mc - ir : ker.mr, in_place = ir < a_full;
+            ad__microkernel fn = in_place ? ker.fn_strided : ker.fn;
+            const ad_real *ap = pa + (size_t)(ir - a_full) * kc;
+            ptrdiff_t a_row = 1, a_k = ker.mr;
+            ad_real *c = C + (ptrdiff_t)(ic + ir) * ldc + jc + jr;
+            if (in_place) {
+                ap = ta ? A + (ptrdiff_t)pc * lda + ic + ir : A + (ptrdiff_t)(ic + ir) * lda + pc;
+                a_row = ta ? 1 : lda;
+                a_k = ta ? lda : 1;
+            }
+            fn(kc, ap, a_row, a_k, bp, bstride, c, ldc, mr, nr, acc);
+        }
+    }
+}
+
+/* Rows of a block of C whose A rows are read in place rather than packed: all whole register
+   tiles when op(B) has at most four panels of columns, so each element of A is used at most
+   four times (measured faster on the MLP's products); none otherwise. */
+AD__INLINE int ad__gemm_a_in_place(ad__gemm_kernel ker, int mc, int nc)
+{
+    return ker.fn_strided && nc <= 4 * ker.nr ? mc / ker.mr * ker.mr : 0;
+}
+
 AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int tb, int M, int N,
                                  int K, const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
                                  ad_real *C, ptrdiff_t ldc, int accumulate)
 {
-    int jc, pc, ic, jr, ir, b_direct = !tb && M <= AD__MC;
+    int jc, pc, ic, b_direct = !tb && M <= AD__MC;
     const ad_real *b_end = tb ? B + (ptrdiff_t)(N - 1) * ldb + K : B + (ptrdiff_t)(K - 1) * ldb + N;
     if (ta && !tb && N <= ker.column_width && ker.columns) {
         ad__gemm_columns(ker, pa, pb, M, N, K, A, lda, B, ldb, b_end, C, ldc, accumulate);
@@ -2831,33 +2870,14 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
     for (jc = 0; jc < N; jc += AD__NC) {
         int nc = N - jc < AD__NC ? N - jc : AD__NC;
         int b_full = b_direct ? nc / ker.nr * ker.nr : 0; /* columns read in place */
-        int a_direct = ker.fn_strided && nc <= 4 * ker.nr;
         for (pc = 0; pc < K; pc += AD__KC) {
             int kc = K - pc < AD__KC ? K - pc : AD__KC;
             int acc = accumulate || pc > 0;
             if (b_full < nc) ad__pack_b(tb, B, ldb, b_end, pc, kc, jc + b_full, nc - b_full, ker.nr, pb);
             for (ic = 0; ic < M; ic += AD__MC) {
-                int mc = M - ic < AD__MC ? M - ic : AD__MC;
-                int a_full = a_direct ? mc / ker.mr * ker.mr : 0; /* rows read in place */
+                int mc = M - ic < AD__MC ? M - ic : AD__MC, a_full = ad__gemm_a_in_place(ker, mc, nc);
                 if (a_full < mc) ad__pack_a(ta, A, lda, ic + a_full, mc - a_full, pc, kc, ker.mr, pa);
-                for (jr = 0; jr < nc; jr += ker.nr) {
-                    int nr = nc - jr < ker.nr ? nc - jr : ker.nr;
-                    const ad_real *bp = jr < b_full ? B + (ptrdiff_t)pc * ldb + jc + jr : pb + (size_t)(jr - b_full) * kc;
-                    ptrdiff_t bstride = jr < b_full ? ldb : ker.nr;
-                    for (ir = 0; ir < mc; ir += ker.mr) {
-                        int mr = mc - ir < ker.mr ? mc - ir : ker.mr, in_place = ir < a_full;
-                        ad__microkernel fn = in_place ? ker.fn_strided : ker.fn;
-                        const ad_real *ap = pa + (size_t)(ir - a_full) * kc;
-                        ptrdiff_t a_row = 1, a_k = ker.mr;
-                        ad_real *c = C + (ptrdiff_t)(ic + ir) * ldc + jc + jr;
-                        if (in_place) {
-                            ap = ta ? A + (ptrdiff_t)pc * lda + ic + ir : A + (ptrdiff_t)(ic + ir) * lda + pc;
-                            a_row = ta ? 1 : lda;
-                            a_k = ta ? lda : 1;
-                        }
-                        fn(kc, ap, a_row, a_k, bp, bstride, c, ldc, mr, nr, acc);
-                    }
-                }
+                ad__gemm_block(ker, pa, pb, ta, A, lda, B, ldb, ic, mc, jc, nc, pc, kc, a_full, b_full, C, ldc, acc);
             }
         }
     }
@@ -2893,6 +2913,73 @@ AD__PRIVATE void ad__gemm_task(void *ctx, int task, int thread)
         ad__gemm_serial(j->ker, pa, pb, j->ta, j->tb, j->M, len, j->K, j->A, j->lda,
                         j->tb ? j->B + (ptrdiff_t)lo * j->ldb : j->B + lo, j->ldb, j->C + lo, j->ldc,
                         j->accumulate);
+    }
+}
+
+/* Large products on several threads share one packed block of B instead of each thread packing
+   its own: the threads pack its panels together, then take blocks of A's rows one at a time, a
+   few per thread, so that a thread slowed by other work on its core takes fewer of them. Every
+   element of C goes through the same kernel calls as on one thread. */
+typedef struct ad__gemm_shared_job {
+    const ad__gemm_job *j;
+    ad_real *pb;             /* the packed block of B, the first thread's B buffer */
+    const ad_real *b_end;    /* the end of B's values */
+    int jc, nc, pc, kc;      /* the block of op(B) being worked on */
+    int panels_per_task;     /* B panels each packing task packs */
+    int rows_per_task;       /* rows of C (whole register tiles, at most AD__MC) per block task */
+} ad__gemm_shared_job;
+
+/* From this many multiply-adds (a 320-cubed product), products with enough rows share B; below
+   it the one more hand-over per block of B costs about what sharing saves. */
+#define AD__SHARE_MACS 33554432.0
+
+AD__PRIVATE int ad__gemm_shares_b(const ad__gemm_job *j, int threads)
+{
+    return threads > 1 && j->M > AD__MC && j->N > 2 * j->ker.nr && (double)j->M * j->N * j->K >= AD__SHARE_MACS;
+}
+
+AD__PRIVATE void ad__gemm_pack_b_task(void *ctx, int task, int thread)
+{
+    const ad__gemm_shared_job *s = (const ad__gemm_shared_job *)ctx;
+    const ad__gemm_job *j = s->j;
+    int c0 = task * s->panels_per_task * j->ker.nr, width = s->panels_per_task * j->ker.nr;
+    (void)thread;
+    if (width > s->nc - c0) width = s->nc - c0;
+    if (width > 0)
+        ad__pack_b(j->tb, j->B, j->ldb, s->b_end, s->pc, s->kc, s->jc + c0, width, j->ker.nr, s->pb + (size_t)c0 * s->kc);
+}
+
+AD__PRIVATE void ad__gemm_rows_task(void *ctx, int task, int thread)
+{
+    const ad__gemm_shared_job *s = (const ad__gemm_shared_job *)ctx;
+    const ad__gemm_job *j = s->j;
+    ad_real *pa = j->pack + (size_t)thread * AD__PACK_PER_THREAD;
+    int ic = task * s->rows_per_task, mc = j->M - ic < s->rows_per_task ? j->M - ic : s->rows_per_task;
+    int a_full = ad__gemm_a_in_place(j->ker, mc, s->nc);
+    if (a_full < mc) ad__pack_a(j->ta, j->A, j->lda, ic + a_full, mc - a_full, s->pc, s->kc, j->ker.mr, pa);
+    ad__gemm_block(j->ker, pa, s->pb, j->ta, j->A, j->lda, j->B, j->ldb, ic, mc, s->jc, s->nc, s->pc, s->kc, a_full,
+                   0, j->C, j->ldc, j->accumulate || s->pc > 0);
+}
+
+AD__PRIVATE void ad__gemm_shared(ad_tape *T, const ad__gemm_job *j, int threads)
+{
+    ad__gemm_shared_job s;
+    int mr = j->ker.mr, per = (j->M + 4 * threads - 1) / (4 * threads);
+    s.j = j;
+    s.pb = j->pack + (size_t)AD__MC * AD__KC;
+    s.b_end = j->tb ? j->B + (ptrdiff_t)(j->N - 1) * j->ldb + j->K : j->B + (ptrdiff_t)(j->K - 1) * j->ldb + j->N;
+    per = (per + mr - 1) / mr * mr;
+    s.rows_per_task = per < AD__MC ? per : AD__MC / mr * mr;
+    for (s.jc = 0; s.jc < j->N; s.jc += AD__NC) {
+        int panels;
+        s.nc = j->N - s.jc < AD__NC ? j->N - s.jc : AD__NC;
+        panels = (s.nc + j->ker.nr - 1) / j->ker.nr;
+        s.panels_per_task = (panels + threads - 1) / threads;
+        for (s.pc = 0; s.pc < j->K; s.pc += AD__KC) {
+            s.kc = j->K - s.pc < AD__KC ? j->K - s.pc : AD__KC;
+            ad__parallel(T, ad__gemm_pack_b_task, &s, (panels + s.panels_per_task - 1) / s.panels_per_task);
+            ad__parallel(T, ad__gemm_rows_task, &s, (j->M + s.rows_per_task - 1) / s.rows_per_task);
+        }
     }
 }
 
@@ -2961,6 +3048,10 @@ AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const 
     job.A = A; job.B = B; job.C = C;
     job.lda = lda; job.ldb = ldb; job.ldc = ldc;
     job.accumulate = accumulate;
+    if (ad__gemm_shares_b(&job, threads)) {
+        ad__gemm_shared(T, &job, threads);
+        return 0;
+    }
     /* split along the longer side of C, in whole register tiles */
     job.by_rows = M >= N;
     {

@@ -530,6 +530,42 @@ static void test_float_gemm_narrow(void)
     ad_tape_free(T);
 }
 
+/* (h3) products large enough for the threads to share one packed block of B and take blocks of
+   A's rows as they come: ragged rows, a K remainder, more columns than one block of B (whose last
+   block is narrow enough for A to be read in place), every transpose, with and without
+   accumulating, a padded B. Each result is held to the bound of (h), and on two and three
+   threads must equal one thread's bit for bit. */
+static void test_float_gemm_shared(void)
+{
+    static const int sizes[][3] = {{301, 203, 600}, {150, 2100, 110}, {777, 70, 620}};
+    ad_tape *T = ad_tape_new();
+    size_t si;
+    int ta, tb, t;
+    for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (ta = 0; ta <= 1; ta++)
+            for (tb = 0; tb <= 1; tb++) {
+                int m = sizes[si][0], n = sizes[si][1], k = sizes[si][2], ldc = n + 3, acc = ta ^ tb;
+                size_t bytes = (size_t)m * ldc * sizeof(float);
+                float *one = (float *)malloc(bytes), *more = (float *)malloc(bytes);
+                if (!one || !more) { free(one); free(more); TH_CHECK(0, "out of memory"); break; }
+                for (t = 1; t <= 3; t++) {
+                    ad_rng rng;
+                    int ok;
+                    ad_rng_seed(&rng, 500 + si);
+                    ad_set_threads(T, t);
+                    ok = gemm_case_ok(T, &rng, ta, tb, m, n, k, acc, tb ? 3 : 0, t == 1 ? one : more);
+                    TH_CHECK(ok, "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d on %d thread(s) is off", m, n, k, ta,
+                             tb, acc, t);
+                    if (t > 1)
+                        TH_CHECK(ok && memcmp(one, more, bytes) == 0,
+                                 "gemm m=%d n=%d k=%d ta=%d tb=%d: %d threads differ from one", m, n, k, ta, tb, t);
+                }
+                free(one);
+                free(more);
+            }
+    ad_tape_free(T);
+}
+
 /* (i) the thread pool: many products in quick succession, split by rows and by columns, on more
    threads than the machine may have cores, now and then after a pause long enough for the
    workers to fall asleep; every result must equal the single-thread one bit for bit. */
@@ -728,6 +764,7 @@ int main(void)
     test_arena();
     test_float_matmul();
     test_float_gemm_narrow();
+    test_float_gemm_shared();
     test_threads();
     test_scalar_tape();
     TH_CHECK(live() == start, "%ld blocks leaked in total", live() - start);
