@@ -164,7 +164,8 @@
                       threads yield to others on an oversubscribed machine.
    0.3.0  2026-11-22  ad_optim_desc.zero_grad: the optimizer step zeroes the gradients as it
                       goes, saving a pass over the store; transposed B operands packed in
-                      register-transposed 8x8 blocks (g . W^T products).
+                      register-transposed 8x8 blocks (g . W^T products); large products share
+                      one packed block of B across threads and balance their rows.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
