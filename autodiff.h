@@ -2947,7 +2947,8 @@ AD__PRIVATE void ad__gemm_pack_b_task(void *ctx, int task, int thread)
     (void)thread;
     if (width > s->nc - c0) width = s->nc - c0;
     if (width > 0)
-        ad__pack_b(j->tb, j->B, j->ldb, s->b_end, s->pc, s->kc, s->jc + c0, width, j->ker.nr, s->pb + (size_t)c0 * s->kc);
+        ad__pack_b(j->tb, j->B, j->ldb, s->b_end, s->pc, s->kc, s->jc + c0, width, j->ker.nr,
+                   s->pb + (size_t)c0 * s->kc);
 }
 
 AD__PRIVATE void ad__gemm_rows_task(void *ctx, int task, int thread)
