@@ -2854,12 +2854,19 @@ AD__INLINE int ad__gemm_a_in_place(ad__gemm_kernel ker, int mc, int nc)
     return ker.fn_strided && nc <= 4 * ker.nr ? mc / ker.mr * ker.mr : 0;
 }
 
+/* One past the last value of B, whose op(B) is K x N with rows (tb 0) or columns (tb 1) ldb apart:
+   packing must not read beyond it. */
+AD__INLINE const ad_real *ad__gemm_b_end(int tb, const ad_real *B, ptrdiff_t ldb, int N, int K)
+{
+    return tb ? B + (ptrdiff_t)(N - 1) * ldb + K : B + (ptrdiff_t)(K - 1) * ldb + N;
+}
+
 AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int tb, int M, int N,
                                  int K, const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
                                  ad_real *C, ptrdiff_t ldc, int accumulate)
 {
     int jc, pc, ic, b_direct = !tb && M <= AD__MC;
-    const ad_real *b_end = tb ? B + (ptrdiff_t)(N - 1) * ldb + K : B + (ptrdiff_t)(K - 1) * ldb + N;
+    const ad_real *b_end = ad__gemm_b_end(tb, B, ldb, N, K);
     if (ta && !tb && N <= ker.column_width && ker.columns) {
         ad__gemm_columns(ker, pa, pb, M, N, K, A, lda, B, ldb, b_end, C, ldc, accumulate);
         return;
@@ -2969,7 +2976,7 @@ AD__PRIVATE void ad__gemm_shared(ad_tape *T, const ad__gemm_job *j, int threads)
     int mr = j->ker.mr, per = (j->M + 4 * threads - 1) / (4 * threads);
     s.j = j;
     s.pb = j->pack + (size_t)AD__MC * AD__KC;
-    s.b_end = j->tb ? j->B + (ptrdiff_t)(j->N - 1) * j->ldb + j->K : j->B + (ptrdiff_t)(j->K - 1) * j->ldb + j->N;
+    s.b_end = ad__gemm_b_end(j->tb, j->B, j->ldb, j->N, j->K);
     per = (per + mr - 1) / mr * mr;
     s.rows_per_task = per < AD__MC ? per : AD__MC / mr * mr;
     for (s.jc = 0; s.jc < j->N; s.jc += AD__NC) {
