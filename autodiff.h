@@ -2313,6 +2313,16 @@ AD__PRIVATE void ad__split_axis(const ad_tensor *x, int axis, size_t *outer, siz
 #define AD__NC 2048
 #define AD__NR_MAX (64 / (int)sizeof(ad_real) * 2)
 
+/* The length of a product's K blocks: as few as AD__KC allows, of equal length (the last may be
+   shorter by the rounding), so that a product split along K over threads splits evenly. Every
+   path blocks K this way: each element of C is C plus one partial sum per block, added block
+   after block, whatever the path and the thread count. */
+AD__INLINE int ad__gemm_kc(int K)
+{
+    int blocks = (K + AD__KC - 1) / AD__KC;
+    return blocks > 1 ? (K + blocks - 1) / blocks : K;
+}
+
 /* A micro-kernel reads element (i, k) of its A operand at A[i * a_row + k * a_k]: a packed panel
    (a_row 1, a_k MR), or op(A) in place. It stores the first rows x cols of its tile. */
 typedef void (*ad__microkernel)(int kc, const ad_real *A, ptrdiff_t a_row, ptrdiff_t a_k, const ad_real *B,
@@ -2761,8 +2771,9 @@ AD__PRIVATE void ad__gemm_columns(ad__gemm_kernel ker, ad_real *pa, ad_real *pb,
 {
     int pc, i, height = ker.column_height, in_place = N == ker.column_width;
     ptrdiff_t b_step = in_place ? ldb : ker.column_width;
-    for (pc = 0; pc < K; pc += AD__KC) {
-        int kc = K - pc < AD__KC ? K - pc : AD__KC, acc = accumulate || pc > 0;
+    const int kstep = ad__gemm_kc(K);
+    for (pc = 0; pc < K; pc += kstep) {
+        int kc = K - pc < kstep ? K - pc : kstep, acc = accumulate || pc > 0;
         const ad_real *bp = in_place ? B + (ptrdiff_t)pc * ldb : pb;
         if (!in_place) ad__pack_b(0, B, ldb, b_end, pc, kc, 0, N, ker.column_width, pb);
         for (i = 0; i < M; i += height) {
@@ -2786,8 +2797,9 @@ AD__PRIVATE void ad__gemm_narrow(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
                                  const ad_real *b_end, ad_real *C, ptrdiff_t ldc, int accumulate)
 {
     int pc, i, height = ker.narrow_height, width = ker.narrow_width;
-    for (pc = 0; pc < K; pc += AD__KC) {
-        int kc = K - pc < AD__KC ? K - pc : AD__KC, acc = accumulate || pc > 0, k_in = 0;
+    const int kstep = ad__gemm_kc(K);
+    for (pc = 0; pc < K; pc += kstep) {
+        int kc = K - pc < kstep ? K - pc : kstep, acc = accumulate || pc > 0, k_in = 0;
         const ad_real *b = B + (ptrdiff_t)pc * ldb;
         if (b_end - b >= width) {
             ptrdiff_t whole = (b_end - b - width) / ldb + 1; /* rows with a whole vector before b_end */
@@ -2866,6 +2878,7 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
                                  ad_real *C, ptrdiff_t ldc, int accumulate)
 {
     int jc, pc, ic, b_direct = !tb && M <= AD__MC;
+    const int kstep = ad__gemm_kc(K);
     const ad_real *b_end = ad__gemm_b_end(tb, B, ldb, N, K);
     if (ta && !tb && N <= ker.column_width && ker.columns) {
         ad__gemm_columns(ker, pa, pb, M, N, K, A, lda, B, ldb, b_end, C, ldc, accumulate);
@@ -2878,8 +2891,8 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
     for (jc = 0; jc < N; jc += AD__NC) {
         int nc = N - jc < AD__NC ? N - jc : AD__NC;
         int b_full = b_direct ? nc / ker.nr * ker.nr : 0; /* columns read in place */
-        for (pc = 0; pc < K; pc += AD__KC) {
-            int kc = K - pc < AD__KC ? K - pc : AD__KC;
+        for (pc = 0; pc < K; pc += kstep) {
+            int kc = K - pc < kstep ? K - pc : kstep;
             int acc = accumulate || pc > 0;
             if (b_full < nc) ad__pack_b(tb, B, ldb, b_end, pc, kc, jc + b_full, nc - b_full, ker.nr, pb);
             for (ic = 0; ic < M; ic += AD__MC) {
@@ -2973,7 +2986,7 @@ AD__PRIVATE void ad__gemm_rows_task(void *ctx, int task, int thread)
 AD__PRIVATE void ad__gemm_shared(ad_tape *T, const ad__gemm_job *j, int threads)
 {
     ad__gemm_shared_job s;
-    int mr = j->ker.mr, per = (j->M + 4 * threads - 1) / (4 * threads);
+    int mr = j->ker.mr, per = (j->M + 4 * threads - 1) / (4 * threads), kstep = ad__gemm_kc(j->K);
     s.j = j;
     s.pb = j->pack + (size_t)AD__MC * AD__KC;
     s.b_end = ad__gemm_b_end(j->tb, j->B, j->ldb, j->N, j->K);
@@ -2984,10 +2997,91 @@ AD__PRIVATE void ad__gemm_shared(ad_tape *T, const ad__gemm_job *j, int threads)
         s.nc = j->N - s.jc < AD__NC ? j->N - s.jc : AD__NC;
         panels = (s.nc + j->ker.nr - 1) / j->ker.nr;
         s.panels_per_task = (panels + threads - 1) / threads;
-        for (s.pc = 0; s.pc < j->K; s.pc += AD__KC) {
-            s.kc = j->K - s.pc < AD__KC ? j->K - s.pc : AD__KC;
+        for (s.pc = 0; s.pc < j->K; s.pc += kstep) {
+            s.kc = j->K - s.pc < kstep ? j->K - s.pc : kstep;
             ad__parallel(T, ad__gemm_pack_b_task, &s, (panels + s.panels_per_task - 1) / s.panels_per_task);
             ad__parallel(T, ad__gemm_rows_task, &s, (j->M + s.rows_per_task - 1) / s.rows_per_task);
+        }
+    }
+}
+
+/* Products with a small C and a long K, such as the first layer of an MLP (x [64, 784] times W
+   [784, 128]), are split over threads along K: each thread takes a run of K blocks, that is a
+   band of W's rows. The band is the one that thread's share of the backward product W's
+   gradient (split by rows) and of the optimizer step (split into runs of the store) covers, so W
+   and its gradient stay in that thread's cache from one step to the next instead of crossing
+   between cores, and C, being small, is cheap to add up. The first run of blocks is added into
+   C, every later block into a buffer of its own; adding the buffers to C in block order does
+   per element what one thread does, so results stay the same for any thread count. */
+#define AD__KSPLIT_MAX_C 16384.0
+
+typedef struct ad__gemm_ksplit_job {
+    const ad__gemm_job *j;
+    int kstep, blocks, tasks;
+    int first_end;           /* the blocks of task 0, added into C */
+    ad_real *part;           /* M x N per later block */
+} ad__gemm_ksplit_job;
+
+AD__PRIVATE int ad__gemm_splits_k(const ad__gemm_job *j, int threads)
+{
+    int blocks = (j->K + AD__KC - 1) / AD__KC;
+    if (threads < 2 || blocks < 2 || (double)j->M * j->N > AD__KSPLIT_MAX_C) return 0;
+    /* the column and narrow kernels serve those shapes better split by rows */
+    if (j->ta && !j->tb && j->N <= j->ker.column_width && j->ker.columns) return 0;
+    if (!j->tb && j->N <= j->ker.narrow_width && j->ker.narrow) return 0;
+    return 1;
+}
+
+/* The first block of task t's run. */
+AD__INLINE int ad__ksplit_first(const ad__gemm_ksplit_job *s, int task)
+{
+    return (int)((long long)task * s->blocks / s->tasks);
+}
+
+AD__PRIVATE void ad__gemm_ksplit_task(void *ctx, int task, int thread)
+{
+    const ad__gemm_ksplit_job *s = (const ad__gemm_ksplit_job *)ctx;
+    const ad__gemm_job *j = s->j;
+    ad_real *pa = j->pack + (size_t)thread * AD__PACK_PER_THREAD, *pb = pa + (size_t)AD__MC * AD__KC;
+    int b, end = ad__ksplit_first(s, task + 1);
+    for (b = ad__ksplit_first(s, task); b < end; b++) {
+        int pc = b * s->kstep, kc = j->K - pc < s->kstep ? j->K - pc : s->kstep;
+        const ad_real *a = j->ta ? j->A + (ptrdiff_t)pc * j->lda : j->A + pc;
+        const ad_real *bb = j->tb ? j->B + pc : j->B + (ptrdiff_t)pc * j->ldb;
+        if (task == 0)
+            ad__gemm_serial(j->ker, pa, pb, j->ta, j->tb, j->M, j->N, kc, a, j->lda, bb, j->ldb, j->C, j->ldc,
+                            j->accumulate || b > 0);
+        else
+            ad__gemm_serial(j->ker, pa, pb, j->ta, j->tb, j->M, j->N, kc, a, j->lda, bb, j->ldb,
+                            s->part + (size_t)(b - s->first_end) * j->M * j->N, j->N, 0);
+    }
+}
+
+/* The blocks of j and each task's run of them, for `threads` threads; s->part is left to the
+   caller (M x N values for each block after task 0's). */
+AD__PRIVATE void ad__ksplit_plan(ad__gemm_ksplit_job *s, const ad__gemm_job *j, int threads)
+{
+    s->j = j;
+    s->kstep = ad__gemm_kc(j->K);
+    s->blocks = (j->K + s->kstep - 1) / s->kstep;
+    s->tasks = threads < s->blocks ? threads : s->blocks;
+    s->first_end = ad__ksplit_first(s, 1);
+    s->part = NULL;
+}
+
+/* Runs the tasks, then adds the later blocks' products to C in block order. */
+AD__PRIVATE void ad__gemm_ksplit(ad_tape *T, const ad__gemm_ksplit_job *s)
+{
+    const ad__gemm_job *j = s->j;
+    size_t cells = (size_t)j->M * j->N;
+    int i, b;
+    ad__parallel(T, ad__gemm_ksplit_task, (void *)s, s->tasks);
+    for (i = 0; i < j->M; i++) {
+        ad_real *c = j->C + (ptrdiff_t)i * j->ldc;
+        for (b = 0; b < s->blocks - s->first_end; b++) {
+            const ad_real *p = s->part + (size_t)b * cells + (size_t)i * j->N;
+            int col;
+            for (col = 0; col < j->N; col++) c[col] += p[col];
         }
     }
 }
@@ -3014,11 +3108,11 @@ AD__PRIVATE int ad__gemm_unpacked(int ta, int tb, int M, int N, int K, const ad_
    must outweigh handing it over, the other core fetching its operands and the wait at the end. */
 #define AD__SPLIT_MACS 524288.0
 
-/* The tape's packing buffers for `threads` threads, AD__PACK_PER_THREAD values each, aligned;
-   NULL when they cannot be allocated. */
-AD__PRIVATE ad_real *ad__gemm_buffers(ad_tape *T, int threads)
+/* The tape's packing buffers for `threads` threads, AD__PACK_PER_THREAD values each, then
+   `extra` values more, aligned; NULL when they cannot be allocated. */
+AD__PRIVATE ad_real *ad__gemm_buffers(ad_tape *T, int threads, size_t extra)
 {
-    size_t need = AD__PACK_PER_THREAD * (size_t)threads + AD__ALIGN;
+    size_t need = AD__PACK_PER_THREAD * (size_t)threads + extra + AD__ALIGN;
     if (T->pack_cap < need) {
         ad_real *p = (ad_real *)AUTODIFF_REALLOC(T->pack, need * sizeof(ad_real));
         if (!p) return NULL;
@@ -3051,12 +3145,21 @@ AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const 
     if (ad__gemm_unpacked(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return 0;
     job.ker = ad__gemm_pick(N);
     threads = (double)M * N * K >= AD__SPLIT_MACS ? ad__thread_count(T) : 1;
-    job.pack = ad__gemm_buffers(T, threads);
-    if (!job.pack) return -1;
     job.ta = ta; job.tb = tb; job.M = M; job.N = N; job.K = K;
     job.A = A; job.B = B; job.C = C;
     job.lda = lda; job.ldb = ldb; job.ldc = ldc;
     job.accumulate = accumulate;
+    if (ad__gemm_splits_k(&job, threads)) {
+        ad__gemm_ksplit_job s;
+        ad__ksplit_plan(&s, &job, threads);
+        job.pack = ad__gemm_buffers(T, threads, (size_t)(s.blocks - s.first_end) * M * N);
+        if (!job.pack) return -1;
+        s.part = job.pack + AD__PACK_PER_THREAD * (size_t)threads;
+        ad__gemm_ksplit(T, &s);
+        return 0;
+    }
+    job.pack = ad__gemm_buffers(T, threads, 0);
+    if (!job.pack) return -1;
     if (ad__gemm_shares_b(&job, threads)) {
         ad__gemm_shared(T, &job, threads);
         return 0;
@@ -4596,7 +4699,7 @@ AD__PRIVATE int ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op,
     s->col = (ad_real *)ad__alloc(T, (col * (size_t)s->threads + sums) * sizeof(ad_real), op);
     if (!s->col) return -1;
     s->sums = weight_grad ? s->col + col * (size_t)s->threads : NULL;
-    if (by_images && (s->pack = ad__gemm_buffers(T, s->threads)) == NULL) {
+    if (by_images && (s->pack = ad__gemm_buffers(T, s->threads, 0)) == NULL) {
         ad__fail(T, "%s: out of memory for the packing buffer", op);
         return -1;
     }

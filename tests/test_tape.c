@@ -566,6 +566,44 @@ static void test_float_gemm_shared(void)
     ad_tape_free(T);
 }
 
+/* (h4) products with a small C and a long K, which threads split along K: a K of whole blocks,
+   one of three ragged blocks (two threads take one and two of them), one of five (three threads
+   take one, two and two), ragged rows and columns, every transpose, with and without
+   accumulating, a padded B. Each result is held to the bound of (h), and on two and three
+   threads must equal one thread's bit for bit. */
+static void test_float_gemm_ksplit(void)
+{
+    static const int sizes[][3] = {{64, 128, 784}, {37, 203, 700}, {120, 130, 1030}};
+    ad_tape *T = ad_tape_new();
+    size_t si;
+    int ta, tb, t, acc;
+    for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (ta = 0; ta <= 1; ta++)
+            for (tb = 0; tb <= 1; tb++)
+                for (acc = 0; acc <= 1; acc++) {
+                    int m = sizes[si][0], n = sizes[si][1], k = sizes[si][2], ldc = n + 3;
+                    size_t bytes = (size_t)m * ldc * sizeof(float);
+                    float *one = (float *)malloc(bytes), *more = (float *)malloc(bytes);
+                    if (!one || !more) { free(one); free(more); TH_CHECK(0, "out of memory"); break; }
+                    for (t = 1; t <= 3; t++) {
+                        ad_rng rng;
+                        int ok;
+                        ad_rng_seed(&rng, 700 + si);
+                        ad_set_threads(T, t);
+                        ok = gemm_case_ok(T, &rng, ta, tb, m, n, k, acc, tb ? 3 : 0, t == 1 ? one : more);
+                        TH_CHECK(ok, "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d on %d thread(s) is off", m, n, k,
+                                 ta, tb, acc, t);
+                        if (t > 1)
+                            TH_CHECK(ok && memcmp(one, more, bytes) == 0,
+                                     "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d: %d threads differ from one", m,
+                                     n, k, ta, tb, acc, t);
+                    }
+                    free(one);
+                    free(more);
+                }
+    ad_tape_free(T);
+}
+
 /* (i) the thread pool: many products in quick succession, split by rows and by columns, on more
    threads than the machine may have cores, now and then after a pause long enough for the
    workers to fall asleep; every result must equal the single-thread one bit for bit. */
@@ -765,6 +803,7 @@ int main(void)
     test_float_matmul();
     test_float_gemm_narrow();
     test_float_gemm_shared();
+    test_float_gemm_ksplit();
     test_threads();
     test_scalar_tape();
     TH_CHECK(live() == start, "%ld blocks leaked in total", live() - start);
