@@ -127,7 +127,10 @@
    Large work is split over a small pool of POSIX threads that each tape starts on first use
    (plain `cc` on Linux needs no flag; glibc older than 2.34 needs -lpthread): a matrix product
    by stripes of its output, or, when it is large, by blocks of output rows taken as they come
-   around one shared packed block of B (a thread slowed by other work takes fewer); a
+   around one shared packed block of B (a thread slowed by other work takes fewer), or, when
+   its output is small and its inner dimension long (an MLP's first layer), along that inner
+   dimension, so each thread keeps the same band of the weight's rows as in the backward
+   product and the optimizer step; a
    convolution by images when each image's products are too small to split; a gather of many
    long rows (ad_embedding over a data set) by rows.
    ad_optim_step_on(O, T) and ad_params_zero_grad_on(P, T) lend the same threads to the
@@ -166,6 +169,8 @@
                       goes, saving a pass over the store; transposed B operands packed in
                       register-transposed 8x8 blocks (g . W^T products); large products share
                       one packed block of B across threads and balance their rows.
+   0.3.1  2026-11-22  products with a small output and a long inner dimension split over
+                      threads along that dimension; K blocks of equal length.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -175,7 +180,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 3
-#define AUTODIFF_VERSION_PATCH 0
+#define AUTODIFF_VERSION_PATCH 1
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
