@@ -1,8 +1,10 @@
 /* GEMM throughput: autodiff.h's ad__gemm (the routine behind ad_matmul, ad_matmul_t and
    ad_linear) against OpenBLAS's cblas_sgemm, both on AUTODIFF_THREADS threads (default 1), at
    square sizes and at the products of the 784-128-10 and 784-512-256-10 MLPs trained with batch
-   64. Also measures one core's fp32 peak with an FMA loop on 512-bit vectors, and checks that
-   both libraries give the same product. Timed batches of the two libraries alternate.
+   64. Also measures one core's fp32 peak with an FMA loop on 512-bit vectors and, on several
+   threads, how much faster that loop runs on all of them at once than on one (the most any
+   threaded code could gain on the machine at that moment), and checks that both libraries give
+   the same product. Timed batches of the two libraries alternate.
 
    Build: cc -O2 -I. bench/gemm.c -lm -lpthread                        (autodiff.h alone)
           cc -O2 -I. -DBENCH_CBLAS bench/gemm.c -lopenblas -lm -lpthread  (with OpenBLAS)
@@ -94,8 +96,48 @@ static double measure_peak(void)
     (void)sink;
     return best;
 }
+
+#include <pthread.h>
+
+static void *peak_thread(void *iters)
+{
+    static volatile float sink;
+    sink = peak_loop(*(const long *)iters, 0.999f, 0.001f);
+    (void)sink;
+    return NULL;
+}
+
+/* Wall seconds for `threads` threads each running the FMA loop `iters` times at once. */
+static double peak_wall(int threads, long iters)
+{
+    pthread_t th[64];
+    double t = bench_now();
+    int i, started = 0;
+    for (i = 1; i < threads && i < 64; i++, started++)
+        if (pthread_create(&th[i], NULL, peak_thread, &iters) != 0) break;
+    peak_thread(&iters);
+    for (i = 1; i <= started; i++) pthread_join(th[i], NULL);
+    return bench_now() - t;
+}
+
+/* How many times more FMA work `threads` threads finish per second than one: the median over
+   pairs of runs, one thread then all, in wall time; 0 without AVX-512. A machine whose cores
+   are shared with other work gives less than the thread count. */
+static double measure_scaling(int threads)
+{
+    double ratios[9];
+    long iters = 2000000;
+    int rep;
+    if (!__builtin_cpu_supports("avx512f") || threads < 2) return 0;
+    for (rep = 0; rep < 9; rep++) {
+        double one = peak_wall(1, iters), all = peak_wall(threads, iters);
+        ratios[rep] = threads * one / all;
+    }
+    return bench_median(ratios, 9);
+}
 #else
 static double measure_peak(void) { return 0; }
+static double measure_scaling(int threads) { (void)threads; return 0; }
 #endif
 
 /* ---- the two implementations ------------------------------------------------------------------- */
@@ -160,6 +202,12 @@ int main(int argc, char **argv)
     peak = measure_peak();
     printf("# peak of one core (FMA loop on 512-bit vectors): %.1f GFLOP/s\n", peak);
     if (peak > 0) bench_result("peak.gflops", peak);
+    if (bench_threads() > 1) {
+        double scaling = measure_scaling(bench_threads());
+        printf("# the FMA loop on %d threads at once did %.2f times the work of one thread per second\n",
+               bench_threads(), scaling);
+        if (scaling > 0) bench_result("peak.scaling", scaling);
+    }
     for (si = 0; si < NSHAPES; si++) {
         const gemm_shape *s = &shapes[si];
         size_t na = (size_t)s->M * s->K, nb = (size_t)s->K * s->N, nc = (size_t)s->M * s->N, i;

@@ -257,6 +257,34 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
          END { if (("dfda.ours" in v) && ("dfda.torch" in v))
                    printf "Tape check: df/da, df/db at (1.5, 0.7): autodiff.h %.6g, %.6g; PyTorch %.6g, %.6g.\n",
                           v["dfda.ours"], v["dfdb.ours"], v["dfda.torch"], v["dfdb.torch"] }' "$RAW"
+    # speedups of the training epochs over one thread, beside what the FMA loop gained
+    awk 'function median(a, n,    i, j, x) {
+             for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+             return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+         }
+         $3 ~ /s_epoch\.ours$/ || $3 == "peak.scaling" { n[$1, $3]++; v[$1, $3, n[$1, $3]] = $4; threads[$1] = 1; keys[$3] = 1 }
+         END {
+             for (t in threads) {
+                 if (t == 1) continue
+                 line = ""
+                 for (k in keys) {
+                     if (k == "peak.scaling" || !n[1, k] || !n[t, k]) continue
+                     for (i = 1; i <= n[1, k]; i++) a[i] = v[1, k, i]
+                     m1 = median(a, n[1, k])
+                     for (i = 1; i <= n[t, k]; i++) a[i] = v[t, k, i]
+                     name = k; sub(/\.s_epoch\.ours$/, "", name)
+                     line = line sprintf("%s%s %.2f", line == "" ? "" : ", ", name, m1 / median(a, n[t, k]))
+                 }
+                 if (line != "") printf "Epochs on %d threads, speedup over one (ratio of medians): %s.\n", t, line
+                 k = "peak.scaling"
+                 if (n[t, k]) {
+                     for (i = 1; i <= n[t, k]; i++) a[i] = v[t, k, i]
+                     m = median(a, n[t, k])
+                     printf "The machine: an FMA loop on registers did %.2f times the work per second on %d threads as on one (median of %d runs, %.2f to %.2f), the most any %d-thread speedup could reach then.\n",
+                            m, t, n[t, k], a[1], a[n[t, k]], t
+                 }
+             }
+         }' "$RAW"
     if [ "$CLOCK" = cpu ]; then
         echo "Clock: CPU time of the working thread for 1-thread rows, wall time for the others."
     else
