@@ -102,7 +102,11 @@ for t in $THREADS; do
         if [ $((r % 2)) = 1 ]; then order="ours torch"; else order="torch ours"; fi
         for who in $order; do
             if [ $who = ours ]; then
-                one "$t" "$r" "gemm (autodiff.h, OpenBLAS)" "$OUT/gemm"
+                # OpenBLAS's idle threads spin for about 2^28 cycles after each of its calls and
+                # take a core from our next batch in the same process (our 2-thread products fell
+                # from 185-195 to 120-160 GFLOP/s now and then); at its shortest timeout its own
+                # figures were unchanged
+                one "$t" "$r" "gemm (autodiff.h, OpenBLAS)" env OPENBLAS_THREAD_TIMEOUT=4 "$OUT/gemm"
                 one "$t" "$r" "tape (autodiff.h)" "$OUT/tape"
             elif [ -n "$PY" ]; then
                 one "$t" "$r" "gemm (torch.mm)" "$PY" bench/torch_bench.py gemm
