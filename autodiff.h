@@ -4334,16 +4334,22 @@ AD__PRIVATE void ad__softmax_kernel(const ad_real *x, ad_real *y, size_t outer, 
             ad_real *dst = y + o * n * inner + i;
             ad_real m = src[0], s = 0;
             for (j = 1; j < n; j++) m = src[j * inner] > m ? src[j * inner] : m;
-            for (j = 0; j < n; j++) {
-                dst[j * inner] = src[j * inner] - m;
-                s += AD__F(exp)(dst[j * inner]);
-            }
             if (log_form) {
-                ad_real ls = AD__F(log)(s);
+                ad_real ls;
+                for (j = 0; j < n; j++) {
+                    dst[j * inner] = src[j * inner] - m;
+                    s += AD__F(exp)(dst[j * inner]);
+                }
+                ls = AD__F(log)(s);
                 for (j = 0; j < n; j++) dst[j * inner] -= ls;
             } else {
-                ad_real inv = 1 / s;
-                for (j = 0; j < n; j++) dst[j * inner] = AD__F(exp)(dst[j * inner]) * inv;
+                ad_real inv;
+                for (j = 0; j < n; j++) {
+                    dst[j * inner] = AD__F(exp)(src[j * inner] - m);
+                    s += dst[j * inner];
+                }
+                inv = 1 / s;
+                for (j = 0; j < n; j++) dst[j * inner] *= inv;
             }
         }
 }
