@@ -530,77 +530,62 @@ static void test_float_gemm_narrow(void)
     ad_tape_free(T);
 }
 
+/* One product on one, two and three threads: each result held to the bound of (h), and the
+   two- and three-thread results equal to the one-thread result bit for bit. */
+static void check_gemm_threads(ad_tape *T, uint64_t seed, int ta, int tb, int m, int n, int k, int acc)
+{
+    size_t bytes = (size_t)m * (n + 3) * sizeof(float); /* C's rows padded by 3, as in gemm_case_ok */
+    float *one = (float *)malloc(bytes), *more = (float *)malloc(bytes);
+    int t;
+    if (!one || !more) { free(one); free(more); TH_CHECK(0, "out of memory"); return; }
+    for (t = 1; t <= 3; t++) {
+        ad_rng rng;
+        int ok;
+        ad_rng_seed(&rng, seed);
+        ad_set_threads(T, t);
+        ok = gemm_case_ok(T, &rng, ta, tb, m, n, k, acc, tb ? 3 : 0, t == 1 ? one : more);
+        TH_CHECK(ok, "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d on %d thread(s) is off", m, n, k, ta, tb, acc, t);
+        if (t > 1)
+            TH_CHECK(ok && memcmp(one, more, bytes) == 0,
+                     "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d: %d threads differ from one", m, n, k, ta, tb, acc,
+                     t);
+    }
+    free(one);
+    free(more);
+}
+
 /* (h3) products large enough for the threads to share one packed block of B and take blocks of
    A's rows as they come: ragged rows, a K remainder, more columns than one block of B (whose last
    block is narrow enough for A to be read in place), every transpose, with and without
-   accumulating, a padded B. Each result is held to the bound of (h), and on two and three
-   threads must equal one thread's bit for bit. */
+   accumulating, a padded B. */
 static void test_float_gemm_shared(void)
 {
     static const int sizes[][3] = {{301, 203, 600}, {150, 2100, 110}, {777, 70, 620}};
     ad_tape *T = ad_tape_new();
     size_t si;
-    int ta, tb, t;
+    int ta, tb;
     for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
         for (ta = 0; ta <= 1; ta++)
-            for (tb = 0; tb <= 1; tb++) {
-                int m = sizes[si][0], n = sizes[si][1], k = sizes[si][2], ldc = n + 3, acc = ta ^ tb;
-                size_t bytes = (size_t)m * ldc * sizeof(float);
-                float *one = (float *)malloc(bytes), *more = (float *)malloc(bytes);
-                if (!one || !more) { free(one); free(more); TH_CHECK(0, "out of memory"); break; }
-                for (t = 1; t <= 3; t++) {
-                    ad_rng rng;
-                    int ok;
-                    ad_rng_seed(&rng, 500 + si);
-                    ad_set_threads(T, t);
-                    ok = gemm_case_ok(T, &rng, ta, tb, m, n, k, acc, tb ? 3 : 0, t == 1 ? one : more);
-                    TH_CHECK(ok, "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d on %d thread(s) is off", m, n, k, ta,
-                             tb, acc, t);
-                    if (t > 1)
-                        TH_CHECK(ok && memcmp(one, more, bytes) == 0,
-                                 "gemm m=%d n=%d k=%d ta=%d tb=%d: %d threads differ from one", m, n, k, ta, tb, t);
-                }
-                free(one);
-                free(more);
-            }
+            for (tb = 0; tb <= 1; tb++)
+                check_gemm_threads(T, 500 + si, ta, tb, sizes[si][0], sizes[si][1], sizes[si][2], ta ^ tb);
     ad_tape_free(T);
 }
 
 /* (h4) products with a small C and a long K, which threads split along K: a K of whole blocks,
    one of three ragged blocks (two threads take one and two of them), one of five (three threads
    take one, two and two), ragged rows and columns, every transpose, with and without
-   accumulating, a padded B. Each result is held to the bound of (h), and on two and three
-   threads must equal one thread's bit for bit. */
+   accumulating, a padded B. */
 static void test_float_gemm_ksplit(void)
 {
     static const int sizes[][3] = {{64, 128, 784}, {37, 203, 700}, {120, 130, 1030}};
     ad_tape *T = ad_tape_new();
     size_t si;
-    int ta, tb, t, acc;
+    int ta, tb, acc;
     for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
         for (ta = 0; ta <= 1; ta++)
             for (tb = 0; tb <= 1; tb++)
-                for (acc = 0; acc <= 1; acc++) {
-                    int m = sizes[si][0], n = sizes[si][1], k = sizes[si][2], ldc = n + 3;
-                    size_t bytes = (size_t)m * ldc * sizeof(float);
-                    float *one = (float *)malloc(bytes), *more = (float *)malloc(bytes);
-                    if (!one || !more) { free(one); free(more); TH_CHECK(0, "out of memory"); break; }
-                    for (t = 1; t <= 3; t++) {
-                        ad_rng rng;
-                        int ok;
-                        ad_rng_seed(&rng, 700 + si);
-                        ad_set_threads(T, t);
-                        ok = gemm_case_ok(T, &rng, ta, tb, m, n, k, acc, tb ? 3 : 0, t == 1 ? one : more);
-                        TH_CHECK(ok, "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d on %d thread(s) is off", m, n, k,
-                                 ta, tb, acc, t);
-                        if (t > 1)
-                            TH_CHECK(ok && memcmp(one, more, bytes) == 0,
-                                     "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d: %d threads differ from one", m,
-                                     n, k, ta, tb, acc, t);
-                    }
-                    free(one);
-                    free(more);
-                }
+                for (acc = 0; acc <= 1; acc++)
+                    check_gemm_threads(T, 700 + si, ta, tb, sizes[si][0], sizes[si][1], sizes[si][2], acc);
     ad_tape_free(T);
 }
 
