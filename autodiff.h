@@ -3017,8 +3017,12 @@ AD__PRIVATE void ad__gemm_shared(ad_tape *T, const ad__gemm_job *j, int threads)
    and its gradient stay in that thread's cache from one step to the next instead of crossing
    between cores, and C, being small, is cheap to add up. The first run of blocks is added into
    C, every later block into a buffer of its own; adding the buffers to C in block order does
-   per element what one thread does, so results stay the same for any thread count. */
+   per element what one thread does, so results stay the same for any thread count. The split
+   is taken for a C of at most AD__KSPLIT_MAX_C values and at most AD__KSPLIT_MAX_BLOCKS blocks,
+   which bounds the buffers, and at least one block per thread (with fewer, stripes of C keep
+   every thread busy). */
 #define AD__KSPLIT_MAX_C 16384.0
+#define AD__KSPLIT_MAX_BLOCKS 16
 
 typedef struct ad__gemm_ksplit_job {
     const ad__gemm_job *j;
@@ -3030,7 +3034,8 @@ typedef struct ad__gemm_ksplit_job {
 AD__PRIVATE int ad__gemm_splits_k(const ad__gemm_job *j, int threads)
 {
     int blocks = (j->K + AD__KC - 1) / AD__KC;
-    if (threads < 2 || blocks < 2 || (double)j->M * j->N > AD__KSPLIT_MAX_C) return 0;
+    if (threads < 2 || blocks < threads || blocks > AD__KSPLIT_MAX_BLOCKS) return 0;
+    if ((double)j->M * j->N > AD__KSPLIT_MAX_C) return 0;
     /* the column and narrow kernels serve those shapes better split by rows */
     if (j->ta && !j->tb && j->N <= j->ker.column_width && j->ker.columns) return 0;
     if (!j->tb && j->N <= j->ker.narrow_width && j->ker.narrow) return 0;
