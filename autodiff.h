@@ -3031,9 +3031,16 @@ typedef struct ad__gemm_ksplit_job {
     ad_real *part;           /* M x N per later block */
 } ad__gemm_ksplit_job;
 
+/* The number of K blocks of length ad__gemm_kc(K). */
+AD__INLINE int ad__gemm_k_blocks(int K)
+{
+    int kstep = ad__gemm_kc(K);
+    return kstep > 0 ? (K + kstep - 1) / kstep : 0;
+}
+
 AD__PRIVATE int ad__gemm_splits_k(const ad__gemm_job *j, int threads)
 {
-    int blocks = (j->K + AD__KC - 1) / AD__KC;
+    int blocks = ad__gemm_k_blocks(j->K);
     if (threads < 2 || blocks < threads || blocks > AD__KSPLIT_MAX_BLOCKS) return 0;
     if ((double)j->M * j->N > AD__KSPLIT_MAX_C) return 0;
     /* the column and narrow kernels serve those shapes better split by rows */
@@ -3073,7 +3080,7 @@ AD__PRIVATE void ad__ksplit_plan(ad__gemm_ksplit_job *s, const ad__gemm_job *j, 
 {
     s->j = j;
     s->kstep = ad__gemm_kc(j->K);
-    s->blocks = (j->K + s->kstep - 1) / s->kstep;
+    s->blocks = ad__gemm_k_blocks(j->K);
     s->tasks = threads < s->blocks ? threads : s->blocks;
     s->first_end = ad__ksplit_first(s, 1);
     s->part = NULL;
