@@ -101,8 +101,7 @@ static double measure_peak(void)
 
 static void *peak_thread(void *iters)
 {
-    static volatile float sink;
-    sink = peak_loop(*(const long *)iters, 0.999f, 0.001f);
+    volatile float sink = peak_loop(*(const long *)iters, 0.999f, 0.001f);
     (void)sink;
     return NULL;
 }

@@ -253,6 +253,28 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
         printf "vs PyTorch: separate processes run back to back, order alternating. "
         if (peak > 0) printf "(%%) = share of the measured peak, %.1f GFLOP/s per core (FMA loop on 512-bit vectors), times the threads.\n", peak
         else printf "\n"
+        # speedups of the training epochs over one thread, beside what the FMA loop gained
+        for (i = 2; i <= nt && tl[1] == 1; i++) {
+            t = tl[i]
+            line = ""
+            split("mlp.784-128-10 mlp.784-512-256-10 cnn", work, " ")
+            for (w = 1; w <= 3; w++) {
+                one = med(1, work[w] ".s_epoch.ours"); f1 = found
+                more = med(t, work[w] ".s_epoch.ours")
+                if (f1 && found && more > 0) line = line sprintf("%s%s %.2f", line == "" ? "" : ", ", work[w], one / more)
+            }
+            if (line != "") printf "\nEpochs on %d threads, speedup over one (ratio of medians): %s.\n", t, line
+            m = med(t, "peak.scaling")
+            if (found) {
+                lo = hi = m
+                for (r = 1; r <= maxrun; r++)
+                    if ((t, r, "peak.scaling") in val) {
+                        if (val[t, r, "peak.scaling"] < lo) lo = val[t, r, "peak.scaling"]
+                        if (val[t, r, "peak.scaling"] > hi) hi = val[t, r, "peak.scaling"]
+                    }
+                printf "The machine: an FMA loop on registers did %.2f times the work per second on %d threads as on one (median of %d runs, %.2f to %.2f), the most any %d-thread speedup could reach then.\n", m, t, found, lo, hi, t
+            }
+        }
     }' "$RAW" "$ROWS"
     echo
     awk '$3 ~ /^gemm\..*\.maxdiff$/ { if ($4 > m) m = $4; n++ }
@@ -261,34 +283,6 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
          END { if (("dfda.ours" in v) && ("dfda.torch" in v))
                    printf "Tape check: df/da, df/db at (1.5, 0.7): autodiff.h %.6g, %.6g; PyTorch %.6g, %.6g.\n",
                           v["dfda.ours"], v["dfdb.ours"], v["dfda.torch"], v["dfdb.torch"] }' "$RAW"
-    # speedups of the training epochs over one thread, beside what the FMA loop gained
-    awk 'function median(a, n,    i, j, x) {
-             for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
-             return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-         }
-         $3 ~ /s_epoch\.ours$/ || $3 == "peak.scaling" { n[$1, $3]++; v[$1, $3, n[$1, $3]] = $4; threads[$1] = 1; keys[$3] = 1 }
-         END {
-             for (t in threads) {
-                 if (t == 1) continue
-                 line = ""
-                 for (k in keys) {
-                     if (k == "peak.scaling" || !n[1, k] || !n[t, k]) continue
-                     for (i = 1; i <= n[1, k]; i++) a[i] = v[1, k, i]
-                     m1 = median(a, n[1, k])
-                     for (i = 1; i <= n[t, k]; i++) a[i] = v[t, k, i]
-                     name = k; sub(/\.s_epoch\.ours$/, "", name)
-                     line = line sprintf("%s%s %.2f", line == "" ? "" : ", ", name, m1 / median(a, n[t, k]))
-                 }
-                 if (line != "") printf "Epochs on %d threads, speedup over one (ratio of medians): %s.\n", t, line
-                 k = "peak.scaling"
-                 if (n[t, k]) {
-                     for (i = 1; i <= n[t, k]; i++) a[i] = v[t, k, i]
-                     m = median(a, n[t, k])
-                     printf "The machine: an FMA loop on registers did %.2f times the work per second on %d threads as on one (median of %d runs, %.2f to %.2f), the most any %d-thread speedup could reach then.\n",
-                            m, t, n[t, k], a[1], a[n[t, k]], t
-                 }
-             }
-         }' "$RAW"
     if [ "$CLOCK" = cpu ]; then
         echo "Clock: CPU time of the working thread for 1-thread rows, wall time for the others."
     else
