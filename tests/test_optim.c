@@ -5,11 +5,13 @@
 #include "autodiff.h"
 #include "tests/harness.h"
 
-#define NS 112 /* scalars of the test store: [3,5,7] and [7] */
+/* scalars of the test store: [3,5,7] and [6], a number that is no multiple of any vector
+   width, so the optimizers' vector loops leave a tail to their scalar ones */
+#define NS 111
 
 static ad_params *make_store(void)
 {
-    static const int s0[3] = {3, 5, 7}, s1[1] = {7};
+    static const int s0[3] = {3, 5, 7}, s1[1] = {6};
     ad_params *P = ad_params_new(77);
     ad_init init;
     memset(&init, 0, sizeof init);

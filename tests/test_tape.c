@@ -1,7 +1,7 @@
 /* The tape: a deep chain with shared subexpressions, allocation behaviour through a counting
-   allocator, no-grad mode, reset, tensors of two tapes, caller-owned leaves, the arena, and the
-   single-precision matrix product. Built in the default precision (float), as most programs
-   use it. */
+   allocator, no-grad mode, reset, tensors of two tapes, caller-owned leaves, the arena, the
+   single-precision matrix product and the optimizers in single precision. Built in the default
+   precision (float), as most programs use it. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
@@ -775,6 +775,86 @@ static void test_scalar_tape(void)
     ad_tape_free(R);
 }
 
+/* (i) the optimizers in single precision against their formulas in double, on a store whose
+   runs of trained parameters (a frozen one between them) are no multiple of any vector width,
+   so both the vector loops and their scalar tails are checked: five steps of each kind. */
+static void test_float_optim(void)
+{
+    static const int s_a[2] = {5, 7}, s_frozen[1] = {13}, s_b[2] = {3, 9}, s_c[1] = {1}, s_d[1] = {101};
+    const char *names[4] = {"SGD", "SGD with momentum", "Adam", "AdamW"};
+    int k;
+    for (k = 0; k < 4; k++) {
+        ad_params *P = ad_params_new(5);
+        ad_optim_desc d;
+        ad_optim *O;
+        ad_rng rng;
+        ad_init init;
+        double *p, *m, *v, worst = 0;
+        size_t n, i, f0, f1;
+        int step;
+        memset(&init, 0, sizeof init);
+        init.kind = AD_INIT_NORMAL;
+        ad_params_add(P, "a", 2, s_a, &init);
+        ad_params_set_trainable(P, ad_params_add(P, "frozen", 1, s_frozen, &init), 0);
+        ad_params_add(P, "b", 2, s_b, &init);
+        ad_params_add(P, "c", 1, s_c, &init);
+        ad_params_add(P, "d", 1, s_d, &init);
+        memset(&d, 0, sizeof d);
+        d.kind = k < 2 ? AD_OPTIM_SGD : k == 2 ? AD_OPTIM_ADAM : AD_OPTIM_ADAMW;
+        d.lr = k < 2 ? 0.05 : 0.01;
+        d.momentum = k == 1 ? 0.9 : 0;
+        d.weight_decay = k == 3 ? 0.1 : 0.01;
+        d.beta1 = 0.9;
+        d.beta2 = 0.999;
+        d.eps = 1e-8;
+        O = ad_optim_new(P, &d);
+        n = ad_params_scalars(P);
+        f0 = ad_params_info(P, 1).offset;
+        f1 = f0 + ad_params_info(P, 1).size;
+        p = (double *)calloc(3 * n, sizeof(double));
+        if (!O || !p) {
+            TH_CHECK(0, "%s: set-up failed", names[k]);
+            ad_optim_free(O);
+            ad_params_free(P);
+            free(p);
+            continue;
+        }
+        m = p + n;
+        v = m + n;
+        for (i = 0; i < n; i++) p[i] = ad_params_values(P)[i];
+        ad_rng_seed(&rng, 11);
+        for (step = 1; step <= 5; step++) {
+            for (i = 0; i < n; i++) ad_params_grads(P)[i] = (float)ad_rng_normal(&rng);
+            for (i = 0; i < n; i++) {
+                double g = ad_params_grads(P)[i];
+                if (i >= f0 && i < f1) continue;
+                if (d.kind == AD_OPTIM_SGD) {
+                    g += d.weight_decay * p[i];
+                    if (d.momentum != 0) g = m[i] = step > 1 ? d.momentum * m[i] + g : g;
+                    p[i] -= d.lr * g;
+                    continue;
+                }
+                if (d.kind == AD_OPTIM_ADAMW) p[i] -= d.lr * d.weight_decay * p[i];
+                else g += d.weight_decay * p[i];
+                m[i] = d.beta1 * m[i] + (1 - d.beta1) * g;
+                v[i] = d.beta2 * v[i] + (1 - d.beta2) * g * g;
+                p[i] -= d.lr * (m[i] / (1 - pow(d.beta1, step))) /
+                        (sqrt(v[i] / (1 - pow(d.beta2, step))) + d.eps);
+            }
+            TH_CHECK(ad_optim_step(O) == 0, "%s: step %d", names[k], step);
+        }
+        for (i = 0; i < n; i++) {
+            double e = fabs(ad_params_values(P)[i] - p[i]) / (1 + fabs(p[i]));
+            if (e > worst) worst = e;
+        }
+        TH_CHECK(worst <= 1e-6, "%s in single precision: off its formula by %g (relative to 1 + |p|)", names[k],
+                 worst);
+        ad_optim_free(O);
+        ad_params_free(P);
+        free(p);
+    }
+}
+
 int main(void)
 {
     long start = live();
@@ -789,6 +869,7 @@ int main(void)
     test_float_gemm_narrow();
     test_float_gemm_shared();
     test_float_gemm_ksplit();
+    test_float_optim();
     test_threads();
     test_scalar_tape();
     TH_CHECK(live() == start, "%ld blocks leaked in total", live() - start);
