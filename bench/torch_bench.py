@@ -1,8 +1,9 @@
-"""The PyTorch side of bench/run.sh: the same work as bench/gemm.c, bench/tape.c, bench/mlp.c and
-bench/cnn.c.
+"""The PyTorch side of bench/run.sh: the same work as bench/gemm.c, bench/tape.c, bench/optim.c,
+bench/mlp.c and bench/cnn.c.
 
     python3 bench/torch_bench.py gemm [name ...]
     python3 bench/torch_bench.py tape
+    python3 bench/torch_bench.py optim
     python3 bench/torch_bench.py mlp 784,128,10
     python3 bench/torch_bench.py cnn
 
@@ -117,6 +118,36 @@ def bench_tape():
     result("tape.ns_op.torch", ns_iter / ops)
     result("tape.dfda.torch", ga.item())
     result("tape.dfdb.torch", gb.item())
+
+
+def bench_optim():
+    widths = [784, 512, 256, 10]
+    kinds = [("sgd", "SGD", lambda ps: torch.optim.SGD(ps, lr=0.01)),
+             ("momentum", "SGD, momentum 0.9", lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9)),
+             ("adam", "Adam", lambda ps: torch.optim.Adam(ps, lr=1e-3))]
+    steps = 64
+    for key, what, make in kinds:
+        gen = torch.Generator().manual_seed(5)
+        params = []
+        for i in range(3):
+            for shape in ((widths[i], widths[i + 1]), (widths[i + 1],)):
+                p = torch.rand(shape, generator=gen) - 0.5
+                p.requires_grad_(True)
+                p.grad = 1e-3 * (torch.rand(shape, generator=gen) - 0.5)
+                params.append(p)
+        opt = make(params)
+        n = sum(p.numel() for p in params)
+        for _ in range(steps):
+            opt.step()
+        times = []
+        for _ in range(7):
+            t = now()
+            for _ in range(steps):
+                opt.step()
+            times.append(now() - t)
+        us = statistics.median(times) / steps * 1e6
+        print("# %-18s %d scalars: %8.1f us per step" % (what, n, us))
+        result("optim.%s.us.torch" % key, us)
 
 
 def read_idx(d, name):
@@ -234,13 +265,15 @@ def bench_cnn():
 
 
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("gemm", "tape", "mlp", "cnn"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("gemm", "tape", "optim", "mlp", "cnn"):
         print(__doc__, file=sys.stderr)
         return 2
     if sys.argv[1] == "gemm":
         bench_gemm(sys.argv[2:])
     elif sys.argv[1] == "tape":
         bench_tape()
+    elif sys.argv[1] == "optim":
+        bench_optim()
     elif sys.argv[1] == "cnn":
         bench_cnn()
     else:
