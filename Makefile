@@ -28,8 +28,9 @@ $(BUILD)/%: examples/%.c autodiff.h
 clean:
 	rm -rf $(BUILD)
 
-# Benchmarks (bench/run.sh): GEMM, tape overhead, optimizer steps, MLP and CNN epochs against
-# OpenBLAS and PyTorch where installed; prints one table and writes it to build/bench.md.
+# Benchmarks (bench/run.sh): GEMM, tape overhead, optimizer steps, elementwise functions, MLP
+# and CNN epochs against OpenBLAS and PyTorch where installed; prints one table and writes it to
+# build/bench.md.
 .PHONY: bench
 
 bench:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Benchmarks autodiff.h side by side with OpenBLAS (GEMM) and PyTorch (GEMM, scalar tape,
-# optimizer steps, MLP and CNN epochs), where installed. Builds the programs, runs each several
-# times, interleaving ours and the peer's, and prints one table of medians, also written to
-# build/bench.md. Raw results go to build/bench/results.txt, the programs' commentary to
-# build/bench/log.txt.
+# optimizer steps, elementwise functions, MLP and CNN epochs), where installed. Builds the
+# programs, runs each several times, interleaving ours and the peer's, and prints one table of
+# medians, also written to build/bench.md. Raw results go to build/bench/results.txt, the
+# programs' commentary to build/bench/log.txt.
 #
 # Environment:
 #   CC                compiler (default cc); programs are built with -O2 and no -march flags
@@ -14,7 +14,7 @@
 #                     and ad_set_threads), OpenBLAS (OPENBLAS_NUM_THREADS; 1 inside PyTorch's
 #                     training runs, see below) and PyTorch (torch.set_num_threads). Several
 #                     threads need otherwise idle cores.
-#   BENCH_RUNS        runs of the GEMM, tape and optimizer benchmarks (default 5)
+#   BENCH_RUNS        runs of the GEMM, tape, optimizer and elementwise benchmarks (default 5)
 #   BENCH_EPOCH_RUNS  runs of the MLP epochs (default 3)
 #   BENCH_CLOCK       wall (default) or cpu: time single-thread rows in CPU time of the working
 #                     thread, which a busy machine disturbs less (rows with more threads always
@@ -40,7 +40,7 @@ CLOCK=${BENCH_CLOCK:-wall}
 # ---- build ---------------------------------------------------------------------------------------
 CFLAGS="-O2 -Wall -Wextra -I."
 LIBS="-lm -lpthread"
-for p in tape optim mlp cnn; do
+for p in tape optim unary mlp cnn; do
     $CC $CFLAGS "bench/$p.c" -o "$OUT/$p" $LIBS || { echo "bench: cannot build bench/$p.c"; exit 1; }
 done
 BLAS=0
@@ -98,7 +98,7 @@ for t in $THREADS; do
     export AUTODIFF_THREADS=$t OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t
     if [ "$CLOCK" = cpu ] && [ "$t" = 1 ]; then export BENCH_CLOCK=cpu; else export BENCH_CLOCK=wall; fi
     for r in $(seq 1 "$RUNS"); do
-        echo "threads $t, run $r of $RUNS: GEMM, tape and optimizer steps" >&2
+        echo "threads $t, run $r of $RUNS: GEMM, tape, optimizer steps, elementwise functions" >&2
         # alternate who goes first, so neither side always gets the quieter moment
         if [ $((r % 2)) = 1 ]; then order="ours torch"; else order="torch ours"; fi
         for who in $order; do
@@ -110,10 +110,12 @@ for t in $THREADS; do
                 one "$t" "$r" "gemm (autodiff.h, OpenBLAS)" env OPENBLAS_THREAD_TIMEOUT=4 "$OUT/gemm"
                 one "$t" "$r" "tape (autodiff.h)" "$OUT/tape"
                 one "$t" "$r" "optim (autodiff.h)" "$OUT/optim"
+                one "$t" "$r" "unary (autodiff.h)" "$OUT/unary"
             elif [ -n "$PY" ]; then
                 one "$t" "$r" "gemm (torch.mm)" "$PY" bench/torch_bench.py gemm
                 one "$t" "$r" "tape (PyTorch)" "$PY" bench/torch_bench.py tape
                 one "$t" "$r" "optim (PyTorch)" "$PY" bench/torch_bench.py optim
+                one "$t" "$r" "unary (PyTorch)" "$PY" bench/torch_bench.py unary
             fi
         done
     done
@@ -172,6 +174,10 @@ ROWS=$OUT/rows.txt
     echo "SGD step, 535818 parameters (MLP 784-512-256-10), us|optim.sgd.us.ours|optim.sgd.us.torch|PyTorch|lo"
     echo "SGD momentum 0.9 step, same parameters, us|optim.momentum.us.ours|optim.momentum.us.torch|PyTorch|lo"
     echo "Adam step, same parameters, us|optim.adam.us.ours|optim.adam.us.torch|PyTorch|lo"
+    for f in exp log sigmoid tanh; do
+        echo "$f of 256x1024 floats, forward, us|unary.$f.fwd.us.ours|unary.$f.fwd.us.torch|PyTorch|lo"
+        echo "$f of 256x1024 floats, forward+sum+backward, us|unary.$f.train.us.ours|unary.$f.train.us.torch|PyTorch|lo"
+    done
     echo "MNIST MLP 784-128-10 epoch, s|mlp.784-128-10.s_epoch.ours|mlp.784-128-10.s_epoch.torch|PyTorch|lo"
     echo "MNIST MLP 784-512-256-10 epoch, s|mlp.784-512-256-10.s_epoch.ours|mlp.784-512-256-10.s_epoch.torch|PyTorch|lo"
     echo "MLP 784-128-10 last-epoch train loss|mlp.784-128-10.loss.ours|mlp.784-128-10.loss.torch|PyTorch|-"

@@ -1,9 +1,10 @@
 """The PyTorch side of bench/run.sh: the same work as bench/gemm.c, bench/tape.c, bench/optim.c,
-bench/mlp.c and bench/cnn.c.
+bench/unary.c, bench/mlp.c and bench/cnn.c.
 
     python3 bench/torch_bench.py gemm [name ...]
     python3 bench/torch_bench.py tape
     python3 bench/torch_bench.py optim
+    python3 bench/torch_bench.py unary
     python3 bench/torch_bench.py mlp 784,128,10
     python3 bench/torch_bench.py cnn
 
@@ -150,6 +151,31 @@ def bench_optim():
         result("optim.%s.us.torch" % key, us)
 
 
+def bench_unary():
+    rows, cols, iters = 256, 1024, 32
+    x0 = 0.5 + (torch.arange(rows * cols) % 1000).float().reshape(rows, cols) * 0.001
+    for name, f in (("exp", torch.exp), ("log", torch.log), ("sigmoid", torch.sigmoid), ("tanh", torch.tanh)):
+        for backward in (0, 1):
+            def iteration():
+                a = x0.detach().requires_grad_(True)
+                y = f(a)
+                if backward:
+                    y.sum().backward()
+                return y
+
+            for _ in range(iters):
+                iteration()
+            times = []
+            for _ in range(7):
+                t = now()
+                for _ in range(iters):
+                    iteration()
+                times.append(now() - t)
+            us = statistics.median(times) / iters * 1e6
+            print("# %-8s %s: %8.1f us per iteration" % (name, "forward+backward" if backward else "forward", us))
+            result("unary.%s.%s.us.torch" % (name, "train" if backward else "fwd"), us)
+
+
 def read_idx(d, name):
     """The bytes of d/name, or of d/name.gz decompressed."""
     path = os.path.join(d, name)
@@ -265,7 +291,7 @@ def bench_cnn():
 
 
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("gemm", "tape", "optim", "mlp", "cnn"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("gemm", "tape", "optim", "unary", "mlp", "cnn"):
         print(__doc__, file=sys.stderr)
         return 2
     if sys.argv[1] == "gemm":
@@ -274,6 +300,8 @@ def main():
         bench_tape()
     elif sys.argv[1] == "optim":
         bench_optim()
+    elif sys.argv[1] == "unary":
+        bench_unary()
     elif sys.argv[1] == "cnn":
         bench_cnn()
     else:
