@@ -4565,11 +4565,60 @@ AUTODIFF_API ad_tensor *ad_linear(ad_tape *T, ad_tensor *x, ad_tensor *W, ad_ten
 }
 
 /* >>ops:nn ----------------------------------------------------------------------------------- */
+/* The largest of v[0..n-1] and their sum, each over eight interleaved partial results combined
+   in a fixed order: eight independent chains, which the compiler puts in one vector, where one
+   chain would wait for each add in turn. */
+AD__PRIVATE ad_real ad__max8(const ad_real *v, size_t n)
+{
+    ad_real part[8], m;
+    size_t j, k;
+    for (k = 0; k < 8; k++) part[k] = v[0];
+    for (j = 0; j + 8 <= n; j += 8)
+        for (k = 0; k < 8; k++) part[k] = v[j + k] > part[k] ? v[j + k] : part[k];
+    for (; j < n; j++) part[0] = v[j] > part[0] ? v[j] : part[0];
+    for (m = part[0], k = 1; k < 8; k++) m = part[k] > m ? part[k] : m;
+    return m;
+}
+
+AD__PRIVATE ad_real ad__sum8(const ad_real *v, size_t n)
+{
+    ad_real part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t j, k;
+    for (j = 0; j + 8 <= n; j += 8)
+        for (k = 0; k < 8; k++) part[k] += v[j + k];
+    for (; j < n; j++) part[0] += v[j];
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+/* Softmax (or log-softmax) of the contiguous rows of x, [rows, n], with the vector exp; returns
+   0 (nothing done) where there is none. */
+AD__PRIVATE int ad__softmax_rows_vectorised(const ad_real *x, ad_real *y, size_t rows, size_t n, int log_form)
+{
+    size_t r, j;
+    for (r = 0; r < rows; r++) {
+        const ad_real *src = x + r * n;
+        ad_real *dst = y + r * n;
+        ad_real m = ad__max8(src, n), s, ls;
+        for (j = 0; j < n; j++) dst[j] = src[j] - m;
+        if (!ad__unary_vectorised(AD__U_EXP, dst, dst, n)) return 0; /* the same answer for every row */
+        s = ad__sum8(dst, n);
+        if (log_form) {
+            ls = AD__F(log)(s);
+            for (j = 0; j < n; j++) dst[j] = (src[j] - m) - ls;
+        } else {
+            ad_real inv = 1 / s;
+            for (j = 0; j < n; j++) dst[j] *= inv;
+        }
+    }
+    return 1;
+}
+
 /* Softmax (or log-softmax) along the middle axis of x viewed as [outer, n, inner]. */
 AD__PRIVATE void ad__softmax_kernel(const ad_real *x, ad_real *y, size_t outer, size_t n, size_t inner,
                                     int log_form)
 {
     size_t o, i, j;
+    if (inner == 1 && ad__softmax_rows_vectorised(x, y, outer, n, log_form)) return;
     for (o = 0; o < outer; o++)
         for (i = 0; i < inner; i++) {
             const ad_real *src = x + o * n * inner + i;

@@ -1,7 +1,7 @@
 /* The tape: a deep chain with shared subexpressions, allocation behaviour through a counting
    allocator, no-grad mode, reset, tensors of two tapes, caller-owned leaves, the arena, the
    single-precision matrix product, the optimizers in single precision and the accuracy of exp,
-   log, sigmoid and tanh in single precision. Built in the default precision (float), as most
+   log, sigmoid, tanh and softmax in single precision. Built in the default precision (float), as most
    programs use it. */
 #include <stddef.h>
 #include <stdlib.h>
@@ -932,6 +932,51 @@ static void test_float_unary_accuracy(void)
     free(x);
 }
 
+/* (k) softmax and log-softmax of float rows (the vector exp where the machine has it) against
+   double precision: each value within the rounding a row of n terms can gather, n + 2 units u
+   of float's roundoff, plus |x - max| u from rounding x - max to float before the exponential;
+   relative to the value (softmax; subnormal results: to the smallest normal float) or to
+   1 + |value| (log-softmax). Rows of odd length, one with a very large and one with a very
+   negative logit. */
+static void test_float_softmax(void)
+{
+    enum { ROWS = 5, N = 37 };
+    float x[ROWS * N];
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    int shape[2] = {ROWS, N}, form, r, j;
+    const double u = ldexp(1.0, -24);
+    ad_rng_seed(&rng, 17);
+    for (j = 0; j < ROWS * N; j++) x[j] = (float)(4 * ad_rng_normal(&rng));
+    x[N + 3] = 80.0f;
+    x[2 * N + 5] = -90.0f;
+    for (form = 0; form < 2; form++) {
+        ad_tensor *a = ad_tensor_view(T, 2, shape, x, NULL, 0);
+        ad_tensor *y = form ? ad_log_softmax(T, a, 1) : ad_softmax(T, a, 1);
+        double worst = 0;
+        if (!y) {
+            TH_CHECK(0, "softmax: %s", ad_tape_error(T));
+            break;
+        }
+        for (r = 0; r < ROWS; r++) {
+            double m = x[r * N], s = 0;
+            for (j = 1; j < N; j++) m = x[r * N + j] > m ? x[r * N + j] : m;
+            for (j = 0; j < N; j++) s += exp((double)x[r * N + j] - m);
+            for (j = 0; j < N; j++) {
+                double ls = (double)x[r * N + j] - m - log(s), ref = form ? ls : exp(ls);
+                double scale = form ? 1 + fabs(ref) : ref > FLT_MIN ? ref : FLT_MIN; /* subnormals: absolute */
+                /* x - m is rounded to float before the exponential: |x - m| u more */
+                double err = fabs(y->data[r * N + j] - ref) / scale / (N + 2 + fabs(x[r * N + j] - m));
+                if (err > worst) worst = err;
+            }
+        }
+        TH_CHECK(worst <= u, "%s of float rows: error %.3g units of roundoff per term of the bound, at most 1",
+                 form ? "log_softmax" : "softmax", worst / u);
+        ad_tape_reset(T);
+    }
+    ad_tape_free(T);
+}
+
 int main(void)
 {
     long start = live();
@@ -948,6 +993,7 @@ int main(void)
     test_float_gemm_ksplit();
     test_float_optim();
     test_float_unary_accuracy();
+    test_float_softmax();
     test_threads();
     test_scalar_tape();
     TH_CHECK(live() == start, "%ld blocks leaked in total", live() - start);
