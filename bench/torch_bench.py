@@ -154,13 +154,14 @@ def bench_optim():
 def bench_unary():
     rows, cols, iters = 256, 1024, 32
     x0 = 0.5 + (torch.arange(rows * cols) % 1000).float().reshape(rows, cols) * 0.001
-    for name, f in (("exp", torch.exp), ("log", torch.log), ("sigmoid", torch.sigmoid), ("tanh", torch.tanh)):
+    for name, f in (("exp", torch.exp), ("log", torch.log), ("sigmoid", torch.sigmoid), ("tanh", torch.tanh),
+                    ("softmax", lambda a: torch.softmax(a, 1))):
         for backward in (0, 1):
             def iteration():
                 a = x0.detach().requires_grad_(True)
                 y = f(a)
                 if backward:
-                    y.sum().backward()
+                    (y * a if name == "softmax" else y).sum().backward()
                 return y
 
             for _ in range(iters):
