@@ -174,7 +174,8 @@
    0.3.2  2026-11-22  optimizer steps run at the machine's vector width (AVX-512 or AVX2
                       chosen at run time); Adam's square roots are vectorised; exp, log,
                       sigmoid and tanh of floats vectorised; the backward of log, sqrt, abs,
-                      clamp and leaky ReLU in vectorised loops.
+                      clamp and leaky ReLU in vectorised loops; softmax over contiguous rows
+                      with the vector exp, and its backward in one pass.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -4645,11 +4646,43 @@ AD__PRIVATE void ad__softmax_kernel(const ad_real *x, ad_real *y, size_t outer, 
         }
 }
 
+/* dx (+)= y (g - sum(g y)) row by row in one pass, for a softmax over contiguous rows in a sweep
+   that does not record; returns 0 (nothing done) for other cases, which go through ops. */
+AD__PRIVATE int ad__softmax_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *gt)
+{
+    ad_tensor *x = n->in[0];
+    const ad_real *AD__RESTRICT y = n->out->data, *AD__RESTRICT g = gt->data;
+    ad_real *AD__RESTRICT d;
+    size_t outer, len, inner, r, j;
+    int add;
+    if (S->create_graph || n->iv[1]) return 0;
+    ad__split_axis(x, n->iv[0], &outer, &len, &inner);
+    if (inner != 1) return 0;
+    if (!ad__wants(S, x)) return 1;
+    d = ad__grad_target(S, x, &add);
+    if (!d) return 1;
+    for (r = 0; r < outer; r++, y += len, g += len, d += len) {
+        ad_real part[8] = {0, 0, 0, 0, 0, 0, 0, 0}, dot;
+        size_t k;
+        /* sum(g y) in eight interleaved chains, as ad__sum8 */
+        for (j = 0; j + 8 <= len; j += 8)
+            for (k = 0; k < 8; k++) part[k] += g[j + k] * y[j + k];
+        for (; j < len; j++) part[0] += g[j] * y[j];
+        dot = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+        if (add)
+            for (j = 0; j < len; j++) d[j] += y[j] * (g[j] - dot);
+        else
+            for (j = 0; j < len; j++) d[j] = y[j] * (g[j] - dot);
+    }
+    return 1;
+}
+
 AD__PRIVATE void ad__softmax_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tape *T = S->T;
     ad_tensor *y = n->out, *gy;
     int axis = n->iv[0];
+    if (ad__softmax_backward_fused(S, n, g)) return;
     if (n->iv[1]) {
         /* log-softmax: g - softmax * sum(g) */
         ad__accum(S, n->in[0], ad_sub(T, g, ad_mul(T, ad_exp(T, y), ad_sum_axis(T, g, axis, 1))), 1);

@@ -553,6 +553,10 @@ static void test_nn(void)
         c.axis = 0;
         check1("softmax of a vector", f_softmax, &c, S("6", -2, 2, 0));
         check1("log_softmax of a vector", f_log_softmax, &c, S("6", -2, 2, 0));
+        /* rows longer than the eight chains of the row sums, with a remainder */
+        c.axis = 1;
+        check1("softmax of rows of 19", f_softmax, &c, S("3,19", -2, 2, 0));
+        check1("log_softmax of rows of 19", f_log_softmax, &c, S("3,19", -2, 2, 0));
     }
     check1("cross_entropy [6,5]", f_xent6, NULL, S("6,5", -2, 2, 0));
     for (i = 0; i < 37; i++) labels37[i] = (int)((i * 7) % 10);
