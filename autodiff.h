@@ -3246,7 +3246,7 @@ static const char *const ad__unary_names[] = {
     typedef int32_t PFX##_vi __attribute__((vector_size(VBYTES)));                               \
     typedef uint32_t PFX##_vu __attribute__((vector_size(VBYTES)));                              \
     /* lanes of a where mask (a comparison's result) is set, else of b */                       \
-    static ATTR AD__UNUSED inline PFX##_vf PFX##_select(PFX##_vi mask, PFX##_vf a, PFX##_vf b)   \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_select(PFX##_vi mask, PFX##_vf a, PFX##_vf b)   \
     {                                                                                            \
         PFX##_vi ai, bi, r;                                                                      \
         memcpy(&ai, &a, sizeof ai);                                                              \
@@ -3256,7 +3256,7 @@ static const char *const ad__unary_names[] = {
         return a;                                                                                \
     }                                                                                            \
     /* the sign bits of x (sign 1) or everything else (sign 0) */                               \
-    static ATTR AD__UNUSED inline PFX##_vf PFX##_bits(PFX##_vf x, int sign)                      \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_bits(PFX##_vf x, int sign)                      \
     {                                                                                            \
         PFX##_vu b;                                                                              \
         memcpy(&b, &x, sizeof b);                                                                \
@@ -3266,7 +3266,7 @@ static const char *const ad__unary_names[] = {
     }                                                                                            \
     /* r with x = n ln2 + r, |r| <= ln2 / 2; adding 1.5 * 2^23 rounds to an integer, which      \
        then sits in the low bits of the sum */                                                   \
-    static ATTR AD__UNUSED inline PFX##_vf PFX##_reduce(PFX##_vf x, PFX##_vi *n)                 \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_reduce(PFX##_vf x, PFX##_vi *n)                 \
     {                                                                                            \
         PFX##_vf t = x * 1.44269504088896341f + 12582912.0f, nf = t - 12582912.0f;               \
         PFX##_vi bits;                                                                           \
@@ -3275,7 +3275,7 @@ static const char *const ad__unary_names[] = {
         return (x - nf * 0.693359375f) - nf * -2.12194440e-4f;                                   \
     }                                                                                            \
     /* e^r - 1 for |r| <= ln2 / 2 */                                                             \
-    static ATTR AD__UNUSED inline PFX##_vf PFX##_expm1_reduced(PFX##_vf r)                       \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_expm1_reduced(PFX##_vf r)                       \
     {                                                                                            \
         PFX##_vf q = r * (1.0f / 5040) + (1.0f / 720);                                           \
         q = q * r + (1.0f / 120);                                                                \
@@ -3286,14 +3286,14 @@ static const char *const ad__unary_names[] = {
         return q * r;                                                                            \
     }                                                                                            \
     /* 2^n for n in [-126, 127] */                                                               \
-    static ATTR AD__UNUSED inline PFX##_vf PFX##_pow2(PFX##_vi n)                                \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_pow2(PFX##_vi n)                                \
     {                                                                                            \
         PFX##_vu b = (PFX##_vu)(n + 127) << 23;                                                  \
         PFX##_vf f;                                                                              \
         memcpy(&f, &b, sizeof f);                                                                \
         return f;                                                                                \
     }                                                                                            \
-    static ATTR AD__UNUSED inline PFX##_vf PFX##_exp(PFX##_vf x)                                 \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_exp(PFX##_vf x)                                 \
     {                                                                                            \
         PFX##_vi n, half, nan = x != x;                                                          \
         PFX##_vf c, r, p, zero;                                                                  \
@@ -3306,12 +3306,12 @@ static const char *const ad__unary_names[] = {
         p = p * PFX##_pow2(half) * PFX##_pow2(n - half);                                         \
         return PFX##_select(nan, x, p);                                                          \
     }                                                                                            \
-    static ATTR AD__UNUSED inline PFX##_vf PFX##_sigmoid(PFX##_vf x)                             \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_sigmoid(PFX##_vf x)                             \
     {                                                                                            \
         PFX##_vf e = PFX##_exp(-PFX##_bits(x, 0)), d = 1.0f + e;                                 \
         return PFX##_select(x >= 0.0f, 1.0f / d, e / d);                                         \
     }                                                                                            \
-    static ATTR AD__UNUSED inline PFX##_vf PFX##_tanh(PFX##_vf x)                                \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_tanh(PFX##_vf x)                                \
     {                                                                                            \
         PFX##_vi n, nan = x != x;                                                                \
         PFX##_vf a = PFX##_bits(x, 0), r, s, e, t, zero;                                         \
@@ -3330,7 +3330,7 @@ static const char *const ad__unary_names[] = {
         }                                                                                        \
         return PFX##_select(nan, x, t);                                                          \
     }                                                                                            \
-    static ATTR AD__UNUSED inline PFX##_vf PFX##_log(PFX##_vf x)                                 \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_log(PFX##_vf x)                                 \
     {                                                                                            \
         PFX##_vi nan = x != x, tiny = x < 1.17549435e-38f, high, e;                              \
         PFX##_vf m, f, s, z, p, r, ef, zero;                                                     \
@@ -3367,7 +3367,7 @@ static const char *const ad__unary_names[] = {
     }                                                                                            \
     /* y = f(x) for n floats, f one of exp, log, sigmoid, tanh (kind); a last part vector goes  \
        through a padded copy */                                                                  \
-    static ATTR AD__UNUSED inline PFX##_vf PFX##_apply(int kind, PFX##_vf v)                     \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_apply(int kind, PFX##_vf v)                     \
     {                                                                                            \
         switch (kind) {                                                                          \
         case AD__U_EXP: return PFX##_exp(v);                                                     \
