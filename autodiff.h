@@ -3245,8 +3245,8 @@ static const char *const ad__unary_names[] = {
     typedef float PFX##_vf __attribute__((vector_size(VBYTES)));                                 \
     typedef int32_t PFX##_vi __attribute__((vector_size(VBYTES)));                               \
     typedef uint32_t PFX##_vu __attribute__((vector_size(VBYTES)));                              \
-    /* lanes of a where mask (a comparison's result) is set, else of b */                       \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_select(PFX##_vi mask, PFX##_vf a, PFX##_vf b)   \
+    /* lanes of a where mask (a comparison's result) is set, else of b */                        \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_select(PFX##_vi mask, PFX##_vf a, PFX##_vf b) \
     {                                                                                            \
         PFX##_vi ai, bi, r;                                                                      \
         memcpy(&ai, &a, sizeof ai);                                                              \
@@ -3255,8 +3255,8 @@ static const char *const ad__unary_names[] = {
         memcpy(&a, &r, sizeof a);                                                                \
         return a;                                                                                \
     }                                                                                            \
-    /* the sign bits of x (sign 1) or everything else (sign 0) */                               \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_bits(PFX##_vf x, int sign)                      \
+    /* the sign bits of x (sign 1) or everything else (sign 0) */                                \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_bits(PFX##_vf x, int sign)          \
     {                                                                                            \
         PFX##_vu b;                                                                              \
         memcpy(&b, &x, sizeof b);                                                                \
@@ -3264,9 +3264,9 @@ static const char *const ad__unary_names[] = {
         memcpy(&x, &b, sizeof x);                                                                \
         return x;                                                                                \
     }                                                                                            \
-    /* r with x = n ln2 + r, |r| <= ln2 / 2; adding 1.5 * 2^23 rounds to an integer, which      \
+    /* r with x = n ln2 + r, |r| <= ln2 / 2; adding 1.5 * 2^23 rounds to an integer, which       \
        then sits in the low bits of the sum */                                                   \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_reduce(PFX##_vf x, PFX##_vi *n)                 \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_reduce(PFX##_vf x, PFX##_vi *n)     \
     {                                                                                            \
         PFX##_vf t = x * 1.44269504088896341f + 12582912.0f, nf = t - 12582912.0f;               \
         PFX##_vi bits;                                                                           \
@@ -3275,7 +3275,7 @@ static const char *const ad__unary_names[] = {
         return (x - nf * 0.693359375f) - nf * -2.12194440e-4f;                                   \
     }                                                                                            \
     /* e^r - 1 for |r| <= ln2 / 2 */                                                             \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_expm1_reduced(PFX##_vf r)                       \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_expm1_reduced(PFX##_vf r)           \
     {                                                                                            \
         PFX##_vf q = r * (1.0f / 5040) + (1.0f / 720);                                           \
         q = q * r + (1.0f / 120);                                                                \
@@ -3286,14 +3286,14 @@ static const char *const ad__unary_names[] = {
         return q * r;                                                                            \
     }                                                                                            \
     /* 2^n for n in [-126, 127] */                                                               \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_pow2(PFX##_vi n)                                \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_pow2(PFX##_vi n)                    \
     {                                                                                            \
         PFX##_vu b = (PFX##_vu)(n + 127) << 23;                                                  \
         PFX##_vf f;                                                                              \
         memcpy(&f, &b, sizeof f);                                                                \
         return f;                                                                                \
     }                                                                                            \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_exp(PFX##_vf x)                                 \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_exp(PFX##_vf x)                     \
     {                                                                                            \
         PFX##_vi n, half, nan = x != x;                                                          \
         PFX##_vf c, r, p, zero;                                                                  \
@@ -3306,12 +3306,12 @@ static const char *const ad__unary_names[] = {
         p = p * PFX##_pow2(half) * PFX##_pow2(n - half);                                         \
         return PFX##_select(nan, x, p);                                                          \
     }                                                                                            \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_sigmoid(PFX##_vf x)                             \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_sigmoid(PFX##_vf x)                 \
     {                                                                                            \
         PFX##_vf e = PFX##_exp(-PFX##_bits(x, 0)), d = 1.0f + e;                                 \
         return PFX##_select(x >= 0.0f, 1.0f / d, e / d);                                         \
     }                                                                                            \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_tanh(PFX##_vf x)                                \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_tanh(PFX##_vf x)                    \
     {                                                                                            \
         PFX##_vi n, nan = x != x;                                                                \
         PFX##_vf a = PFX##_bits(x, 0), r, s, e, t, zero;                                         \
@@ -3322,7 +3322,7 @@ static const char *const ad__unary_names[] = {
         e = s * PFX##_expm1_reduced(r) + (s - 1.0f);                                             \
         t = e / (e + 2.0f);                                                                      \
         {                                                                                        \
-            PFX##_vu tb, sb; /* t >= 0: the sign of x ORed in */                                  \
+            PFX##_vu tb, sb; /* t >= 0: the sign of x ORed in */                                 \
             memcpy(&tb, &t, sizeof tb);                                                          \
             memcpy(&sb, &x, sizeof sb);                                                          \
             tb |= sb & 0x80000000u;                                                              \
@@ -3330,13 +3330,12 @@ static const char *const ad__unary_names[] = {
         }                                                                                        \
         return PFX##_select(nan, x, t);                                                          \
     }                                                                                            \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_log(PFX##_vf x)                                 \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_log(PFX##_vf x)                     \
     {                                                                                            \
         PFX##_vi nan = x != x, tiny = x < 1.17549435e-38f, high, e;                              \
         PFX##_vf m, f, s, z, p, r, ef, zero;                                                     \
         PFX##_vu b;                                                                              \
         memset(&zero, 0, sizeof zero);                                                           \
-        memcpy(&b, &x, sizeof b);                                                                \
         { /* subnormals (and 0, negatives) scaled by 2^23 first */                               \
             PFX##_vf xs = PFX##_select(tiny, x * 8388608.0f, x);                                 \
             memcpy(&b, &xs, sizeof b);                                                           \
@@ -3344,7 +3343,7 @@ static const char *const ad__unary_names[] = {
         e = (PFX##_vi)(b >> 23 & 0xFFu) - 127 - (tiny & 23);                                     \
         b = (b & 0x007FFFFFu) | 0x3F800000u;                                                     \
         memcpy(&m, &b, sizeof m);                                                                \
-        high = m > 1.41421356f; /* m in [1, 2) moved to [sqrt(1/2), sqrt(2)) */                 \
+        high = m > 1.41421356f; /* m in [1, 2) moved to [sqrt(1/2), sqrt(2)) */                  \
         m = PFX##_select(high, m * 0.5f, m);                                                     \
         e -= high;                                                                               \
         f = m - 1.0f;                                                                            \
@@ -3356,7 +3355,7 @@ static const char *const ad__unary_names[] = {
         p = p * z + (2.0f / 5);                                                                  \
         p = p * z + (2.0f / 3);                                                                  \
         r = f - s * (f - z * p);                                                                 \
-        b = (PFX##_vu)(e + 0x4B400000); /* e as a float: 1.5 * 2^23 + e, less 1.5 * 2^23 */    \
+        b = (PFX##_vu)(e + 0x4B400000); /* e as a float: 1.5 * 2^23 + e, less 1.5 * 2^23 */      \
         memcpy(&ef, &b, sizeof ef);                                                              \
         ef -= 12582912.0f;                                                                       \
         r = ef * 0.693359375f + (ef * -2.12194440e-4f + r);                                      \
@@ -3365,9 +3364,9 @@ static const char *const ad__unary_names[] = {
         r = PFX##_select(x < 0.0f, zero + NAN, r);                                               \
         return PFX##_select(nan, x, r);                                                          \
     }                                                                                            \
-    /* y = f(x) for n floats, f one of exp, log, sigmoid, tanh (kind); a last part vector goes  \
+    /* y = f(x) for n floats, f one of exp, log, sigmoid, tanh (kind); a last part vector goes   \
        through a padded copy */                                                                  \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_apply(int kind, PFX##_vf v)                     \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_apply(int kind, PFX##_vf v)         \
     {                                                                                            \
         switch (kind) {                                                                          \
         case AD__U_EXP: return PFX##_exp(v);                                                     \
@@ -4570,6 +4569,12 @@ AD__PRIVATE ad_real ad__max8(const ad_real *v, size_t n)
     return m;
 }
 
+/* The eight partial results of ad__sum8 and ad__dot8, combined in a fixed order. */
+AD__INLINE ad_real ad__combine8(const ad_real *part)
+{
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
 AD__PRIVATE ad_real ad__sum8(const ad_real *v, size_t n)
 {
     ad_real part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -4577,7 +4582,18 @@ AD__PRIVATE ad_real ad__sum8(const ad_real *v, size_t n)
     for (j = 0; j + 8 <= n; j += 8)
         for (k = 0; k < 8; k++) part[k] += v[j + k];
     for (; j < n; j++) part[0] += v[j];
-    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    return ad__combine8(part);
+}
+
+/* sum(a b) over n values, in the same eight chains. */
+AD__PRIVATE ad_real ad__dot8(const ad_real *a, const ad_real *b, size_t n)
+{
+    ad_real part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t j, k;
+    for (j = 0; j + 8 <= n; j += 8)
+        for (k = 0; k < 8; k++) part[k] += a[j + k] * b[j + k];
+    for (; j < n; j++) part[0] += a[j] * b[j];
+    return ad__combine8(part);
 }
 
 /* Softmax (or log-softmax) of the contiguous rows of x, [rows, n], with the vector exp; returns
@@ -4585,12 +4601,13 @@ AD__PRIVATE ad_real ad__sum8(const ad_real *v, size_t n)
 AD__PRIVATE int ad__softmax_rows_vectorised(const ad_real *x, ad_real *y, size_t rows, size_t n, int log_form)
 {
     size_t r, j;
+    if (!ad__unary_vectorised(AD__U_EXP, x, y, 0)) return 0; /* asks whether there is one */
     for (r = 0; r < rows; r++) {
         const ad_real *src = x + r * n;
         ad_real *dst = y + r * n;
         ad_real m = ad__max8(src, n), s, ls;
         for (j = 0; j < n; j++) dst[j] = src[j] - m;
-        if (!ad__unary_vectorised(AD__U_EXP, dst, dst, n)) return 0; /* the same answer for every row */
+        ad__unary_vectorised(AD__U_EXP, dst, dst, n);
         s = ad__sum8(dst, n);
         if (log_form) {
             ls = AD__F(log)(s);
@@ -4651,13 +4668,7 @@ AD__PRIVATE int ad__softmax_backward_fused(ad__sweep *S, ad__node *n, ad_tensor 
     d = ad__grad_target(S, x, &add);
     if (!d) return 1;
     for (r = 0; r < outer; r++, y += len, g += len, d += len) {
-        ad_real part[8] = {0, 0, 0, 0, 0, 0, 0, 0}, dot;
-        size_t k;
-        /* sum(g y) in eight interleaved chains, as ad__sum8 */
-        for (j = 0; j + 8 <= len; j += 8)
-            for (k = 0; k < 8; k++) part[k] += g[j + k] * y[j + k];
-        for (; j < len; j++) part[0] += g[j] * y[j];
-        dot = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+        ad_real dot = ad__dot8(g, y, len);
         if (add)
             for (j = 0; j < len; j++) d[j] += y[j] * (g[j] - dot);
         else
