@@ -906,6 +906,8 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 #define AD__RESTRICT __restrict__
 #define AD__INLINE_KEYWORD __inline__
 #define AD__HAS_VECTOR_EXT 1
+/* a hint that p will be read soon; it never faults */
+#define AD__PREFETCH_READ(p) __builtin_prefetch((p), 0, 0)
 #elif defined(_MSC_VER)
 #define AD__UNUSED
 #define AD__NOINLINE __declspec(noinline)
@@ -920,6 +922,9 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 #define AD__CODE_ALIGN
 #define AD__RESTRICT
 #define AD__INLINE_KEYWORD
+#endif
+#if !defined(AD__PREFETCH_READ)
+#define AD__PREFETCH_READ(p) ((void)(p))
 #endif
 #if !defined(AD__HAS_VECTOR_EXT)
 #define AD__HAS_VECTOR_EXT 0
@@ -5447,6 +5452,11 @@ AD__PRIVATE void ad__scatter_backward(ad__sweep *S, ad__node *n, ad_tensor *u)
     ad__accum(S, g, ad__gather(S->T, u, n->labels, n->iv[0], n->iv[1], n->iv[2], g->ndim, g->shape), 1);
 }
 
+/* How many rows ahead a gather of long rows asks for each row's first line: measured on 64
+   rows of 784 floats picked from a 188 MB set, 8 ahead took the copy from 36 to 28 us, 32
+   ahead to 26 us. */
+#define AD__GATHER_AHEAD 32
+
 /* Rows [lo, hi) of the gather's result, counted over all planes. */
 typedef struct ad__gather_job {
     const ad_real *src;
@@ -5466,8 +5476,17 @@ AD__PRIVATE void ad__gather_rows(const ad__gather_job *j, size_t lo, size_t hi)
         } else if (E < 64) {
             for (; r < end; r++) ad__nn_copy(j->dst + r * E, plane + (size_t)j->idx[r] * E, E);
         } else {
-            /* long rows, often from main memory: the C library's copy moves them fastest */
-            for (; r < end; r++) memcpy(j->dst + r * E, plane + (size_t)j->idx[r] * E, E * sizeof(ad_real));
+            /* Long rows, often from main memory: the C library's copy moves them fastest. The
+               first line of each row is requested AD__GATHER_AHEAD rows early, so that the
+               misses (and page walks) of many rows overlap; the hardware prefetcher streams
+               the rest of a row once its copy has begun. */
+            size_t ahead = r;
+            for (; ahead < end && ahead < r + AD__GATHER_AHEAD; ahead++)
+                AD__PREFETCH_READ(plane + (size_t)j->idx[ahead] * E);
+            for (; r < end; r++) {
+                if (ahead < end) AD__PREFETCH_READ(plane + (size_t)j->idx[ahead++] * E);
+                memcpy(j->dst + r * E, plane + (size_t)j->idx[r] * E, E * sizeof(ad_real));
+            }
         }
     }
 }

@@ -1182,26 +1182,35 @@ static void test_small_cnn(void)
 
 /* A gather large enough to be split over threads (a batch of rows picked from a data set held
    as one tensor): on 1, 2 and 3 threads every row must be the named row of the table. */
+/* Rows of fewer than 64 values are copied by a loop, longer ones by memcpy with each row's first
+   line requested some rows ahead; both on several threads, with more and fewer rows than that. */
 static void test_embedding_threads(void)
 {
-    enum { V = 1000, D = 47, N = 1501 };
-    int idx[N], i, t, bad;
+    enum { V = 1000, N = 1501 };
+    static const int widths[2] = {47, 131}, counts[2] = {N, 5};
+    static int idx[N];
+    int i, t, c, k, bad;
     ad_rng r;
     ad_tape *T;
     ad_tensor *w, *y;
     ad_rng_seed(&r, 12);
     for (i = 0; i < N; i++) idx[i] = (int)ad_rng_below(&r, V);
-    for (t = 1; t <= 3; t++) {
-        T = ad_tape_new();
-        ad_set_threads(T, t);
-        w = ad_rand(T, AD_SHAPE(V, D), -1, 1, &r);
-        y = ad_embedding(T, w, idx, N);
-        bad = y == NULL;
-        for (i = 0; y && i < N; i++)
-            if (memcmp(y->data + (size_t)i * D, w->data + (size_t)idx[i] * D, D * sizeof(ad_real)) != 0) bad++;
-        TH_CHECK(!bad, "embedding of %d rows on %d threads: %d rows differ from the table's", N, t, bad);
-        ad_tape_free(T);
-    }
+    for (k = 0; k < 2; k++)
+        for (c = 0; c < 2; c++)
+            for (t = 1; t <= 3; t++) {
+                int D = widths[k], n = counts[c];
+                T = ad_tape_new();
+                ad_set_threads(T, t);
+                w = ad_rand(T, AD_SHAPE(V, D), -1, 1, &r);
+                y = ad_embedding(T, w, idx, n);
+                bad = y == NULL;
+                for (i = 0; y && i < n; i++)
+                    if (memcmp(y->data + (size_t)i * D, w->data + (size_t)idx[i] * D, D * sizeof(ad_real)) != 0)
+                        bad++;
+                TH_CHECK(!bad, "embedding of %d rows of %d on %d threads: %d rows differ from the table's", n, D,
+                         t, bad);
+                ad_tape_free(T);
+            }
 }
 
 int main(void)
