@@ -6641,24 +6641,36 @@ AUTODIFF_API void ad_optim_free(ad_optim *O)
    b = mu b + (1 - dampening) d, and d = d + mu b (Nesterov) or d = b; finally p -= lr d.
    The branches are folded into coefficients (0 or 1) so that the loop has none. */
 /* One step over the scalars [lo, lo + n) of the store; the compiler vectorises its loops, at
-   the width of the instruction set of the function it is inlined into. */
-AD__HOT void ad__sgd_kernel(ad_optim *O, size_t lo, size_t n)
+   the width of the instruction set of the function it is inlined into. With zero set, each
+   gradient is zeroed as soon as it is read: one pass over the gradients instead of two. */
+AD__HOT void ad__sgd_kernel(ad_optim *O, size_t lo, size_t n, int zero)
 {
     const ad_optim_desc *d = &O->d;
-    ad_real *AD__RESTRICT p = O->P->value + lo, *AD__RESTRICT b = O->state + lo;
-    const ad_real *AD__RESTRICT g = O->P->grad + lo;
+    ad_real *AD__RESTRICT p = O->P->value + lo, *AD__RESTRICT b = O->state + lo, *AD__RESTRICT g = O->P->grad + lo;
     ad_real lr = (ad_real)d->lr, wd = (ad_real)d->weight_decay, mu = (ad_real)d->momentum;
     ad_real keep = O->steps == 1 ? 0 : mu, take = O->steps == 1 ? 1 : (ad_real)(1 - d->dampening);
     ad_real from_d = d->nesterov ? 1 : 0, from_b = d->nesterov ? mu : 1;
     size_t i;
-    if (O->nbuf == 0) {
+    if (O->nbuf == 0 && zero) {
+        for (i = 0; i < n; i++) {
+            p[i] -= lr * (g[i] + wd * p[i]);
+            g[i] = 0;
+        }
+    } else if (O->nbuf == 0) {
         for (i = 0; i < n; i++) p[i] -= lr * (g[i] + wd * p[i]);
-        return;
-    }
-    for (i = 0; i < n; i++) {
-        ad_real di = g[i] + wd * p[i];
-        b[i] = keep * b[i] + take * di;
-        p[i] -= lr * (from_d * di + from_b * b[i]);
+    } else if (zero) {
+        for (i = 0; i < n; i++) {
+            ad_real di = g[i] + wd * p[i];
+            g[i] = 0;
+            b[i] = keep * b[i] + take * di;
+            p[i] -= lr * (from_d * di + from_b * b[i]);
+        }
+    } else {
+        for (i = 0; i < n; i++) {
+            ad_real di = g[i] + wd * p[i];
+            b[i] = keep * b[i] + take * di;
+            p[i] -= lr * (from_d * di + from_b * b[i]);
+        }
     }
 }
 
@@ -6710,14 +6722,15 @@ AD__HOT void ad__adam_scalars(const ad__adam_coefs *c, ad_real *AD__RESTRICT p, 
    spells out its vectors and takes the square roots with the vector instruction (AVX's sqrtps,
    sqrtpd). Square roots and quotients are correctly rounded, so the two kernels differ from
    the portable one only where the compiler fuses a multiply and an add. */
-static __attribute__((target("avx512f,avx2,fma"))) AD__UNUSED void ad__sgd_avx512(ad_optim *O, size_t lo, size_t n)
+static __attribute__((target("avx512f,avx2,fma"))) AD__UNUSED void ad__sgd_avx512(ad_optim *O, size_t lo, size_t n,
+                                                                                  int zero)
 {
-    ad__sgd_kernel(O, lo, n);
+    ad__sgd_kernel(O, lo, n, zero);
 }
 
-static __attribute__((target("avx2,fma"))) AD__UNUSED void ad__sgd_avx2(ad_optim *O, size_t lo, size_t n)
+static __attribute__((target("avx2,fma"))) AD__UNUSED void ad__sgd_avx2(ad_optim *O, size_t lo, size_t n, int zero)
 {
-    ad__sgd_kernel(O, lo, n);
+    ad__sgd_kernel(O, lo, n, zero);
 }
 
 typedef ad_real ad__adam_vec __attribute__((vector_size(32)));
@@ -6751,20 +6764,21 @@ ad__adam_avx2(const ad__adam_coefs *c, ad_real *AD__RESTRICT p, ad_real *AD__RES
 }
 #endif
 
-/* One SGD step over the scalars [lo, lo + n) of the store, with the machine's widest vectors. */
-AD__PRIVATE void ad__sgd_step(ad_optim *O, size_t lo, size_t n)
+/* One SGD step over the scalars [lo, lo + n) of the store, with the machine's widest vectors;
+   zero: the gradients are zeroed as they are read. */
+AD__PRIVATE void ad__sgd_step(ad_optim *O, size_t lo, size_t n, int zero)
 {
 #if AD__X86_DISPATCH
     if (__builtin_cpu_supports("avx512f")) {
-        ad__sgd_avx512(O, lo, n);
+        ad__sgd_avx512(O, lo, n, zero);
         return;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        ad__sgd_avx2(O, lo, n);
+        ad__sgd_avx2(O, lo, n, zero);
         return;
     }
 #endif
-    ad__sgd_kernel(O, lo, n);
+    ad__sgd_kernel(O, lo, n, zero);
 }
 
 /* One Adam or AdamW step over the scalars [lo, lo + n) of the store. */
@@ -6816,19 +6830,23 @@ typedef struct ad__optim_job {
     size_t stretch;
 } ad__optim_job;
 
-/* With zero_grad, the scalars are updated in pieces of this many (a multiple of
+/* With zero_grad, Adam updates the scalars in pieces of this many (a multiple of
    AD__STORE_BLOCK, so every scalar still takes the same path), each piece's gradients zeroed
-   right after its update while they are still in the first-level cache. */
+   right after its update while they are still in the first-level cache. SGD zeroes each
+   gradient in its own loop, as it reads it. */
 #define AD__ZERO_PIECE 2048
 
 /* Updates the scalars [lo, lo + n) of the store. */
 AD__PRIVATE void ad__optim_update(ad_optim *O, size_t lo, size_t n)
 {
     size_t piece = O->d.zero_grad ? AD__ZERO_PIECE : n, at, len;
+    if (O->d.kind == AD_OPTIM_SGD) {
+        ad__sgd_step(O, lo, n, O->d.zero_grad);
+        return;
+    }
     for (at = 0; at < n; at += len) {
         len = n - at < piece ? n - at : piece;
-        if (O->d.kind == AD_OPTIM_SGD) ad__sgd_step(O, lo + at, len);
-        else ad__adam_step(O, lo + at, len);
+        ad__adam_step(O, lo + at, len);
         if (O->d.zero_grad) memset(O->P->grad + lo + at, 0, len * sizeof(ad_real));
     }
 }

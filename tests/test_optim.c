@@ -424,9 +424,9 @@ static void test_threaded_steps(void)
     }
 }
 
-/* An optimizer made with zero_grad updates the parameters exactly as one without it (it works
-   in pieces, whose cuts must not change a bit) and leaves every gradient of the store at zero,
-   the frozen parameter's too, on one thread and on three. */
+/* An optimizer made with zero_grad updates the parameters exactly as one without it (SGD zeroes
+   each gradient in its own loops, Adam works in pieces; neither may change a bit) and leaves
+   every gradient of the store at zero, the frozen parameter's too, on one thread and on three. */
 static void test_zero_grad_in_step(void)
 {
     ad_optim_desc descs[4];
