@@ -639,6 +639,83 @@ static void test_threads(void)
     ad_tape_free(ref);
 }
 
+/* (i2) elementwise functions and softmax large enough to be split over threads (over 2^18
+   values, where even relu is split): values and gradients on two and three threads equal to
+   one thread's bit for bit. The length is no multiple of a vector, so the last stretch ends in
+   a part of one; the gradient is written (x used once) and added (x used again before). */
+enum { SPLIT_FUNCS = 14, SPLIT_ROWS = 1031, SPLIT_COLS = 263 };
+
+static ad_tensor *split_func(ad_tape *T, int f, ad_tensor *x)
+{
+    switch (f) {
+    case 0: return ad_exp(T, x);
+    case 1: return ad_log(T, ad_abs(T, x));
+    case 2: return ad_sigmoid(T, x);
+    case 3: return ad_tanh(T, x);
+    case 4: return ad_sin(T, x);
+    case 5: return ad_relu(T, x);
+    case 6: return ad_leaky_relu(T, x, (ad_real)0.1);
+    case 7: return ad_square(T, x);
+    case 8: return ad_clamp(T, x, (ad_real)-0.5, (ad_real)0.7);
+    case 9: return ad_affine(T, x, (ad_real)-1.5, (ad_real)0.25);
+    case 10: return ad_softmax(T, x, 1);
+    case 11: return ad_softmax(T, x, 0);
+    case 12: return ad_log_softmax(T, x, 1);
+    default: return ad_gelu(T, x);
+    }
+}
+
+/* f's value and the gradient of sum(f(x) w) (+ sum(x w) recorded first when reuse) on t threads,
+   copied into y and dx */
+static int split_run(int t, int f, int reuse, ad_real *y, ad_real *dx)
+{
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    ad_tensor *x, *w, *fx, *loss;
+    int ok;
+    ad_set_threads(T, t);
+    ad_rng_seed(&rng, 40 + (uint64_t)f);
+    x = ad_rand(T, AD_SHAPE(SPLIT_ROWS, SPLIT_COLS), -2, 2, &rng);
+    w = ad_rand(T, AD_SHAPE(SPLIT_ROWS, SPLIT_COLS), -1, 1, &rng);
+    ad_set_requires_grad(x, 1);
+    fx = split_func(T, f, x);
+    loss = ad_sum(T, ad_mul(T, fx, w));
+    if (reuse) loss = ad_add(T, ad_sum(T, ad_mul(T, x, w)), loss);
+    ok = fx && loss && ad_backward(T, loss) == 0 && x->grad;
+    if (ok) {
+        memcpy(y, fx->data, fx->size * sizeof(ad_real));
+        memcpy(dx, x->grad, x->size * sizeof(ad_real));
+    }
+    ad_tape_free(T);
+    return ok;
+}
+
+static void test_threads_elementwise(void)
+{
+    size_t n = (size_t)SPLIT_ROWS * SPLIT_COLS, bytes = n * sizeof(ad_real);
+    ad_real *y1 = (ad_real *)malloc(bytes), *d1 = (ad_real *)malloc(bytes), *y = (ad_real *)malloc(bytes),
+            *d = (ad_real *)malloc(bytes);
+    int f, t, reuse;
+    if (!y1 || !d1 || !y || !d) {
+        TH_CHECK(0, "out of memory");
+        free(y1); free(d1); free(y); free(d);
+        return;
+    }
+    for (f = 0; f < SPLIT_FUNCS; f++)
+        for (reuse = 0; reuse <= 1; reuse++) {
+            TH_CHECK(split_run(1, f, reuse, y1, d1), "function %d on one thread failed", f);
+            for (t = 2; t <= 3; t++) {
+                int ok = split_run(t, f, reuse, y, d);
+                TH_CHECK(ok && memcmp(y, y1, bytes) == 0, "function %d on %d threads: values differ from one thread's",
+                         f, t);
+                TH_CHECK(ok && memcmp(d, d1, bytes) == 0,
+                         "function %d on %d threads (x used %s): gradients differ from one thread's", f, t,
+                         reuse ? "twice" : "once");
+            }
+        }
+    free(y1); free(d1); free(y); free(d);
+}
+
 /* (j) scalar tapes: ops on one-element tensors take a path of their own (one block per entry,
    gradients as values, output gradients reused during ad_backward). The same expressions on
    two-element tensors take the general path; both must give the same values and gradients,
@@ -995,6 +1072,7 @@ int main(void)
     test_float_unary_accuracy();
     test_float_softmax();
     test_threads();
+    test_threads_elementwise();
     test_scalar_tape();
     TH_CHECK(live() == start, "%ld blocks leaked in total", live() - start);
     return th_summary();
