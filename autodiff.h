@@ -3860,42 +3860,62 @@ AD__PRIVATE void ad__binary_local(int kind, ad_real x, ad_real z, ad_real y, ad_
     }
 }
 
-/* The inputs' gradients (those wanted: wa, wb) in one pass each when nothing was broadcast;
-   for sweeps that do not record. Where the gradient is g itself (a sum, the left side of a
-   difference) the input shares g's buffer until a second contribution arrives. */
-AD__PRIVATE void ad__binary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *gt, int wa, int wb)
+/* d (+)= g * d kind(a, b) / d a (which 0) or / d b (which 1) over the values [lo, hi), for
+   operands and result of one shape in sweeps that do not record. */
+typedef struct ad__binary_grad_job {
+    int kind, which, add;
+    const ad_real *a, *b, *y, *g;
+    ad_real *d;
+} ad__binary_grad_job;
+
+AD__PRIVATE void ad__binary_grad_range(const void *ctx, size_t lo, size_t hi)
 {
-    const ad_real *AD__RESTRICT av = n->in[0]->data, *AD__RESTRICT bv = n->in[1]->data;
-    const ad_real *AD__RESTRICT yv = n->out->data, *AD__RESTRICT g = gt->data;
-    ad_real *AD__RESTRICT d, da, db;
-    size_t i, size = n->out->size;
-    int add, which, kind = n->iv[0];
-    for (which = 0; which < 2; which++) {
-        if (!(which ? wb : wa)) continue;
-        if (kind == AD__B_ADD || (kind == AD__B_SUB && which == 0)) {
-            ad__accum(S, n->in[which], gt, 0);
-            continue;
-        }
-        d = ad__grad_target(S, n->in[which], &add);
-        if (!d) return;
+    const ad__binary_grad_job *j = (const ad__binary_grad_job *)ctx;
+    const ad_real *AD__RESTRICT av = j->a + lo, *AD__RESTRICT bv = j->b + lo;
+    const ad_real *AD__RESTRICT yv = j->y + lo, *AD__RESTRICT g = j->g + lo;
+    ad_real *AD__RESTRICT d = j->d + lo, da, db;
+    size_t i, size = hi - lo;
+    int add = j->add, which = j->which;
 /* one element (scalar tapes) gets no loop */
 #define AD__FUSED(EXPR)                                                    \
     if (size == 1) { i = 0; if (add) d[0] += (EXPR); else d[0] = (EXPR); } \
     else if (add) for (i = 0; i < size; i++) d[i] += (EXPR);              \
     else for (i = 0; i < size; i++) d[i] = (EXPR);
-        switch (kind * 2 + which) {
-        case AD__B_SUB * 2 + 1: AD__FUSED(-g[i]) break;
-        case AD__B_MUL * 2: AD__FUSED(g[i] * bv[i]) break;
-        case AD__B_MUL * 2 + 1: AD__FUSED(g[i] * av[i]) break;
-        case AD__B_DIV * 2: AD__FUSED(g[i] / bv[i]) break;
-        case AD__B_DIV * 2 + 1: AD__FUSED(-g[i] * yv[i] / bv[i]) break;
-        default:
-            for (i = 0; i < size; i++) {
-                ad__binary_local(kind, av[i], bv[i], yv[i], &da, &db);
-                d[i] = (add ? d[i] : 0) + g[i] * (which ? db : da);
-            }
+    switch (j->kind * 2 + which) {
+    case AD__B_SUB * 2 + 1: AD__FUSED(-g[i]) break;
+    case AD__B_MUL * 2: AD__FUSED(g[i] * bv[i]) break;
+    case AD__B_MUL * 2 + 1: AD__FUSED(g[i] * av[i]) break;
+    case AD__B_DIV * 2: AD__FUSED(g[i] / bv[i]) break;
+    case AD__B_DIV * 2 + 1: AD__FUSED(-g[i] * yv[i] / bv[i]) break;
+    default:
+        for (i = 0; i < size; i++) {
+            ad__binary_local(j->kind, av[i], bv[i], yv[i], &da, &db);
+            d[i] = (add ? d[i] : 0) + g[i] * (which ? db : da);
         }
+    }
 #undef AD__FUSED
+}
+
+/* The inputs' gradients (those wanted: wa, wb) in one pass each when nothing was broadcast;
+   for sweeps that do not record. Where the gradient is g itself (a sum, the left side of a
+   difference) the input shares g's buffer until a second contribution arrives. */
+AD__PRIVATE void ad__binary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *gt, int wa, int wb)
+{
+    ad__binary_grad_job job;
+    job.kind = n->iv[0];
+    job.a = n->in[0]->data;
+    job.b = n->in[1]->data;
+    job.y = n->out->data;
+    job.g = gt->data;
+    for (job.which = 0; job.which < 2; job.which++) {
+        if (!(job.which ? wb : wa)) continue;
+        if (job.kind == AD__B_ADD || (job.kind == AD__B_SUB && job.which == 0)) {
+            ad__accum(S, n->in[job.which], gt, 0);
+            continue;
+        }
+        job.d = ad__grad_target(S, n->in[job.which], &job.add);
+        if (!job.d) return;
+        ad__parallel_range(S->T, ad__binary_grad_range, &job, n->out->size, AD__SPLIT_LIGHT, AD__STORE_BLOCK);
     }
 }
 
@@ -4023,6 +4043,29 @@ AD__INLINE ad_tensor *ad__binary_one(ad_tape *T, const char *op, ad_tensor *a, a
 }
 
 /* kind(a, b) for operands of different shapes: the broadcast output, computed by walking it. */
+/* y = kind(a, b) for operands of y's size, split over the tape's threads for large tensors */
+typedef struct ad__binary_job {
+    int kind;
+    const ad_real *a, *b;
+    ad_real *y;
+} ad__binary_job;
+
+AD__PRIVATE void ad__binary_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__binary_job *j = (const ad__binary_job *)ctx;
+    ad__binary_row(j->kind, j->a + lo, 1, j->b + lo, 1, j->y + lo, hi - lo);
+}
+
+AD__PRIVATE void ad__binary_same(ad_tape *T, int kind, const ad_tensor *a, const ad_tensor *b, ad_tensor *y)
+{
+    ad__binary_job job;
+    job.kind = kind;
+    job.a = a->data;
+    job.b = b->data;
+    job.y = y->data;
+    ad__parallel_range(T, ad__binary_range, &job, y->size, AD__SPLIT_LIGHT, AD__STORE_BLOCK);
+}
+
 AD__PRIVATE ad_tensor *ad__binary_broadcast(ad_tape *T, const char *op, const ad_tensor *a,
                                             const ad_tensor *b, int kind)
 {
@@ -4033,7 +4076,7 @@ AD__PRIVATE ad_tensor *ad__binary_broadcast(ad_tape *T, const char *op, const ad
     y = ad__tensor(T, op, ndim, shape, 1);
     if (!y) return NULL;
     if (a->size == y->size && b->size == y->size) {
-        ad__binary_row(kind, a->data, 1, b->data, 1, y->data, y->size);
+        ad__binary_same(T, kind, a, b, y);
     } else {
         ad__walk_init(&w, y->ndim, y->shape, a, b);
         ad__binary_kernel(kind, &w, a->data, b->data, y->data);
@@ -4050,7 +4093,7 @@ AD__PRIVATE ad_tensor *ad__binary_tensors(ad_tape *T, const char *op, ad_tensor 
     if (ad__same_shape(a, b)) {
         y = ad__like(T, op, a);
         if (!y) return NULL;
-        ad__binary_row(kind, a->data, 1, b->data, 1, y->data, y->size);
+        ad__binary_same(T, kind, a, b, y);
     } else {
         y = ad__binary_broadcast(T, op, a, b, kind);
         if (!y) return NULL;

@@ -639,13 +639,14 @@ static void test_threads(void)
     ad_tape_free(ref);
 }
 
-/* (i2) elementwise functions and softmax large enough to be split over threads (over 2^18
-   values, where even relu is split): values and gradients on two and three threads equal to
-   one thread's bit for bit. The length is no multiple of a vector, so the last stretch ends in
-   a part of one; the gradient is written (x used once) and added (x used again before). */
-enum { SPLIT_FUNCS = 14, SPLIT_ROWS = 1031, SPLIT_COLS = 263 };
+/* (i2) elementwise functions of one and two tensors and softmax, large enough to be split over
+   threads (over 2^18 values, where even relu is split): values and gradients on two and three
+   threads equal to one thread's bit for bit. The length is no multiple of a vector, so the
+   last stretch ends in a part of one; the gradient is written (x used once) and added (x used
+   again before). */
+enum { SPLIT_FUNCS = 18, SPLIT_ROWS = 1031, SPLIT_COLS = 263 };
 
-static ad_tensor *split_func(ad_tape *T, int f, ad_tensor *x)
+static ad_tensor *split_func(ad_tape *T, int f, ad_tensor *x, ad_tensor *x2)
 {
     switch (f) {
     case 0: return ad_exp(T, x);
@@ -661,30 +662,38 @@ static ad_tensor *split_func(ad_tape *T, int f, ad_tensor *x)
     case 10: return ad_softmax(T, x, 1);
     case 11: return ad_softmax(T, x, 0);
     case 12: return ad_log_softmax(T, x, 1);
-    default: return ad_gelu(T, x);
+    case 13: return ad_gelu(T, x);
+    case 14: return ad_mul(T, x, x2);
+    case 15: return ad_div(T, x, ad_add_scalar(T, ad_abs(T, x2), (ad_real)0.5));
+    case 16: return ad_sub(T, x, x2);
+    default: return ad_maximum(T, x, x2);
     }
 }
 
-/* f's value and the gradient of sum(f(x) w) (+ sum(x w) recorded first when reuse) on t threads,
-   copied into y and dx */
-static int split_run(int t, int f, int reuse, ad_real *y, ad_real *dx)
+/* f's value and the gradients of sum(f(x, x2) w) (+ sum(x w) + sum(x2 w) recorded first when
+   reuse) on t threads, copied into y, dx and dx2 */
+static int split_run(int t, int f, int reuse, ad_real *y, ad_real *dx, ad_real *dx2)
 {
     ad_tape *T = ad_tape_new();
     ad_rng rng;
-    ad_tensor *x, *w, *fx, *loss;
+    ad_tensor *x, *x2, *w, *fx, *loss;
     int ok;
     ad_set_threads(T, t);
     ad_rng_seed(&rng, 40 + (uint64_t)f);
     x = ad_rand(T, AD_SHAPE(SPLIT_ROWS, SPLIT_COLS), -2, 2, &rng);
+    x2 = ad_rand(T, AD_SHAPE(SPLIT_ROWS, SPLIT_COLS), -2, 2, &rng);
     w = ad_rand(T, AD_SHAPE(SPLIT_ROWS, SPLIT_COLS), -1, 1, &rng);
     ad_set_requires_grad(x, 1);
-    fx = split_func(T, f, x);
+    ad_set_requires_grad(x2, 1);
+    fx = split_func(T, f, x, x2);
     loss = ad_sum(T, ad_mul(T, fx, w));
-    if (reuse) loss = ad_add(T, ad_sum(T, ad_mul(T, x, w)), loss);
+    if (reuse) loss = ad_add(T, ad_sum(T, ad_mul(T, ad_add(T, x, x2), w)), loss);
     ok = fx && loss && ad_backward(T, loss) == 0 && x->grad;
     if (ok) {
         memcpy(y, fx->data, fx->size * sizeof(ad_real));
         memcpy(dx, x->grad, x->size * sizeof(ad_real));
+        if (x2->grad) memcpy(dx2, x2->grad, x2->size * sizeof(ad_real));
+        else memset(dx2, 0, x2->size * sizeof(ad_real));
     }
     ad_tape_free(T);
     return ok;
@@ -693,27 +702,28 @@ static int split_run(int t, int f, int reuse, ad_real *y, ad_real *dx)
 static void test_threads_elementwise(void)
 {
     size_t n = (size_t)SPLIT_ROWS * SPLIT_COLS, bytes = n * sizeof(ad_real);
-    ad_real *y1 = (ad_real *)malloc(bytes), *d1 = (ad_real *)malloc(bytes), *y = (ad_real *)malloc(bytes),
-            *d = (ad_real *)malloc(bytes);
+    ad_real *one = (ad_real *)malloc(3 * bytes), *more = (ad_real *)malloc(3 * bytes);
     int f, t, reuse;
-    if (!y1 || !d1 || !y || !d) {
+    if (!one || !more) {
         TH_CHECK(0, "out of memory");
-        free(y1); free(d1); free(y); free(d);
+        free(one);
+        free(more);
         return;
     }
     for (f = 0; f < SPLIT_FUNCS; f++)
         for (reuse = 0; reuse <= 1; reuse++) {
-            TH_CHECK(split_run(1, f, reuse, y1, d1), "function %d on one thread failed", f);
+            TH_CHECK(split_run(1, f, reuse, one, one + n, one + 2 * n), "function %d on one thread failed", f);
             for (t = 2; t <= 3; t++) {
-                int ok = split_run(t, f, reuse, y, d);
-                TH_CHECK(ok && memcmp(y, y1, bytes) == 0, "function %d on %d threads: values differ from one thread's",
-                         f, t);
-                TH_CHECK(ok && memcmp(d, d1, bytes) == 0,
-                         "function %d on %d threads (x used %s): gradients differ from one thread's", f, t,
+                int ok = split_run(t, f, reuse, more, more + n, more + 2 * n);
+                TH_CHECK(ok && memcmp(more, one, bytes) == 0,
+                         "function %d on %d threads: values differ from one thread's", f, t);
+                TH_CHECK(ok && memcmp(more + n, one + n, 2 * bytes) == 0,
+                         "function %d on %d threads (inputs used %s): gradients differ from one thread's", f, t,
                          reuse ? "twice" : "once");
             }
         }
-    free(y1); free(d1); free(y); free(d);
+    free(one);
+    free(more);
 }
 
 /* (j) scalar tapes: ops on one-element tensors take a path of their own (one block per entry,
