@@ -155,7 +155,7 @@ def bench_unary():
     rows, cols, iters = 256, 1024, 32
     x0 = 0.5 + (torch.arange(rows * cols) % 1000).float().reshape(rows, cols) * 0.001
     for name, f in (("exp", torch.exp), ("log", torch.log), ("sigmoid", torch.sigmoid), ("tanh", torch.tanh),
-                    ("softmax", lambda a: torch.softmax(a, 1))):
+                    ("sin", torch.sin), ("softmax", lambda a: torch.softmax(a, 1))):
         for backward in (0, 1):
             def iteration():
                 a = x0.detach().requires_grad_(True)

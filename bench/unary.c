@@ -1,4 +1,4 @@
-/* Elementwise functions: exp, log, sigmoid and tanh of a [256, 1024] float tensor (values in
+/* Elementwise functions: exp, log, sigmoid, tanh and sin of a [256, 1024] float tensor (values in
    [0.5, 1.5)), and softmax along its rows, forward alone, and forward, sum and backward pass
    together (the softmax's sum is weighted, as its plain sum has a zero gradient), on a tape
    that is reset between iterations. Reports microseconds per iteration, the median of several
@@ -20,6 +20,7 @@ static ad_tensor *apply(ad_tape *T, int which, ad_tensor *x)
     case 1: return ad_log(T, x);
     case 2: return ad_sigmoid(T, x);
     case 3: return ad_tanh(T, x);
+    case 4: return ad_sin(T, x);
     default: return ad_softmax(T, x, 1);
     }
 }
@@ -34,21 +35,21 @@ static double iteration(ad_tape *T, int which, float *x, int backward)
     ad_tape_reset(T);
     a = ad_tensor_view(T, 2, shape, x, NULL, 1);
     y = apply(T, which, a);
-    if (backward && (!y || ad_backward(T, ad_sum(T, which == 4 ? ad_mul(T, y, a) : y)) != 0)) return NAN;
+    if (backward && (!y || ad_backward(T, ad_sum(T, which == 5 ? ad_mul(T, y, a) : y)) != 0)) return NAN;
     v = y ? (double)y->data[ROWS * COLS / 2] : NAN;
     return v;
 }
 
 int main(void)
 {
-    static const char *names[5] = {"exp", "log", "sigmoid", "tanh", "softmax"};
+    static const char *names[6] = {"exp", "log", "sigmoid", "tanh", "sin", "softmax"};
     ad_tape *T = ad_tape_new();
     float *x = (float *)malloc(sizeof(float) * ROWS * COLS);
     int which, backward, i, b;
     if (!T || !x) return 1;
     ad_set_threads(T, bench_threads());
     for (i = 0; i < ROWS * COLS; i++) x[i] = 0.5f + (float)(i % 1000) * 0.001f;
-    for (which = 0; which < 5; which++)
+    for (which = 0; which < 6; which++)
         for (backward = 0; backward <= 1; backward++) {
             double times[BATCHES], check = 0, us;
             char key[64];

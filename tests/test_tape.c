@@ -957,18 +957,21 @@ static double ulps_off(float y, double ref)
     return fabs((double)y - ref) / unit;
 }
 
-/* (j) exp, log, sigmoid and tanh in single precision (vectorised where the machine allows) against
-   double-precision values, over about a million inputs: linear steps across the whole range
-   where the result is finite and beyond, and powers of ten down to subnormals, both signs, an
-   odd count so that a last part vector is done; then the special values. */
+/* (j) exp, log, sigmoid, tanh, sin and cos in single precision (vectorised where the machine
+   allows) against double-precision values, over about a million inputs: linear steps across the
+   whole range where the result is finite and beyond, and powers of ten down to subnormals, both
+   signs, an odd count so that a last part vector is done; then the special values, among them
+   the worst cases of sin and cos found over all floats up to 2^20. */
 static void test_float_unary_accuracy(void)
 {
     static const struct {
         const char *name;
         double bound; /* ulps: the vector functions' worst case over all floats, see >>ops:elementwise */
-    } kinds[4] = {{"ad_exp", 1.25}, {"ad_log", 1.0}, {"ad_sigmoid", 2.5}, {"ad_tanh", 3.3}};
+    } kinds[6] = {{"ad_exp", 1.25}, {"ad_log", 1.0}, {"ad_sigmoid", 2.5}, {"ad_tanh", 3.3}, {"ad_sin", 0.55},
+                  {"ad_cos", 0.55}};
     static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-45f, -1e-45f, 88.72283f,
-                                    88.7229f, 89.0f, -87.33654f, -103.97f, -104.0f, -150.0f, 10.0f, -10.5f};
+                                    88.7229f, 89.0f, -87.33654f, -103.97f, -104.0f, -150.0f, 10.0f, -10.5f,
+                                    1048576.0f, -1048576.0f, 780036.25f, 1092.48877f, 1.5707964f, 3.1415927f};
     const size_t n = ((size_t)1 << 20) + 13, ns = sizeof special / sizeof special[0];
     int shape[1], k;
     size_t i;
@@ -987,9 +990,10 @@ static void test_float_unary_accuracy(void)
     }
     memcpy(x + n, special, sizeof special);
     shape[0] = (int)(n + ns);
-    for (k = 0; k < 4; k++) {
+    for (k = 0; k < 6; k++) {
         ad_tensor *a = ad_tensor_view(T, 1, shape, x, NULL, 0);
-        ad_tensor *y = k == 0 ? ad_exp(T, a) : k == 1 ? ad_log(T, a) : k == 2 ? ad_sigmoid(T, a) : ad_tanh(T, a);
+        ad_tensor *y = k == 0 ? ad_exp(T, a) : k == 1 ? ad_log(T, a) : k == 2 ? ad_sigmoid(T, a) : k == 3 ? ad_tanh(T, a)
+                     : k == 4 ? ad_sin(T, a) : ad_cos(T, a);
         double worst = 0, worst_x = 0;
         int specials_ok = 1;
         if (!y) {
@@ -997,17 +1001,18 @@ static void test_float_unary_accuracy(void)
             break;
         }
         for (i = 0; i < n + ns; i++) {
-            double xi = x[i], ref = k == 0 ? exp(xi) : k == 1 ? log(xi) : k == 2 ? 1 / (1 + exp(-xi)) : tanh(xi);
+            double xi = x[i], ref = k == 0 ? exp(xi) : k == 1 ? log(xi) : k == 2 ? 1 / (1 + exp(-xi)) : k == 3 ? tanh(xi)
+                                  : k == 4 ? sin(xi) : cos(xi);
             double off = ulps_off(y->data[i], ref);
             if (off > worst) {
                 worst = off;
                 worst_x = xi;
             }
-            /* exact values at 0 and -0: 1, -infinity, 0.5, and a zero of x's sign */
-            if (xi == 0 && (k == 0   ? y->data[i] != 1
-                            : k == 1 ? y->data[i] != -INFINITY
-                            : k == 2 ? y->data[i] != 0.5f
-                                     : y->data[i] != 0 || signbit(y->data[i]) != signbit(x[i])))
+            /* exact values at 0 and -0: 1, -infinity, 0.5, a zero of x's sign (tanh, sin), 1 */
+            if (xi == 0 && (k == 0 || k == 5 ? y->data[i] != 1
+                            : k == 1         ? y->data[i] != -INFINITY
+                            : k == 2         ? y->data[i] != 0.5f
+                                             : y->data[i] != 0 || signbit(y->data[i]) != signbit(x[i])))
                 specials_ok = 0;
         }
         TH_CHECK(worst <= kinds[k].bound, "%s: %.3g ulps from the exact value at x = %.9g (bound %g)",
@@ -1015,8 +1020,59 @@ static void test_float_unary_accuracy(void)
         TH_CHECK(specials_ok, "%s: wrong value at 0 or -0", kinds[k].name);
         ad_tape_reset(T);
     }
+    /* sin and cos leave magnitudes past 2^20, infinities and NaN to the C library: each such
+       value, wherever it sits in a vector, is the C library's */
+    {
+        static const float far[] = {1048576.125f, -3e7f, 1e30f, -INFINITY, NAN, 2e6f, 123456789.0f};
+        enum { FAR = sizeof far / sizeof far[0], LEN = 53 };
+        float v[LEN];
+        int bad = 0;
+        for (k = 0; k < 2; k++) {
+            ad_tensor *y;
+            for (i = 0; i < LEN; i++) v[i] = i % 5 == 2 ? far[(i / 5) % FAR] : (float)i * 0.37f - 9.0f;
+            shape[0] = LEN;
+            y = k ? ad_cos(T, ad_tensor_view(T, 1, shape, v, NULL, 0)) : ad_sin(T, ad_tensor_view(T, 1, shape, v, NULL, 0));
+            for (i = 0; y && i < LEN; i++) {
+                float want = k ? cosf(v[i]) : sinf(v[i]);
+                if (i % 5 == 2 && memcmp(&y->data[i], &want, sizeof want) != 0 && !(want != want && y->data[i] != y->data[i]))
+                    bad++;
+            }
+            TH_CHECK(y && bad == 0, "%s: %d values past 2^20, infinite or NaN differ from the C library's",
+                     k ? "ad_cos" : "ad_sin", bad);
+            ad_tape_reset(T);
+        }
+    }
     ad_tape_free(T);
     free(x);
+}
+
+/* (j2) the gradients of sin and cos in single precision, cos(x) and -sin(x), within the same
+   bound of the exact values, on 1001 values (a last part vector) and on a one-element tensor */
+static void test_float_sincos_grad(void)
+{
+    enum { N = 1001 };
+    ad_tape *T = ad_tape_new();
+    int k, len;
+    size_t i;
+    for (k = 0; k < 2; k++)
+        for (len = 1; len <= N; len += N - 1) {
+            ad_tensor *x = ad_zeros(T, AD_SHAPE(len));
+            double worst = 0;
+            for (i = 0; i < (size_t)len; i++) x->data[i] = (float)(-7.3 + 14.6 * (double)i / N);
+            ad_set_requires_grad(x, 1);
+            if (ad_backward(T, ad_sum(T, k ? ad_cos(T, x) : ad_sin(T, x))) != 0 || !x->grad) {
+                TH_CHECK(0, "sin/cos gradient: %s", ad_tape_error(T));
+                break;
+            }
+            for (i = 0; i < (size_t)len; i++) {
+                double xi = x->data[i], off = ulps_off(x->grad[i], k ? -sin(xi) : cos(xi));
+                if (off > worst) worst = off;
+            }
+            TH_CHECK(worst <= 0.55, "gradient of %s on %d value(s): %.3g ulps from the exact value", k ? "cos" : "sin",
+                     len, worst);
+            ad_tape_reset(T);
+        }
+    ad_tape_free(T);
 }
 
 /* (k) softmax and log-softmax of float rows (the vector exp where the machine has it) against
@@ -1080,6 +1136,7 @@ int main(void)
     test_float_gemm_ksplit();
     test_float_optim();
     test_float_unary_accuracy();
+    test_float_sincos_grad();
     test_float_softmax();
     test_threads();
     test_threads_elementwise();
