@@ -1468,9 +1468,12 @@ AD__INLINE size_t ad__stretch(size_t n, int tasks, size_t block)
 }
 
 /* Work on n independent items (values of an elementwise op, rows of a softmax), done as
-   fn(ctx, lo, hi) on stretches of whole blocks of `block` items, one per thread of the tape
-   from min_split items on, and on the calling thread alone below that. Each item is computed
-   by the same code whatever the split, so results are identical for any thread count. */
+   fn(ctx, lo, hi) on stretches of whole blocks of `block` items, AD__RANGE_TASKS per thread of
+   the tape from min_split items on, and on the calling thread alone below that. Threads claim
+   stretches as they come, so a thread the machine holds up leaves its other stretches to the
+   rest. Each item is computed by the same code whatever the split, so results are identical
+   for any thread count. */
+#define AD__RANGE_TASKS 4
 typedef void (*ad__range_fn)(const void *ctx, size_t lo, size_t hi);
 
 typedef struct ad__range_job {
@@ -1491,15 +1494,15 @@ AD__INLINE void ad__parallel_range(ad_tape *T, ad__range_fn fn, const void *ctx,
                                    size_t block)
 {
     ad__range_job job;
-    int tasks = n >= min_split ? ad__thread_count(T) : 1;
-    if (tasks <= 1) {
+    int threads = n >= min_split ? ad__thread_count(T) : 1;
+    if (threads <= 1) {
         fn(ctx, 0, n);
         return;
     }
     job.fn = fn;
     job.ctx = ctx;
     job.n = n;
-    job.stretch = ad__stretch(n, tasks, block);
+    job.stretch = ad__stretch(n, threads * AD__RANGE_TASKS, block);
     ad__parallel(T, ad__range_task, &job, (int)((n + job.stretch - 1) / job.stretch));
 }
 
