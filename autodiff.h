@@ -132,7 +132,9 @@
    dimension, so each thread keeps the same band of the weight's rows as in the backward
    product and the optimizer step; a
    convolution by images when each image's products are too small to split; a gather of many
-   long rows (ad_embedding over a data set) by rows.
+   long rows (ad_embedding over a data set) by rows; unary functions, ops on two tensors of one
+   shape and their gradients, from 32K values (256K for those as cheap as relu, whose time goes
+   to moving the values), and softmax by rows, in stretches of whole cache lines.
    ad_optim_step_on(O, T) and ad_params_zero_grad_on(P, T) lend the same threads to the
    parameter update of a large store. ad_set_threads(T, n) sets the count; the default is the
    environment variable AUTODIFF_THREADS, else the number of online processors. Every output
@@ -3702,7 +3704,7 @@ AD__PRIVATE int ad__sincos_grad_vectorised(int kind, const ad_real *AD__RESTRICT
     int other = kind == AD__U_SIN ? AD__U_COS : AD__U_SIN;
     if (!ad__unary_vectorised(other, x, f, 0)) return 0;
     for (at = 0; at < n; at += len) {
-        len = n - at < BLOCK ? n - at : BLOCK;
+        len = n - at < (size_t)BLOCK ? n - at : (size_t)BLOCK;
         ad__unary_vectorised(other, x + at, f, len);
         if (kind == AD__U_COS)
             for (i = 0; i < len; i++) f[i] = -f[i];
