@@ -1,4 +1,4 @@
-/* autodiff.h - v0.3.2 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.4.0 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -178,6 +178,10 @@
                       sigmoid and tanh of floats vectorised; the backward of log, sqrt, abs,
                       clamp and leaky ReLU in vectorised loops; softmax over contiguous rows
                       with the vector exp, and its backward in one pass.
+   0.4.0  2026-11-22  sin and cos of floats vectorised (through doubles, 0.53 ulp); unary
+                      functions, ops on two same-shaped tensors, their gradients and softmax
+                      rows split over the tape's threads; gathers of long rows ask for each
+                      row's first line ahead; SGD with zero_grad zeroes in its own loop.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -186,8 +190,8 @@
 #include <stdint.h>
 
 #define AUTODIFF_VERSION_MAJOR 0
-#define AUTODIFF_VERSION_MINOR 3
-#define AUTODIFF_VERSION_PATCH 2
+#define AUTODIFF_VERSION_MINOR 4
+#define AUTODIFF_VERSION_PATCH 0
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
