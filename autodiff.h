@@ -3279,8 +3279,9 @@ static const char *const ad__unary_names[] = {
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
 /* exp, log, sigmoid, tanh, sin and cos of floats on whole vectors. The C library computes one
    value per call (about 4 ns for expf and logf here, 5 for sinf, 18 for tanhf), so these ops
-   took several times PyTorch's time, whose kernels are vectorised. Instantiated for AVX-512 and AVX2 and chosen at
-   run time; the double build and other machines keep the C library's functions.
+   took several times PyTorch's time, whose kernels are vectorised. Instantiated for AVX-512
+   and AVX2 and chosen at run time; the double build and other machines keep the C library's
+   functions.
    exp: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so r is nearly exact), e^r from its
    Taylor series to r^7 (the remainder is below 2e-9 of it), times 2^n built in the exponent
    bits, in two factors so that results down to the smallest subnormal and up to overflow
@@ -3472,8 +3473,10 @@ static const char *const ad__unary_names[] = {
         int k;                                                                                   \
         memcpy(&lo, &x, sizeof lo);                                                              \
         memcpy(&hi, (const char *)&x + sizeof lo, sizeof hi);                                    \
-        lo = __builtin_convertvector(PFX##_sincos_wide(__builtin_convertvector(lo, PFX##_vd), quarter), PFX##_vh); \
-        hi = __builtin_convertvector(PFX##_sincos_wide(__builtin_convertvector(hi, PFX##_vd), quarter), PFX##_vh); \
+        lo = __builtin_convertvector(                                                            \
+            PFX##_sincos_wide(__builtin_convertvector(lo, PFX##_vd), quarter), PFX##_vh);        \
+        hi = __builtin_convertvector(                                                            \
+            PFX##_sincos_wide(__builtin_convertvector(hi, PFX##_vd), quarter), PFX##_vh);        \
         memcpy(&y, &lo, sizeof lo);                                                              \
         memcpy((char *)&y + sizeof lo, &hi, sizeof hi);                                          \
         if (!quarter) y = PFX##_select(x == 0.0f, x, y);                                         \
@@ -3491,8 +3494,14 @@ static const char *const ad__unary_names[] = {
         }                                                                                        \
         return y;                                                                                \
     }                                                                                            \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_sin(PFX##_vf x) { return PFX##_sincos(x, 0); } \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_cos(PFX##_vf x) { return PFX##_sincos(x, 1); } \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_sin(PFX##_vf x)                     \
+    {                                                                                            \
+        return PFX##_sincos(x, 0);                                                               \
+    }                                                                                            \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_cos(PFX##_vf x)                     \
+    {                                                                                            \
+        return PFX##_sincos(x, 1);                                                               \
+    }                                                                                            \
     /* y = f(x) for n floats, f one of exp, log, sigmoid, tanh, sin, cos (kind); a last part     \
        vector goes through a padded copy */                                                      \
     static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_apply(int kind, PFX##_vf v)         \
@@ -4149,7 +4158,6 @@ AD__INLINE ad_tensor *ad__binary_one(ad_tape *T, const char *op, ad_tensor *a, a
     return ad__binary_one_fill(T, block, a, b, kind, recorded);
 }
 
-/* kind(a, b) for operands of different shapes: the broadcast output, computed by walking it. */
 /* y = kind(a, b) for operands of y's size, split over the tape's threads for large tensors */
 typedef struct ad__binary_job {
     int kind;
@@ -4173,6 +4181,7 @@ AD__PRIVATE void ad__binary_same(ad_tape *T, int kind, const ad_tensor *a, const
     ad__parallel_range(T, ad__binary_range, &job, y->size, AD__SPLIT_LIGHT, AD__STORE_BLOCK);
 }
 
+/* kind(a, b) for operands of different shapes: the broadcast output, computed by walking it. */
 AD__PRIVATE ad_tensor *ad__binary_broadcast(ad_tape *T, const char *op, const ad_tensor *a,
                                             const ad_tensor *b, int kind)
 {
