@@ -969,6 +969,10 @@ static void test_float_unary_accuracy(void)
         double bound; /* ulps: the vector functions' worst case over all floats, see >>ops:elementwise */
     } kinds[6] = {{"ad_exp", 1.25}, {"ad_log", 1.0}, {"ad_sigmoid", 2.5}, {"ad_tanh", 3.3}, {"ad_sin", 0.55},
                   {"ad_cos", 0.55}};
+    /* where sin and cos come from the C library (AUTODIFF_NO_DISPATCH, other machines), its
+       bound: within 1 ulp (glibc's sinf and cosf are 0.56 off on these inputs) */
+    ad_real probe = 0;
+    double sincos_bound = ad__unary_vectorised(AD__U_SIN, &probe, &probe, 0) ? 0.55 : 1.0;
     static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-45f, -1e-45f, 88.72283f,
                                     88.7229f, 89.0f, -87.33654f, -103.97f, -104.0f, -150.0f, 10.0f, -10.5f,
                                     1048576.0f, -1048576.0f, 780036.25f, 1092.48877f, 1.5707964f, 3.1415927f};
@@ -1015,8 +1019,9 @@ static void test_float_unary_accuracy(void)
                                              : y->data[i] != 0 || signbit(y->data[i]) != signbit(x[i])))
                 specials_ok = 0;
         }
-        TH_CHECK(worst <= kinds[k].bound, "%s: %.3g ulps from the exact value at x = %.9g (bound %g)",
-                 kinds[k].name, worst, worst_x, kinds[k].bound);
+        TH_CHECK(worst <= (k >= 4 ? sincos_bound : kinds[k].bound),
+                 "%s: %.3g ulps from the exact value at x = %.9g (bound %g)", kinds[k].name, worst, worst_x,
+                 k >= 4 ? sincos_bound : kinds[k].bound);
         TH_CHECK(specials_ok, "%s: wrong value at 0 or -0", kinds[k].name);
         ad_tape_reset(T);
     }
@@ -1052,6 +1057,8 @@ static void test_float_sincos_grad(void)
 {
     enum { N = 1001 };
     ad_tape *T = ad_tape_new();
+    ad_real probe = 0;
+    double bound = ad__unary_vectorised(AD__U_SIN, &probe, &probe, 0) ? 0.55 : 1.0; /* as in (j) */
     int k, len;
     size_t i;
     for (k = 0; k < 2; k++)
@@ -1068,8 +1075,8 @@ static void test_float_sincos_grad(void)
                 double xi = x->data[i], off = ulps_off(x->grad[i], k ? -sin(xi) : cos(xi));
                 if (off > worst) worst = off;
             }
-            TH_CHECK(worst <= 0.55, "gradient of %s on %d value(s): %.3g ulps from the exact value", k ? "cos" : "sin",
-                     len, worst);
+            TH_CHECK(worst <= bound, "gradient of %s on %d value(s): %.3g ulps from the exact value (bound %g)",
+                     k ? "cos" : "sin", len, worst, bound);
             ad_tape_reset(T);
         }
     ad_tape_free(T);
