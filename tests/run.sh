@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds and runs every test program, the compile matrix, the examples and a sanitizer build,
-# then prints one line "N passed, N failed". Exits non-zero when anything failed.
+# Builds and runs every test program (the float ones also without vector functions and without
+# threads), the compile matrix, the examples and a sanitizer build, then prints one line
+# "N passed, N failed". Exits non-zero when anything failed.
 # Environment: CC (default cc), MNIST_DIR (tests that need MNIST skip themselves without it).
 set -u
 cd "$(dirname "$0")/.."
@@ -65,6 +66,16 @@ for src in tests/test_*.c; do
         run_counted "$name" "$OUT/$name"
     else
         fail "build $name"; sed -n '1,30p' "$OUT/$name.build.log"
+    fi
+done
+# the float tests again with the C library's functions in place of the vector ones, and
+# without threads
+for opt in AUTODIFF_NO_DISPATCH AUTODIFF_NO_THREADS; do
+    if $CC -O2 -g -std=c99 -Wall -Wextra -D$opt -I. tests/test_tape.c -o "$OUT/test_tape_$opt" $LIBS \
+        >"$OUT/test_tape_$opt.build.log" 2>&1; then
+        run_counted "test_tape_$opt" "$OUT/test_tape_$opt"
+    else
+        fail "build test_tape -D$opt"; sed -n '1,30p' "$OUT/test_tape_$opt.build.log"
     fi
 done
 if [ "${SANITIZE:-1}" = 1 ]; then
