@@ -134,7 +134,9 @@
    convolution by images when each image's products are too small to split; a gather of many
    long rows (ad_embedding over a data set) by rows; unary functions, ops on two tensors of one
    shape and their gradients, from 32K values (256K for those as cheap as relu, whose time goes
-   to moving the values), and softmax by rows, in stretches of whole cache lines.
+   to moving the values), and softmax by rows, in stretches of whole cache lines; sums over the
+   last axis by rows and sums of everything (from 256K values) in chunks whose length depends on
+   the size alone.
    ad_optim_step_on(O, T) and ad_params_zero_grad_on(P, T) lend the same threads to the
    parameter update of a large store. ad_set_threads(T, n) sets the count; the default is the
    environment variable AUTODIFF_THREADS, else the number of online processors. Every output
@@ -180,8 +182,9 @@
                       with the vector exp, and its backward in one pass.
    0.4.0  2026-11-22  sin and cos of floats vectorised (through doubles, 0.53 ulp); unary
                       functions, ops on two same-shaped tensors, their gradients and softmax
-                      rows split over the tape's threads; gathers of long rows ask for each
-                      row's first line ahead; SGD with zero_grad zeroes in its own loop.
+                      rows split over the tape's threads, and large sums, which add a long run
+                      in chunks fixed by its length; gathers of long rows ask for each row's
+                      first line ahead; SGD with zero_grad zeroes in its own loop.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -2310,6 +2313,18 @@ AD__PRIVATE void ad__sum_to_kernel(const ad__walk *w, const ad_real *AD__RESTRIC
     }
 }
 
+/* The sum of x[0..n-1]: eight partial sums and a tail, combined in a fixed order, which is
+   vectorisable and reproducible. */
+AD__INLINE ad_real ad__sum_run(const ad_real *AD__RESTRICT x, size_t n)
+{
+    ad_real part[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
+    size_t j, i;
+    for (j = 0; j + 8 <= n; j += 8)
+        for (i = 0; i < 8; i++) part[i] += x[j + i];
+    for (; j < n; j++) s += x[j];
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])) + s;
+}
+
 /* Reductions over the middle axis of x viewed as [outer, n, inner]. */
 AD__PRIVATE void ad__reduce_sum(const ad_real *AD__RESTRICT x, ad_real *AD__RESTRICT y, size_t outer,
                                 size_t n, size_t inner, ad_real scale)
@@ -2319,13 +2334,7 @@ AD__PRIVATE void ad__reduce_sum(const ad_real *AD__RESTRICT x, ad_real *AD__REST
         const ad_real *src = x + o * n * inner;
         ad_real *dst = y + o * inner;
         if (inner == 1) {
-            /* eight partial sums in a fixed order: vectorisable and reproducible */
-            ad_real part[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
-            for (j = 0; j + 8 <= n; j += 8)
-                for (i = 0; i < 8; i++) part[i] += src[j + i];
-            for (; j < n; j++) s += src[j];
-            dst[0] = (((part[0] + part[1]) + (part[2] + part[3])) +
-                      ((part[4] + part[5]) + (part[6] + part[7])) + s) * scale;
+            dst[0] = ad__sum_run(src, n) * scale;
         } else {
             memcpy(dst, src, inner * sizeof(ad_real));
             for (j = 1; j < n; j++) ad__add_into(dst, src + j * inner, inner);
@@ -4277,6 +4286,66 @@ AD__PRIVATE void ad__reduce_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     ad__accum(S, x, ad_mul(T, ad_broadcast_to(T, g, x->ndim, x->shape), mask), 1);
 }
 
+/* A sum of one long run is cut into chunks whose length depends on n alone (at least
+   AD__SUM_CHUNK values, at most AD__SUM_CHUNKS chunks), each summed by ad__sum_run, and the
+   chunks' sums added in order: threads take chunks, and the result is the same for any thread
+   count. */
+#define AD__SUM_CHUNK ((size_t)1 << 15)
+#define AD__SUM_CHUNKS 256
+
+typedef struct ad__sum_job {
+    const ad_real *x;
+    ad_real *y;        /* one sum per row, or per chunk */
+    size_t n, chunk;   /* values per row, or in the run; values per chunk */
+    ad_real scale;
+} ad__sum_job;
+
+/* the sums of the rows [lo, hi), times scale */
+AD__PRIVATE void ad__sum_rows_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__sum_job *j = (const ad__sum_job *)ctx;
+    ad__reduce_sum(j->x + lo * j->n, j->y + lo, hi - lo, j->n, 1, j->scale);
+}
+
+/* the sums of the chunks [lo, hi) of the run */
+AD__PRIVATE void ad__sum_chunks_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__sum_job *j = (const ad__sum_job *)ctx;
+    size_t c;
+    for (c = lo; c < hi; c++) {
+        size_t at = c * j->chunk;
+        j->y[c] = ad__sum_run(j->x + at, j->n - at < j->chunk ? j->n - at : j->chunk);
+    }
+}
+
+/* ad__reduce_sum on the tape's threads from AD__SPLIT_LIGHT values: the rows of a sum over the
+   last axis split between them, one long run (a sum of everything) in chunks; a sum over
+   another axis on the calling thread. */
+AD__PRIVATE void ad__reduce_sum_split(ad_tape *T, const ad_real *x, ad_real *y, size_t outer, size_t n,
+                                      size_t inner, ad_real scale)
+{
+    ad__sum_job job;
+    job.x = x;
+    job.y = y;
+    job.n = n;
+    job.scale = scale;
+    if (inner == 1 && outer == 1 && n > AD__SUM_CHUNK) {
+        ad_real part[AD__SUM_CHUNKS], s = 0;
+        size_t chunks, c;
+        job.chunk = (n + AD__SUM_CHUNKS - 1) / AD__SUM_CHUNKS;
+        if (job.chunk < AD__SUM_CHUNK) job.chunk = AD__SUM_CHUNK;
+        chunks = (n + job.chunk - 1) / job.chunk;
+        job.y = part;
+        ad__parallel_range(T, ad__sum_chunks_range, &job, chunks, n >= AD__SPLIT_LIGHT ? 2 : chunks + 1, 1);
+        for (c = 0; c < chunks; c++) s += part[c];
+        y[0] = s * scale;
+    } else if (inner == 1 && outer > 1 && outer * n >= AD__SPLIT_LIGHT) {
+        ad__parallel_range(T, ad__sum_rows_range, &job, outer, 2, 1);
+    } else {
+        ad__reduce_sum(x, y, outer, n, inner, scale);
+    }
+}
+
 /* axis < 0 reduces everything into a scalar. */
 AD__PRIVATE ad_tensor *ad__reduce(ad_tape *T, ad_tensor *a, int kind, int axis, int keepdim, int mean,
                                   const char *op)
@@ -4300,7 +4369,7 @@ AD__PRIVATE ad_tensor *ad__reduce(ad_tape *T, ad_tensor *a, int kind, int axis, 
     scale = mean ? (ad_real)(1.0 / (double)n) : 1;
     y = ad__tensor(T, op, ndim, shape, 1);
     if (!y) return NULL;
-    if (kind == AD__R_SUM) ad__reduce_sum(a->data, y->data, outer, n, inner, scale);
+    if (kind == AD__R_SUM) ad__reduce_sum_split(T, a->data, y->data, outer, n, inner, scale);
     else ad__reduce_max(a->data, y->data, outer, n, inner);
     node = ad__record1(T, op, y, ad__reduce_backward, a);
     if (!node) return NULL;
@@ -4616,6 +4685,28 @@ AD__PRIVATE int ad__broadcastable(int small_ndim, const int *small, int big_ndim
 /* broadcast_to (reduce 0) and its adjoint sum_to (reduce 1): each one's gradient is the other. */
 AD__PRIVATE ad_tensor *ad__broadcast_op(ad_tape *T, ad_tensor *a, int ndim, const int *shape, int reduce);
 
+/* y[0..n-1] = v, on the tape's threads from AD__SPLIT_LIGHT values (the gradient of a sum) */
+typedef struct ad__fill_job {
+    ad_real *y;
+    ad_real v;
+} ad__fill_job;
+
+AD__PRIVATE void ad__fill_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__fill_job *j = (const ad__fill_job *)ctx;
+    ad_real *AD__RESTRICT y = j->y, v = j->v;
+    size_t i;
+    for (i = lo; i < hi; i++) y[i] = v;
+}
+
+AD__PRIVATE void ad__fill_split(ad_tape *T, ad_real *y, ad_real v, size_t n)
+{
+    ad__fill_job job;
+    job.y = y;
+    job.v = v;
+    ad__parallel_range(T, ad__fill_range, &job, n, AD__SPLIT_LIGHT, AD__STORE_BLOCK);
+}
+
 AD__PRIVATE void ad__broadcast_op_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tensor *x = n->in[0];
@@ -4645,6 +4736,8 @@ AD__PRIVATE ad_tensor *ad__broadcast_op(ad_tape *T, ad_tensor *a, int ndim, cons
         memset(y->data, 0, y->size * sizeof(ad_real));
         ad__walk_init(&w, a->ndim, a->shape, y, NULL);
         ad__sum_to_kernel(&w, a->data, y->data);
+    } else if (a->size == 1) {
+        ad__fill_split(T, y->data, a->data[0], y->size);
     } else {
         ad__walk_init(&w, ndim, shape, a, NULL);
         ad__broadcast_kernel(&w, a->data, y->data);

@@ -639,12 +639,13 @@ static void test_threads(void)
     ad_tape_free(ref);
 }
 
-/* (i2) elementwise functions of one and two tensors and softmax, large enough to be split over
-   threads (over 2^18 values, where even relu is split): values and gradients on two and three
-   threads equal to one thread's bit for bit. The length is no multiple of a vector, so the
+/* (i2) elementwise functions of one and two tensors, softmax, sums of rows and columns, and the
+   sum of everything with its gradient, large enough to be split over threads (over 2^18 values,
+   where even relu is split): values and gradients on two and three threads equal to one
+   thread's bit for bit. The length is no multiple of a vector, so the
    last stretch ends in a part of one; the gradient is written (x used once) and added (x used
    again before). */
-enum { SPLIT_FUNCS = 18, SPLIT_ROWS = 1031, SPLIT_COLS = 263 };
+enum { SPLIT_FUNCS = 20, SPLIT_ROWS = 1031, SPLIT_COLS = 263 };
 
 static ad_tensor *split_func(ad_tape *T, int f, ad_tensor *x, ad_tensor *x2)
 {
@@ -666,13 +667,16 @@ static ad_tensor *split_func(ad_tape *T, int f, ad_tensor *x, ad_tensor *x2)
     case 14: return ad_mul(T, x, x2);
     case 15: return ad_div(T, x, ad_add_scalar(T, ad_abs(T, x2), (ad_real)0.5));
     case 16: return ad_sub(T, x, x2);
-    default: return ad_maximum(T, x, x2);
+    case 17: return ad_maximum(T, x, x2);
+    case 18: return ad_sum_axis(T, x, 1, 1);
+    default: return ad_mean_axis(T, x, 0, 1);
     }
 }
 
 /* f's value and the gradients of sum(f(x, x2) w) (+ sum(x w) + sum(x2 w) recorded first when
-   reuse) on t threads, copied into y, dx and dx2 */
-static int split_run(int t, int f, int reuse, ad_real *y, ad_real *dx, ad_real *dx2)
+   reuse) on t threads, copied into y (zeros after f's values), dx and dx2; the sum itself into
+   *total */
+static int split_run(int t, int f, int reuse, ad_real *y, ad_real *dx, ad_real *dx2, ad_real *total)
 {
     ad_tape *T = ad_tape_new();
     ad_rng rng;
@@ -690,13 +694,57 @@ static int split_run(int t, int f, int reuse, ad_real *y, ad_real *dx, ad_real *
     if (reuse) loss = ad_add(T, ad_sum(T, ad_mul(T, ad_add(T, x, x2), w)), loss);
     ok = fx && loss && ad_backward(T, loss) == 0 && x->grad;
     if (ok) {
+        memset(y, 0, (size_t)SPLIT_ROWS * SPLIT_COLS * sizeof(ad_real));
         memcpy(y, fx->data, fx->size * sizeof(ad_real));
+        *total = loss->data[0];
         memcpy(dx, x->grad, x->size * sizeof(ad_real));
         if (x2->grad) memcpy(dx2, x2->grad, x2->size * sizeof(ad_real));
         else memset(dx2, 0, x2->size * sizeof(ad_real));
     }
     ad_tape_free(T);
     return ok;
+}
+
+/* (i3) sums of long runs, taken in chunks on threads, against the exact sum of the same floats
+   (in long double): within the worst-case rounding of the order the header sums in, depth u
+   times the sum of magnitudes, where a value passes through at most depth additions (a
+   chunk's lane of chunk / 8 values, three to combine the lanes and the tail, at most 256
+   chunk sums); lengths across the chunk sizes */
+static void test_float_long_sum(void)
+{
+    static const size_t lengths[] = {32768, 32769, 262143, 262144 + 17, 1000003, 9000011};
+    ad_tape *T = ad_tape_new();
+    size_t li, i;
+    int t;
+    for (li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+        for (t = 1; t <= 3; t += 2) {
+            size_t n = lengths[li];
+            int shape[1];
+            ad_tensor *x, *s;
+            long double exact = 0, mag = 0;
+            shape[0] = (int)n;
+            ad_set_threads(T, t);
+            x = ad_zeros(T, 1, shape);
+            if (!x) {
+                TH_CHECK(0, "out of memory");
+                break;
+            }
+            for (i = 0; i < n; i++) {
+                x->data[i] = (float)((double)(i % 1000) * 0.001 - 0.3);
+                exact += x->data[i];
+                mag += fabsl((long double)x->data[i]);
+            }
+            s = ad_sum(T, x);
+            {
+                size_t chunk = n / 256 + 1 > 32768 ? n / 256 + 1 : 32768;
+                long double depth = (long double)(chunk / 8 + 1 + 3 + 256);
+                TH_CHECK(s && fabsl((long double)s->data[0] - exact) <= depth * ldexp(1.0, -24) * mag,
+                         "sum of %zu floats on %d thread(s): %.9g, exact %.9Lg", n, t, s ? (double)s->data[0] : 0.0,
+                         exact);
+            }
+            ad_tape_reset(T);
+        }
+    ad_tape_free(T);
 }
 
 static void test_threads_elementwise(void)
@@ -712,9 +760,12 @@ static void test_threads_elementwise(void)
     }
     for (f = 0; f < SPLIT_FUNCS; f++)
         for (reuse = 0; reuse <= 1; reuse++) {
-            TH_CHECK(split_run(1, f, reuse, one, one + n, one + 2 * n), "function %d on one thread failed", f);
+            ad_real total1 = 0, total = 0;
+            TH_CHECK(split_run(1, f, reuse, one, one + n, one + 2 * n, &total1), "function %d on one thread failed", f);
             for (t = 2; t <= 3; t++) {
-                int ok = split_run(t, f, reuse, more, more + n, more + 2 * n);
+                int ok = split_run(t, f, reuse, more, more + n, more + 2 * n, &total);
+                TH_CHECK(ok && memcmp(&total, &total1, sizeof total) == 0,
+                         "function %d on %d threads: the sum differs from one thread's", f, t);
                 TH_CHECK(ok && memcmp(more, one, bytes) == 0,
                          "function %d on %d threads: values differ from one thread's", f, t);
                 TH_CHECK(ok && memcmp(more + n, one + n, 2 * bytes) == 0,
@@ -1147,6 +1198,7 @@ int main(void)
     test_float_softmax();
     test_threads();
     test_threads_elementwise();
+    test_float_long_sum();
     test_scalar_tape();
     TH_CHECK(live() == start, "%ld blocks leaked in total", live() - start);
     return th_summary();
