@@ -6907,30 +6907,30 @@ AD__PRIVATE size_t ad__store_stretch(size_t n, int tasks)
     return ad__stretch(n, tasks, AD__STORE_BLOCK);
 }
 
-typedef struct ad__zero_job {
-    ad_real *grad;
-    size_t n, stretch;
-} ad__zero_job;
-
-AD__PRIVATE void ad__zero_task(void *ctx, int task, int thread)
+/* The gradients [lo, hi) of the store ctx set to zero. */
+AD__PRIVATE void ad__zero_range(const void *ctx, size_t lo, size_t hi)
 {
-    const ad__zero_job *job = (const ad__zero_job *)ctx;
-    size_t lo = (size_t)task * job->stretch, hi = lo + job->stretch < job->n ? lo + job->stretch : job->n;
-    (void)thread;
-    if (lo < hi) memset(job->grad + lo, 0, (hi - lo) * sizeof(ad_real));
+    const ad_params *P = (const ad_params *)ctx;
+    memset(P->grad + lo, 0, (hi - lo) * sizeof(ad_real));
 }
 
+/* One stretch a thread, cut as the optimizer step cuts the store, so that each thread zeroes
+   the band it updates (rather than the stretches taken as they come of ad__parallel_range). */
 AUTODIFF_API void ad_params_zero_grad_on(ad_params *P, ad_tape *T)
 {
-    ad__zero_job job;
+    ad__range_job job;
     int tasks;
     if (!P || !P->nscalars) return;
     tasks = ad__store_tasks(T, P->nscalars);
-    job.grad = P->grad;
+    if (tasks <= 1) {
+        ad__zero_range(P, 0, P->nscalars);
+        return;
+    }
+    job.fn = ad__zero_range;
+    job.ctx = P;
     job.n = P->nscalars;
     job.stretch = ad__store_stretch(P->nscalars, tasks);
-    if (tasks > 1) ad__parallel(T, ad__zero_task, &job, tasks);
-    else ad__zero_task(&job, 0, 0);
+    ad__parallel(T, ad__range_task, &job, tasks);
 }
 
 AUTODIFF_API void ad_params_zero_grad(ad_params *P) { ad_params_zero_grad_on(P, NULL); }
