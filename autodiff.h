@@ -5821,23 +5821,61 @@ AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const int *idx, int 
 AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const int *idx, int S, int E, int kind,
                                    int ndim, const int *shape);
 
-/* y (+)= the rows of g added at idx: y has P planes of S rows, g P planes of L rows, E values
-   each. Only the rows named by idx are written when add is set. */
-AD__PRIVATE void ad__scatter_kernel(const ad_real *g, const int *idx, size_t P, size_t S, size_t L, size_t E,
-                                    ad_real *y, int add)
+/* The fewest planes of `values` values each that make whole blocks of AD__STORE_BLOCK values:
+   work split over threads by planes is cut in runs of that many, so that no two threads write
+   to one cache line. */
+AD__INLINE size_t ad__plane_block(size_t values)
 {
-    size_t p, o;
-    if (!add) memset(y, 0, P * S * E * sizeof(ad_real));
-    for (p = 0; p < P; p++) {
-        const int *ip = idx + p * L;
-        const ad_real *src = g + p * L * E;
-        ad_real *dst = y + p * S * E;
+    size_t block = AD__STORE_BLOCK;
+    while (block > 1 && values % 2 == 0) {
+        values /= 2;
+        block /= 2;
+    }
+    return block;
+}
+
+typedef struct ad__scatter_job {
+    const ad_real *g;
+    const int *idx;
+    size_t S, L, E;
+    ad_real *y;
+    int add;
+} ad__scatter_job;
+
+/* Planes [lo, hi) of a scatter: each plane's rows land in that plane alone. */
+AD__PRIVATE void ad__scatter_planes(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__scatter_job *j = (const ad__scatter_job *)ctx;
+    size_t p, o, S = j->S, L = j->L, E = j->E;
+    if (!j->add) memset(j->y + lo * S * E, 0, (hi - lo) * S * E * sizeof(ad_real));
+    for (p = lo; p < hi; p++) {
+        const int *ip = j->idx + p * L;
+        const ad_real *src = j->g + p * L * E;
+        ad_real *dst = j->y + p * S * E;
         if (E == 1) {
             for (o = 0; o < L; o++) dst[ip[o]] += src[o];
         } else {
             for (o = 0; o < L; o++) ad__nn_add(dst + (size_t)ip[o] * E, src + o * E, E);
         }
     }
+}
+
+/* y (+)= the rows of g added at idx: y has P planes of S rows, g P planes of L rows, E values
+   each. Only the rows named by idx are written when add is set. The planes (a max pooling's
+   images and channels) are split over T's threads from AD__SPLIT_HEAVY values of y. */
+AD__PRIVATE void ad__scatter_kernel(ad_tape *T, const ad_real *g, const int *idx, size_t P, size_t S, size_t L,
+                                    size_t E, ad_real *y, int add)
+{
+    ad__scatter_job job;
+    size_t plane = S * E > 0 ? S * E : 1;
+    job.g = g;
+    job.idx = idx;
+    job.S = S;
+    job.L = L;
+    job.E = E;
+    job.y = y;
+    job.add = add;
+    ad__parallel_range(T, ad__scatter_planes, &job, P, (AD__SPLIT_HEAVY + plane - 1) / plane, ad__plane_block(plane));
 }
 
 AD__PRIVATE void ad__gather_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
@@ -5850,7 +5888,7 @@ AD__PRIVATE void ad__gather_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     if (!S->create_graph) {
         /* straight into the gradient buffer: for an embedding, only the rows used are touched */
         if ((d = ad__grad_target(S, v, &add)) != NULL)
-            ad__scatter_kernel(g->data, n->labels, P, (size_t)n->iv[0], g->size / (P * E), E, d, add);
+            ad__scatter_kernel(S->T, g->data, n->labels, P, (size_t)n->iv[0], g->size / (P * E), E, d, add);
         return;
     }
     ad__accum(S, v, ad__scatter(S->T, g, n->labels, n->iv[0], n->iv[1], n->iv[2], v->ndim, v->shape), 1);
@@ -5956,7 +5994,7 @@ AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const int *idx, int
     y = ad__tensor(T, op, ndim, shape, 1);
     if (!y) return NULL;
     P = y->size / ((size_t)S * E);
-    ad__scatter_kernel(g->data, idx, P, (size_t)S, g->size / (P * E), (size_t)E, y->data, 0);
+    ad__scatter_kernel(T, g->data, idx, P, (size_t)S, g->size / (P * E), (size_t)E, y->data, 0);
     node = ad__record1(T, op, y, ad__scatter_backward, g);
     if (!node) return NULL;
     node->iv[0] = S;
@@ -6083,14 +6121,39 @@ AD__PRIVATE void ad__max_pool_plane_2x2(const ad__win2d *G, const ad_real *AD__R
     }
 }
 
+typedef struct ad__max_pool_job {
+    const ad__win2d *G;
+    const int *range;
+    const ad_real *x;
+    ad_real *y;
+    int *arg;
+} ad__max_pool_job;
+
+/* Planes [lo, hi) of a max pooling. */
+AD__PRIVATE void ad__max_pool_planes(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__max_pool_job *j = (const ad__max_pool_job *)ctx;
+    const ad__win2d *G = j->G;
+    size_t HW = (size_t)G->h * G->w, L = (size_t)G->oh * G->ow, p;
+    int two_by_two = G->kh == 2 && G->kw == 2 && G->sh == 2 && G->sw == 2 && G->ph == 0 && G->pw == 0;
+    for (p = lo; p < hi; p++) {
+        int *arg = j->arg ? j->arg + p * L : NULL;
+        if (two_by_two)
+            ad__max_pool_plane_2x2(G, j->x + p * HW, j->y + p * L, arg);
+        else
+            ad__max_pool_plane(G, j->range, j->x + p * HW, j->y + p * L, arg);
+    }
+}
+
 AUTODIFF_API ad_tensor *ad_max_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, int kernel_w,
                                       const ad_pool2d_desc *desc)
 {
     ad__win2d G;
     int shape[4], kj, *arg, *range;
-    size_t P, p, HW, L;
+    size_t P, HW, L;
     ad_tensor *y;
     ad__node *node;
+    ad__max_pool_job job;
     if (!T || !x) return NULL;
     if (!ad__pool_geom(T, "ad_max_pool2d", x, kernel_h, kernel_w, desc, &G)) return NULL;
     shape[0] = G.n; shape[1] = G.c; shape[2] = G.oh; shape[3] = G.ow;
@@ -6108,12 +6171,14 @@ AUTODIFF_API ad_tensor *ad_max_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, in
     range = (int *)ad__alloc(T, 2 * (size_t)G.kw * sizeof(int), "ad_max_pool2d");
     if (!range) return NULL;
     for (kj = 0; kj < G.kw; kj++) ad__win_range(kj - G.pw, G.sw, G.w, G.ow, &range[2 * kj], &range[2 * kj + 1]);
-    for (p = 0; p < P; p++) {
-        if (G.kh == 2 && G.kw == 2 && G.sh == 2 && G.sw == 2 && G.ph == 0 && G.pw == 0)
-            ad__max_pool_plane_2x2(&G, x->data + p * HW, y->data + p * L, arg ? arg + p * L : NULL);
-        else
-            ad__max_pool_plane(&G, range, x->data + p * HW, y->data + p * L, arg ? arg + p * L : NULL);
-    }
+    job.G = &G;
+    job.range = range;
+    job.x = x->data;
+    job.y = y->data;
+    job.arg = arg;
+    /* planes split over the tape's threads from AD__SPLIT_HEAVY values of x */
+    ad__parallel_range(T, ad__max_pool_planes, &job, P, (AD__SPLIT_HEAVY + HW - 1) / (HW > 0 ? HW : 1),
+                       ad__plane_block(L));
     node = ad__record1(T, "ad_max_pool2d", y, ad__gather_backward, x);
     if (!node) return NULL;
     node->iv[0] = (int)HW;

@@ -747,6 +747,76 @@ static void test_float_long_sum(void)
     ad_tape_free(T);
 }
 
+/* (i4) max pooling, split over threads by planes (images times channels) from 32K input values:
+   2x2 windows (with an odd width, whose last column no window reaches) and 3x3 windows with
+   stride 2 and padding, some planes holding NaNs and ties; values and the input's gradient
+   (written, and added when x was used before) on two and three threads equal to one thread's
+   bit for bit. */
+enum { POOL_N = 3, POOL_C = 13, POOL_H = 31, POOL_W = 35 };
+
+static int pool_run(int t, int wide, int reuse, ad_real *y, ad_real *dx)
+{
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    ad_pool2d_desc d;
+    ad_tensor *x, *w, *m, *loss;
+    size_t k;
+    int ok;
+    ad_set_threads(T, t);
+    ad_rng_seed(&rng, 90 + (uint64_t)wide);
+    memset(&d, 0, sizeof d);
+    d.stride_h = d.stride_w = 2;
+    d.pad_h = d.pad_w = wide;
+    x = ad_rand(T, AD_SHAPE(POOL_N, POOL_C, POOL_H, POOL_W), -1, 1, &rng);
+    if (!x) {
+        ad_tape_free(T);
+        return 0;
+    }
+    for (k = 0; k + 1 < x->size; k += 97) x->data[k] = x->data[k + 1]; /* ties */
+    for (k = 5; k < x->size; k += 4099) x->data[k] = (ad_real)NAN;
+    ad_set_requires_grad(x, 1);
+    m = ad_max_pool2d(T, x, 2 + wide, 2 + wide, &d);
+    w = m ? ad_rand(T, m->ndim, m->shape, -1, 1, &rng) : NULL;
+    loss = ad_sum(T, ad_mul(T, m, w));
+    if (reuse) loss = ad_add(T, ad_sum(T, ad_mul_scalar(T, x, 3)), loss);
+    ok = loss && ad_backward(T, loss) == 0 && x->grad;
+    if (ok) {
+        memset(y, 0, x->size * sizeof(ad_real));
+        memcpy(y, m->data, m->size * sizeof(ad_real));
+        memcpy(dx, x->grad, x->size * sizeof(ad_real));
+    }
+    ad_tape_free(T);
+    return ok;
+}
+
+static void test_threads_pool(void)
+{
+    size_t n = (size_t)POOL_N * POOL_C * POOL_H * POOL_W, bytes = n * sizeof(ad_real);
+    ad_real *one = (ad_real *)calloc(2, bytes), *more = (ad_real *)calloc(2, bytes);
+    int wide, reuse, t;
+    if (!one || !more) {
+        TH_CHECK(0, "out of memory");
+        free(one);
+        free(more);
+        return;
+    }
+    for (wide = 0; wide <= 1; wide++)
+        for (reuse = 0; reuse <= 1; reuse++) {
+            TH_CHECK(pool_run(1, wide, reuse, one, one + n), "%dx%d max pooling on one thread failed", 2 + wide,
+                     2 + wide);
+            for (t = 2; t <= 3; t++) {
+                int ok = pool_run(t, wide, reuse, more, more + n);
+                TH_CHECK(ok && memcmp(more, one, bytes) == 0, "%dx%d max pooling on %d threads: values differ",
+                         2 + wide, 2 + wide, t);
+                TH_CHECK(ok && memcmp(more + n, one + n, bytes) == 0,
+                         "%dx%d max pooling on %d threads (input used %s): gradients differ", 2 + wide, 2 + wide, t,
+                         reuse ? "twice" : "once");
+            }
+        }
+    free(one);
+    free(more);
+}
+
 static void test_threads_elementwise(void)
 {
     size_t n = (size_t)SPLIT_ROWS * SPLIT_COLS, bytes = n * sizeof(ad_real);
@@ -1198,6 +1268,7 @@ int main(void)
     test_float_softmax();
     test_threads();
     test_threads_elementwise();
+    test_threads_pool();
     test_float_long_sum();
     test_scalar_tape();
     TH_CHECK(live() == start, "%ld blocks leaked in total", live() - start);
