@@ -6194,14 +6194,25 @@ enum ad__avg_kind { AD__AVG_FORWARD, AD__AVG_ADJOINT };
 
 AD__PRIVATE ad_tensor *ad__avg_pool_op(ad_tape *T, int kind, ad_tensor *a, const ad__win2d *G);
 
-/* out (+)= A a (forward) or A^T a (adjoint), added into out when add is set. */
-AD__PRIVATE void ad__avg_pool_kernel(const ad__win2d *G, int kind, const ad_real *a, ad_real *out, int add)
+typedef struct ad__avg_pool_job {
+    const ad__win2d *G;
+    int kind, add;
+    const ad_real *a;
+    ad_real *out;
+} ad__avg_pool_job;
+
+/* Planes [lo, hi) of ad__avg_pool_kernel. */
+AD__PRIVATE void ad__avg_pool_planes(const void *ctx, size_t lo, size_t hi)
 {
-    int oy, ox, iy, ix;
-    size_t P = (size_t)G->n * G->c, p, HW = (size_t)G->h * G->w, L = (size_t)G->oh * G->ow;
+    const ad__avg_pool_job *j = (const ad__avg_pool_job *)ctx;
+    const ad__win2d *G = j->G;
+    const ad_real *a = j->a;
+    ad_real *out = j->out;
+    int oy, ox, iy, ix, kind = j->kind, add = j->add;
+    size_t p, HW = (size_t)G->h * G->w, L = (size_t)G->oh * G->ow;
     ad_real full = (ad_real)G->kh * (ad_real)G->kw;
-    if (kind == AD__AVG_ADJOINT && !add) memset(out, 0, P * HW * sizeof(ad_real));
-    for (p = 0; p < P; p++)
+    if (kind == AD__AVG_ADJOINT && !add) memset(out + lo * HW, 0, (hi - lo) * HW * sizeof(ad_real));
+    for (p = lo; p < hi; p++)
         for (oy = 0; oy < G->oh; oy++) {
             int ys = oy * G->sh - G->ph, y0 = ys < 0 ? 0 : ys, y1 = ys + G->kh < G->h ? ys + G->kh : G->h;
             for (ox = 0; ox < G->ow; ox++) {
@@ -6223,6 +6234,22 @@ AD__PRIVATE void ad__avg_pool_kernel(const ad__win2d *G, int kind, const ad_real
         }
 }
 
+/* out (+)= A a (forward) or A^T a (adjoint), added into out when add is set; the planes split
+   over T's threads from AD__SPLIT_HEAVY values of the pooling's input, as for max pooling. */
+AD__PRIVATE void ad__avg_pool_kernel(ad_tape *T, const ad__win2d *G, int kind, const ad_real *a, ad_real *out,
+                                     int add)
+{
+    ad__avg_pool_job job;
+    size_t HW = (size_t)G->h * G->w, L = (size_t)G->oh * G->ow;
+    job.G = G;
+    job.kind = kind;
+    job.add = add;
+    job.a = a;
+    job.out = out;
+    ad__parallel_range(T, ad__avg_pool_planes, &job, (size_t)G->n * G->c, (AD__SPLIT_HEAVY + HW - 1) / HW,
+                       ad__plane_block(kind == AD__AVG_FORWARD ? L : HW));
+}
+
 AD__PRIVATE void ad__avg_pool_backward(ad__sweep *S, ad__node *n, ad_tensor *v)
 {
     ad_real *d;
@@ -6230,7 +6257,7 @@ AD__PRIVATE void ad__avg_pool_backward(ad__sweep *S, ad__node *n, ad_tensor *v)
     if (!ad__wants(S, n->in[0])) return;
     if (!S->create_graph) {
         if ((d = ad__grad_target(S, n->in[0], &add)) != NULL)
-            ad__avg_pool_kernel(ad__win_of(n), 1 - n->iv[0], v->data, d, add);
+            ad__avg_pool_kernel(S->T, ad__win_of(n), 1 - n->iv[0], v->data, d, add);
         return;
     }
     ad__accum(S, n->in[0], ad__avg_pool_op(S->T, 1 - n->iv[0], v, ad__win_of(n)), 1);
@@ -6248,7 +6275,7 @@ AD__PRIVATE ad_tensor *ad__avg_pool_op(ad_tape *T, int kind, ad_tensor *a, const
     shape[3] = kind == AD__AVG_FORWARD ? G->ow : G->w;
     y = ad__tensor(T, op, 4, shape, 1);
     if (!y) return NULL;
-    ad__avg_pool_kernel(G, kind, a->data, y->data, 0);
+    ad__avg_pool_kernel(T, G, kind, a->data, y->data, 0);
     node = ad__record1(T, op, y, ad__avg_pool_backward, a);
     if (!node) return NULL;
     node->iv[0] = kind;

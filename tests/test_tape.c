@@ -747,14 +747,14 @@ static void test_float_long_sum(void)
     ad_tape_free(T);
 }
 
-/* (i4) max pooling, split over threads by planes (images times channels) from 32K input values:
-   2x2 windows (with an odd width, whose last column no window reaches) and 3x3 windows with
-   stride 2 and padding, some planes holding NaNs and ties; values and the input's gradient
-   (written, and added when x was used before) on two and three threads equal to one thread's
-   bit for bit. */
+/* (i4) max and average pooling, split over threads by planes (images times channels) from 32K
+   input values: 2x2 windows (with an odd width, whose last column no window reaches) and 3x3
+   windows with stride 2 and padding (averages over the cells inside), some planes holding NaNs
+   and ties; values and the input's gradient (written, and added when x was used before) on two
+   and three threads equal to one thread's bit for bit. */
 enum { POOL_N = 3, POOL_C = 13, POOL_H = 31, POOL_W = 35 };
 
-static int pool_run(int t, int wide, int reuse, ad_real *y, ad_real *dx)
+static int pool_run(int t, int avg, int wide, int reuse, ad_real *y, ad_real *dx)
 {
     ad_tape *T = ad_tape_new();
     ad_rng rng;
@@ -767,6 +767,7 @@ static int pool_run(int t, int wide, int reuse, ad_real *y, ad_real *dx)
     memset(&d, 0, sizeof d);
     d.stride_h = d.stride_w = 2;
     d.pad_h = d.pad_w = wide;
+    d.exclude_pad = wide;
     x = ad_rand(T, AD_SHAPE(POOL_N, POOL_C, POOL_H, POOL_W), -1, 1, &rng);
     if (!x) {
         ad_tape_free(T);
@@ -775,7 +776,7 @@ static int pool_run(int t, int wide, int reuse, ad_real *y, ad_real *dx)
     for (k = 0; k + 1 < x->size; k += 97) x->data[k] = x->data[k + 1]; /* ties */
     for (k = 5; k < x->size; k += 4099) x->data[k] = (ad_real)NAN;
     ad_set_requires_grad(x, 1);
-    m = ad_max_pool2d(T, x, 2 + wide, 2 + wide, &d);
+    m = avg ? ad_avg_pool2d(T, x, 2 + wide, 2 + wide, &d) : ad_max_pool2d(T, x, 2 + wide, 2 + wide, &d);
     w = m ? ad_rand(T, m->ndim, m->shape, -1, 1, &rng) : NULL;
     loss = ad_sum(T, ad_mul(T, m, w));
     if (reuse) loss = ad_add(T, ad_sum(T, ad_mul_scalar(T, x, 3)), loss);
@@ -793,26 +794,28 @@ static void test_threads_pool(void)
 {
     size_t n = (size_t)POOL_N * POOL_C * POOL_H * POOL_W, bytes = n * sizeof(ad_real);
     ad_real *one = (ad_real *)calloc(2, bytes), *more = (ad_real *)calloc(2, bytes);
-    int wide, reuse, t;
+    int avg, wide, reuse, t;
     if (!one || !more) {
         TH_CHECK(0, "out of memory");
         free(one);
         free(more);
         return;
     }
-    for (wide = 0; wide <= 1; wide++)
-        for (reuse = 0; reuse <= 1; reuse++) {
-            TH_CHECK(pool_run(1, wide, reuse, one, one + n), "%dx%d max pooling on one thread failed", 2 + wide,
-                     2 + wide);
-            for (t = 2; t <= 3; t++) {
-                int ok = pool_run(t, wide, reuse, more, more + n);
-                TH_CHECK(ok && memcmp(more, one, bytes) == 0, "%dx%d max pooling on %d threads: values differ",
-                         2 + wide, 2 + wide, t);
-                TH_CHECK(ok && memcmp(more + n, one + n, bytes) == 0,
-                         "%dx%d max pooling on %d threads (input used %s): gradients differ", 2 + wide, 2 + wide, t,
-                         reuse ? "twice" : "once");
+    for (avg = 0; avg <= 1; avg++)
+        for (wide = 0; wide <= 1; wide++)
+            for (reuse = 0; reuse <= 1; reuse++) {
+                const char *kind = avg ? "average" : "max";
+                TH_CHECK(pool_run(1, avg, wide, reuse, one, one + n), "%dx%d %s pooling on one thread failed",
+                         2 + wide, 2 + wide, kind);
+                for (t = 2; t <= 3; t++) {
+                    int ok = pool_run(t, avg, wide, reuse, more, more + n);
+                    TH_CHECK(ok && memcmp(more, one, bytes) == 0, "%dx%d %s pooling on %d threads: values differ",
+                             2 + wide, 2 + wide, kind, t);
+                    TH_CHECK(ok && memcmp(more + n, one + n, bytes) == 0,
+                             "%dx%d %s pooling on %d threads (input used %s): gradients differ", 2 + wide, 2 + wide,
+                             kind, t, reuse ? "twice" : "once");
+                }
             }
-        }
     free(one);
     free(more);
 }
