@@ -6535,7 +6535,8 @@ AD__PRIVATE ad_tensor *ad__one_hot(ad_tape *T, const int *labels, int rows, int 
     return t;
 }
 
-AD__PRIVATE ad_tensor *ad__xent_grad(ad_tape *T, ad_tensor *logits, ad_tensor *g, const int *labels);
+AD__PRIVATE ad_tensor *ad__xent_grad(ad_tape *T, ad_tensor *logits, ad_tensor *g, const int *labels,
+                                     const ad_real *probs);
 
 /* The cross-entropy gradient (softmax - one_hot) * g / N is itself an op: its derivative with
    respect to the logits is the softmax Jacobian, and with respect to g the gradient divided
@@ -6558,7 +6559,10 @@ AD__PRIVATE void ad__xent_grad_backward(ad__sweep *S, ad__node *n, ad_tensor *v)
     }
 }
 
-AD__PRIVATE ad_tensor *ad__xent_grad(ad_tape *T, ad_tensor *logits, ad_tensor *g, const int *labels)
+/* The gradient (softmax - one_hot) * g / N, from the softmax the forward pass kept (probs) or,
+   without it, computed anew. */
+AD__PRIVATE ad_tensor *ad__xent_grad(ad_tape *T, ad_tensor *logits, ad_tensor *g, const int *labels,
+                                     const ad_real *probs)
 {
     int rows, classes, i;
     ad_real scale;
@@ -6570,12 +6574,16 @@ AD__PRIVATE ad_tensor *ad__xent_grad(ad_tape *T, ad_tensor *logits, ad_tensor *g
     scale = g->data[0] / (ad_real)rows;
     y = ad__like(T, "ad_cross_entropy", logits);
     if (!y) return NULL;
-    ad__softmax_split(T, logits->data, y->data, (size_t)rows, (size_t)classes, 1, 0);
+    if (!probs) {
+        ad__softmax_split(T, logits->data, y->data, (size_t)rows, (size_t)classes, 1, 0);
+        probs = y->data;
+    }
     for (i = 0; i < rows; i++) {
-        ad_real *row = y->data + (size_t)i * classes;
+        const ad_real *p = probs + (size_t)i * classes;
+        ad_real *row = y->data + (size_t)i * classes, at = (p[labels[i]] - 1) * scale;
         int j;
-        row[labels[i]] -= 1;
-        for (j = 0; j < classes; j++) row[j] *= scale;
+        for (j = 0; j < classes; j++) row[j] = p[j] * scale;
+        row[labels[i]] = at;
     }
     node = ad__record2(T, "ad_cross_entropy", y, ad__xent_grad_backward, logits, g);
     if (!node) return NULL;
@@ -6585,7 +6593,39 @@ AD__PRIVATE ad_tensor *ad__xent_grad(ad_tape *T, ad_tensor *logits, ad_tensor *g
 
 AD__PRIVATE void ad__xent_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
-    ad__accum(S, n->in[0], ad__xent_grad(S->T, n->in[0], g, n->labels), 1);
+    ad__accum(S, n->in[0], ad__xent_grad(S->T, n->in[0], g, n->labels, (const ad_real *)n->saved), 1);
+}
+
+/* Rows [lo, hi) of a cross-entropy: each row's softmax into p and its loss m + log(s) - x[label]
+   into loss, m being the row's largest logit and s the sum of exp(x - m). The exponentials of
+   all the rows go through the vector exp in one call, which serves rows of ten classes as well
+   as long ones. */
+typedef struct ad__xent_job {
+    const ad_real *x;
+    const int *labels;
+    size_t classes;
+    ad_real *p;
+    double *loss;
+} ad__xent_job;
+
+AD__PRIVATE void ad__xent_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__xent_job *j = (const ad__xent_job *)ctx;
+    size_t C = j->classes, n = (hi - lo) * C, r, k;
+    const ad_real *x = j->x + lo * C;
+    ad_real *p = j->p + lo * C;
+    for (r = 0; r < hi - lo; r++) {
+        ad_real m = ad__max8(x + r * C, C);
+        for (k = 0; k < C; k++) p[r * C + k] = x[r * C + k] - m;
+    }
+    if (!ad__unary_vectorised(AD__U_EXP, p, p, n))
+        for (k = 0; k < n; k++) p[k] = AD__F(exp)(p[k]);
+    for (r = 0; r < hi - lo; r++) {
+        const ad_real *row = x + r * C;
+        ad_real *q = p + r * C, s = ad__sum8(q, C), inv = 1 / s;
+        j->loss[lo + r] = (double)(ad__max8(row, C) + AD__F(log)(s) - row[j->labels[lo + r]]);
+        for (k = 0; k < C; k++) q[k] *= inv;
+    }
 }
 
 AUTODIFF_API ad_tensor *ad_cross_entropy(ad_tape *T, ad_tensor *logits, const int *labels)
@@ -6595,6 +6635,7 @@ AUTODIFF_API ad_tensor *ad_cross_entropy(ad_tape *T, ad_tensor *logits, const in
     double total = 0;
     ad_tensor *y;
     ad__node *node;
+    ad__xent_job job;
     char s[96];
     if (!T || !logits) return NULL;
     if (logits->tape != T) { ad__fail(T, "ad_cross_entropy: logits belong to another tape"); return NULL; }
@@ -6613,14 +6654,17 @@ AUTODIFF_API ad_tensor *ad_cross_entropy(ad_tape *T, ad_tensor *logits, const in
         }
     y = ad__tensor(T, "ad_cross_entropy", 0, NULL, 1);
     if (!y) return NULL;
-    for (i = 0; i < rows; i++) {
-        const ad_real *row = logits->data + (size_t)i * classes;
-        ad_real m = row[0], sum = 0;
-        int j;
-        for (j = 1; j < classes; j++) m = row[j] > m ? row[j] : m;
-        for (j = 0; j < classes; j++) sum += AD__F(exp)(row[j] - m);
-        total += (double)(m + AD__F(log)(sum) - row[labels[i]]);
-    }
+    /* the softmax is kept for the backward pass, which then computes no exponentials */
+    job.x = logits->data;
+    job.labels = labels;
+    job.classes = (size_t)classes;
+    job.p = (ad_real *)ad__alloc(T, logits->size * sizeof(ad_real), "ad_cross_entropy");
+    job.loss = (double *)ad__alloc(T, (size_t)rows * sizeof(double), "ad_cross_entropy");
+    if (!job.p || !job.loss) return NULL;
+    ad__parallel_range(T, ad__xent_range, &job, (size_t)rows,
+                       (AD__SPLIT_HEAVY + job.classes - 1) / (classes > 0 ? job.classes : 1),
+                       ad__plane_block(job.classes));
+    for (i = 0; i < rows; i++) total += job.loss[i];
     y->data[0] = (ad_real)(total / rows);
     node = ad__record1(T, "ad_cross_entropy", y, ad__xent_backward, logits);
     if (!node) return NULL;
@@ -6629,6 +6673,7 @@ AUTODIFF_API ad_tensor *ad_cross_entropy(ad_tape *T, ad_tensor *logits, const in
         if (!saved) return NULL;
         memcpy(saved, labels, (size_t)rows * sizeof(int));
         node->labels = saved;
+        node->saved = job.p;
     }
     return y;
 }

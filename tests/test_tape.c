@@ -639,16 +639,19 @@ static void test_threads(void)
     ad_tape_free(ref);
 }
 
-/* (i2) elementwise functions of one and two tensors, softmax, sums of rows and columns, and the
-   sum of everything with its gradient, large enough to be split over threads (over 2^18 values,
-   where even relu is split): values and gradients on two and three threads equal to one
-   thread's bit for bit. The length is no multiple of a vector, so the
-   last stretch ends in a part of one; the gradient is written (x used once) and added (x used
-   again before). */
-enum { SPLIT_FUNCS = 20, SPLIT_ROWS = 1031, SPLIT_COLS = 263 };
+/* (i2) elementwise functions of one and two tensors, softmax, sums of rows and columns, the sum
+   of everything and cross-entropy with their gradients, large enough to be split over threads
+   (over 2^18 values, where even relu is split): values and gradients on two and three threads
+   equal to one thread's bit for bit. The length is no multiple of a vector, so the last
+   stretch ends in a part of one; the gradient is written (x used once) and added (x used again
+   before). */
+enum { SPLIT_FUNCS = 21, SPLIT_ROWS = 1031, SPLIT_COLS = 263 };
 
 static ad_tensor *split_func(ad_tape *T, int f, ad_tensor *x, ad_tensor *x2)
 {
+    static int labels[SPLIT_ROWS];
+    int r;
+    for (r = 0; r < SPLIT_ROWS; r++) labels[r] = (r * 37) % SPLIT_COLS;
     switch (f) {
     case 0: return ad_exp(T, x);
     case 1: return ad_log(T, ad_abs(T, x));
@@ -669,7 +672,8 @@ static ad_tensor *split_func(ad_tape *T, int f, ad_tensor *x, ad_tensor *x2)
     case 16: return ad_sub(T, x, x2);
     case 17: return ad_maximum(T, x, x2);
     case 18: return ad_sum_axis(T, x, 1, 1);
-    default: return ad_mean_axis(T, x, 0, 1);
+    case 19: return ad_mean_axis(T, x, 0, 1);
+    default: return ad_cross_entropy(T, x, labels); /* rows of 263 classes */
     }
 }
 
