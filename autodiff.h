@@ -1,4 +1,4 @@
-/* autodiff.h - v0.4.0 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.4.1 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -185,6 +185,9 @@
                       rows split over the tape's threads, and large sums, which add a long run
                       in chunks fixed by its length; gathers of long rows ask for each row's
                       first line ahead; SGD with zero_grad zeroes in its own loop.
+   0.4.1  2026-11-22  max and average pooling and their gradients split over the tape's
+                      threads by planes; cross-entropy keeps its softmax for the backward
+                      pass and takes the exponentials of all rows in one vector call.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -194,7 +197,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 4
-#define AUTODIFF_VERSION_PATCH 0
+#define AUTODIFF_VERSION_PATCH 1
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
