@@ -3626,6 +3626,15 @@ AD__PRIVATE void ad__unary_kernel(int kind, const ad_real *AD__RESTRICT x, ad_re
 #define AD__SPLIT_HEAVY ((size_t)1 << 15)
 #define AD__SPLIT_LIGHT ((size_t)1 << 18)
 
+/* Work on n items of `values` values each (softmax rows, pooling planes), split over the tape's
+   threads as ad__parallel_range does from AD__SPLIT_HEAVY values on, in runs of `block` items. */
+AD__INLINE void ad__parallel_items(ad_tape *T, ad__range_fn fn, const void *ctx, size_t n, size_t values,
+                                   size_t block)
+{
+    size_t each = values > 0 ? values : 1;
+    ad__parallel_range(T, fn, ctx, n, (AD__SPLIT_HEAVY + each - 1) / each, block);
+}
+
 /* The size from which a unary function's forward or backward loop is split over threads. */
 AD__INLINE size_t ad__unary_split(int kind)
 {
@@ -5042,13 +5051,12 @@ AD__PRIVATE void ad__softmax_split(ad_tape *T, const ad_real *x, ad_real *y, siz
                                    int log_form)
 {
     ad__softmax_job job;
-    size_t row = n * inner > 0 ? n * inner : 1;
     job.x = x;
     job.y = y;
     job.n = n;
     job.inner = inner;
     job.log_form = log_form;
-    ad__parallel_range(T, ad__softmax_range, &job, outer, (AD__SPLIT_HEAVY + row - 1) / row, 1);
+    ad__parallel_items(T, ad__softmax_range, &job, outer, n * inner, 1);
 }
 
 /* d (+)= y (g - sum(g y)) over the contiguous rows [lo, hi) of len values */
@@ -5090,8 +5098,7 @@ AD__PRIVATE int ad__softmax_backward_fused(ad__sweep *S, ad__node *n, ad_tensor 
     job.y = n->out->data;
     job.g = gt->data;
     job.len = len;
-    ad__parallel_range(S->T, ad__softmax_grad_range, &job, outer,
-                       (AD__SPLIT_HEAVY + len - 1) / (len > 0 ? len : 1), 1);
+    ad__parallel_items(S->T, ad__softmax_grad_range, &job, outer, len, 1);
     return 1;
 }
 
@@ -5870,7 +5877,6 @@ AD__PRIVATE void ad__scatter_kernel(ad_tape *T, const ad_real *g, const int *idx
                                     size_t E, ad_real *y, int add)
 {
     ad__scatter_job job;
-    size_t plane = S * E > 0 ? S * E : 1;
     job.g = g;
     job.idx = idx;
     job.S = S;
@@ -5878,7 +5884,7 @@ AD__PRIVATE void ad__scatter_kernel(ad_tape *T, const ad_real *g, const int *idx
     job.E = E;
     job.y = y;
     job.add = add;
-    ad__parallel_range(T, ad__scatter_planes, &job, P, (AD__SPLIT_HEAVY + plane - 1) / plane, ad__plane_block(plane));
+    ad__parallel_items(T, ad__scatter_planes, &job, P, S * E, ad__plane_block(S * E));
 }
 
 AD__PRIVATE void ad__gather_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
@@ -6180,8 +6186,7 @@ AUTODIFF_API ad_tensor *ad_max_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, in
     job.y = y->data;
     job.arg = arg;
     /* planes split over the tape's threads from AD__SPLIT_HEAVY values of x */
-    ad__parallel_range(T, ad__max_pool_planes, &job, P, (AD__SPLIT_HEAVY + HW - 1) / (HW > 0 ? HW : 1),
-                       ad__plane_block(L));
+    ad__parallel_items(T, ad__max_pool_planes, &job, P, HW, ad__plane_block(L));
     node = ad__record1(T, "ad_max_pool2d", y, ad__gather_backward, x);
     if (!node) return NULL;
     node->iv[0] = (int)HW;
@@ -6249,7 +6254,7 @@ AD__PRIVATE void ad__avg_pool_kernel(ad_tape *T, const ad__win2d *G, int kind, c
     job.add = add;
     job.a = a;
     job.out = out;
-    ad__parallel_range(T, ad__avg_pool_planes, &job, (size_t)G->n * G->c, (AD__SPLIT_HEAVY + HW - 1) / HW,
+    ad__parallel_items(T, ad__avg_pool_planes, &job, (size_t)G->n * G->c, HW,
                        ad__plane_block(kind == AD__AVG_FORWARD ? L : HW));
 }
 
@@ -6601,8 +6606,8 @@ AD__PRIVATE void ad__xent_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 
 /* Rows [lo, hi) of a cross-entropy: each row's softmax into p and its loss m + log(s) - x[label]
    into loss, m being the row's largest logit and s the sum of exp(x - m). The exponentials of
-   all the rows go through the vector exp in one call, which serves rows of ten classes as well
-   as long ones. */
+   all these rows go through the vector exp in one call, which serves rows of ten classes as
+   well as long ones. */
 typedef struct ad__xent_job {
     const ad_real *x;
     const int *labels;
@@ -6664,9 +6669,7 @@ AUTODIFF_API ad_tensor *ad_cross_entropy(ad_tape *T, ad_tensor *logits, const in
     job.p = (ad_real *)ad__alloc(T, logits->size * sizeof(ad_real), "ad_cross_entropy");
     job.loss = (double *)ad__alloc(T, (size_t)rows * sizeof(double), "ad_cross_entropy");
     if (!job.p || !job.loss) return NULL;
-    ad__parallel_range(T, ad__xent_range, &job, (size_t)rows,
-                       (AD__SPLIT_HEAVY + job.classes - 1) / (classes > 0 ? job.classes : 1),
-                       ad__plane_block(job.classes));
+    ad__parallel_items(T, ad__xent_range, &job, (size_t)rows, job.classes, ad__plane_block(job.classes));
     for (i = 0; i < rows; i++) total += job.loss[i];
     y->data[0] = (ad_real)(total / rows);
     node = ad__record1(T, "ad_cross_entropy", y, ad__xent_backward, logits);
