@@ -4974,21 +4974,23 @@ AD__PRIVATE ad_real ad__dot8(const ad_real *a, const ad_real *b, size_t n)
     return ad__combine8(part);
 }
 
-/* Softmax (or log-softmax) of the contiguous rows of x, [rows, n], with the vector exp; returns
-   0 (nothing done) where there is none. */
+/* Softmax (or log-softmax) of the contiguous rows of x, [rows, n], with the vector exp, taken
+   over all the rows in one call (short rows, such as a classifier's ten, would each fill a part
+   of one vector); returns 0 (nothing done) where there is none. */
 AD__PRIVATE int ad__softmax_rows_vectorised(const ad_real *x, ad_real *y, size_t rows, size_t n, int log_form)
 {
     size_t r, j;
     if (!ad__unary_vectorised(AD__U_EXP, x, y, 0)) return 0; /* asks whether there is one */
     for (r = 0; r < rows; r++) {
+        ad_real m = ad__max8(x + r * n, n);
+        for (j = 0; j < n; j++) y[r * n + j] = x[r * n + j] - m;
+    }
+    ad__unary_vectorised(AD__U_EXP, y, y, rows * n);
+    for (r = 0; r < rows; r++) {
         const ad_real *src = x + r * n;
-        ad_real *dst = y + r * n;
-        ad_real m = ad__max8(src, n), s, ls;
-        for (j = 0; j < n; j++) dst[j] = src[j] - m;
-        ad__unary_vectorised(AD__U_EXP, dst, dst, n);
-        s = ad__sum8(dst, n);
+        ad_real *dst = y + r * n, s = ad__sum8(dst, n);
         if (log_form) {
-            ls = AD__F(log)(s);
+            ad_real m = ad__max8(src, n), ls = AD__F(log)(s);
             for (j = 0; j < n; j++) dst[j] = (src[j] - m) - ls;
         } else {
             ad_real inv = 1 / s;
