@@ -187,7 +187,8 @@
                       first line ahead; SGD with zero_grad zeroes in its own loop.
    0.4.1  2026-11-22  max and average pooling and their gradients split over the tape's
                       threads by planes; cross-entropy keeps its softmax for the backward
-                      pass and takes the exponentials of all rows in one vector call.
+                      pass; softmax and cross-entropy take the exponentials of all rows in
+                      one vector call.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
