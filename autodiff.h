@@ -130,13 +130,13 @@
    around one shared packed block of B (a thread slowed by other work takes fewer), or, when
    its output is small and its inner dimension long (an MLP's first layer), along that inner
    dimension, so each thread keeps the same band of the weight's rows as in the backward
-   product and the optimizer step; a
-   convolution by images when each image's products are too small to split; a gather of many
-   long rows (ad_embedding over a data set) by rows; unary functions, ops on two tensors of one
-   shape and their gradients, from 32K values (256K for those as cheap as relu, whose time goes
-   to moving the values), and softmax by rows, in stretches of whole cache lines; sums over the
-   last axis by rows and sums of everything (from 256K values) in chunks whose length depends on
-   the size alone.
+   product and the optimizer step; a convolution by images when each image's products are too
+   small to split; a gather of many long rows (ad_embedding over a data set) by rows; unary
+   functions, ops on two tensors of one shape and their gradients, from 32K values (256K for
+   those as cheap as relu, whose time goes to moving the values), softmax and cross-entropy by
+   rows, and max and average pooling and their gradients by planes (images times channels), in
+   stretches of whole cache lines; sums over the last axis by rows and sums of everything (from
+   256K values) in chunks whose length depends on the size alone.
    ad_optim_step_on(O, T) and ad_params_zero_grad_on(P, T) lend the same threads to the
    parameter update of a large store. ad_set_threads(T, n) sets the count; the default is the
    environment variable AUTODIFF_THREADS, else the number of online processors. Every output
@@ -6625,16 +6625,16 @@ AD__PRIVATE void ad__xent_range(const void *ctx, size_t lo, size_t hi)
     size_t C = j->classes, n = (hi - lo) * C, r, k;
     const ad_real *x = j->x + lo * C;
     ad_real *p = j->p + lo * C;
-    for (r = 0; r < hi - lo; r++) {
+    for (r = 0; r < hi - lo; r++) { /* each row's maximum waits in its loss slot */
         ad_real m = ad__max8(x + r * C, C);
         for (k = 0; k < C; k++) p[r * C + k] = x[r * C + k] - m;
+        j->loss[lo + r] = m;
     }
     if (!ad__unary_vectorised(AD__U_EXP, p, p, n))
         for (k = 0; k < n; k++) p[k] = AD__F(exp)(p[k]);
     for (r = 0; r < hi - lo; r++) {
-        const ad_real *row = x + r * C;
-        ad_real *q = p + r * C, s = ad__sum8(q, C), inv = 1 / s;
-        j->loss[lo + r] = (double)(ad__max8(row, C) + AD__F(log)(s) - row[j->labels[lo + r]]);
+        ad_real *q = p + r * C, s = ad__sum8(q, C), inv = 1 / s, m = (ad_real)j->loss[lo + r];
+        j->loss[lo + r] = (double)(m + AD__F(log)(s) - x[r * C + (size_t)j->labels[lo + r]]);
         for (k = 0; k < C; k++) q[k] *= inv;
     }
 }
