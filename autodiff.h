@@ -242,6 +242,7 @@ struct ad_tensor {
     struct ad__node *node;      /* the tape entry that produced it; NULL for leaves */
     ad_tensor *next_leaf;       /* the tape's list of leaves that require grad */
     unsigned id;                /* index of this tensor on its tape, for the backward sweep */
+    unsigned short gen;         /* the tape's generation (count of resets) when it was made */
     unsigned char requires_grad;
     unsigned char grad_is_external; /* grad points at memory the tape does not own */
 };
@@ -463,10 +464,10 @@ typedef struct ad_batch_norm_state {
    eps 1e-5. running_mean and running_var are the caller's buffers of num_features values (for
    instance inside a parameter store), or both NULL to allocate them with AUTODIFF_MALLOC.
    Either way they are overwritten with 0 and 1, so load saved statistics after this call.
-   Returns 0, or -1 (bn cleared) when num_features < 1, only one buffer is given, or memory
-   runs out. */
+   Returns 0, or -1 (bn cleared) with the reason in err (errlen bytes, always terminated; err
+   may be NULL) when num_features < 1, only one buffer is given, or memory runs out. */
 AUTODIFF_API int ad_batch_norm_init(ad_batch_norm_state *bn, int num_features, ad_real *running_mean,
-                                    ad_real *running_var);
+                                    ad_real *running_var, char *err, size_t errlen);
 /* Frees buffers that ad_batch_norm_init allocated (never the caller's) and clears bn. */
 AUTODIFF_API void ad_batch_norm_free(ad_batch_norm_state *bn);
 /* Batch normalisation of x [N, C] or [N, C, H, W] per channel C, then times gamma [C] and plus
@@ -475,8 +476,8 @@ AUTODIFF_API void ad_batch_norm_free(ad_batch_norm_state *bn);
    running (unbiased) variance, whether or not recording is on; the gradient flows through the
    batch statistics. In evaluation mode the running statistics are used as constants and bn is
    not written. Returns NULL when bn is not initialised, x's channels differ from
-   bn->num_features, gamma or beta is not [C], or, in training mode, a channel has a single
-   value (N * H * W = 1). */
+   bn->num_features, eps is negative or momentum outside [0, 1], gamma or beta is not [C], or,
+   in training mode, a channel has a single value (N * H * W = 1). */
 AUTODIFF_API ad_tensor *ad_batch_norm(ad_tape *T, ad_tensor *x, ad_batch_norm_state *bn,
                                       ad_tensor *gamma, ad_tensor *beta);
 /* Layer normalisation over the last k dimensions of x (mean and biased variance of each group
@@ -632,6 +633,17 @@ AUTODIFF_API void ad_params_zero_grad_on(ad_params *P, ad_tape *T);
    alone; checkpoints keep them. Frozen entries suit state that is not learned by gradient,
    such as batch norm's running statistics. Returns 0, or -1 with the store's error set. */
 AUTODIFF_API int ad_params_set_trainable(ad_params *P, int id, int trainable);
+/* Bytes of the program's own that travel with the store's checkpoints: what a training run
+   needs to continue where it stopped beyond the parameters and the optimizer (the epoch, a
+   batcher's position from ad_batcher_get_state, the random state of dropout masks). The len
+   bytes at data are copied (len 0 removes them); at most AD_PARAMS_EXTRA_MAX. Loading a
+   checkpoint replaces them with the file's (none when it has none). Returns 0, or -1 with the
+   store's error set. */
+#define AD_PARAMS_EXTRA_MAX (1 << 24)
+AUTODIFF_API int ad_params_set_extra(ad_params *P, const void *data, size_t len);
+/* The store's extra bytes, their number in *len (len may be NULL); NULL when there are none.
+   Valid until the next ad_params_set_extra or checkpoint load. */
+AUTODIFF_API const void *ad_params_extra(const ad_params *P, size_t *len);
 /* Parameter id as a leaf on T that requires grad: its values are the store's (not copied) and
    ad_backward adds its gradient into the store's gradient buffer. Returns NULL with T's error
    set when P is NULL or id is not a parameter. */
@@ -730,9 +742,12 @@ AUTODIFF_API int ad_checkpoint_save_memory(void *buf, size_t cap, ad_params *P, 
 /* Loads a checkpoint from len bytes at data into P and, when not NULL, O. */
 AUTODIFF_API int ad_checkpoint_load_memory(const void *data, size_t len, ad_params *P, ad_optim *O);
 #ifndef AUTODIFF_NO_STDIO
-/* Saves atomically: writes path.tmp-<random> and renames it over path, so path holds either the
-   old or the new checkpoint, never a part of one (not flushed to the disk itself: no fsync; on
-   Windows the old file is removed just before the rename). */
+/* Saves atomically: writes path.tmp-<16 random hex digits> and renames it over path, so path
+   holds either the old or the new checkpoint, never a part of one (not flushed to the disk
+   itself: no fsync; on Windows the old file is removed just before the rename). A save killed
+   midway leaves its temporary file; the next save of the same path removes such files first
+   (where <dirent.h> is available), and a save of the same path running at that moment in
+   another process then fails, leaving path whole: save each path from one process at a time. */
 AUTODIFF_API int ad_checkpoint_save(const char *path, ad_params *P, const ad_optim *O);
 /* Reads the whole file (at most the size of the largest checkpoint this store can accept) and
    loads it as ad_checkpoint_load_memory does. */
@@ -802,6 +817,7 @@ typedef struct ad_batcher {
     int *order;                 /* this epoch's permutation of the sample indices */
     int pos;                    /* next position in order */
     ad_rng rng;
+    ad_rng epoch_rng;           /* rng as it was before this epoch's order was drawn */
 } ad_batcher;
 
 /* Parses an IDX file held in memory: raw, or gzip (recognised by its magic bytes 1f 8b, needs
@@ -864,6 +880,18 @@ AUTODIFF_API int ad_batcher_next(ad_batcher *b, ad_real *x, int *labels);
 AUTODIFF_API void ad_batcher_reset(ad_batcher *b);
 /* Frees the batcher's memory (not the dataset) and zeroes it. NULL is allowed. */
 AUTODIFF_API void ad_batcher_free(ad_batcher *b);
+/* A batcher's position as AD_BATCHER_STATE_BYTES portable bytes (little-endian): the dataset
+   size, batch size and flags it was made with, the random state that its epoch's order was
+   drawn from, and the next position in that order. Keep them with a checkpoint
+   (ad_params_set_extra) to continue training exactly where it stopped. */
+#define AD_BATCHER_STATE_BYTES 56
+AUTODIFF_API void ad_batcher_get_state(const ad_batcher *b, unsigned char state[AD_BATCHER_STATE_BYTES]);
+/* Puts b, made by ad_batcher_init for a dataset of the same size with the same batch size and
+   flags, at the position that state (len bytes from ad_batcher_get_state) describes: the next
+   ad_batcher_next returns the batch that came next then, and later epochs follow in the same
+   orders. Returns 0, or -1 with err set and b unchanged. */
+AUTODIFF_API int ad_batcher_set_state(ad_batcher *b, const unsigned char *state, size_t len, char *err,
+                                      size_t errlen);
 
 #ifdef __cplusplus
 }
@@ -902,6 +930,15 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+/* folders: datasets of image folders, and the leftovers of killed checkpoint saves */
+#if !defined(AUTODIFF_NO_DIRENT) && \
+    (defined(__unix__) || defined(__unix) || defined(__APPLE__) || defined(__MINGW32__))
+#include <dirent.h>
+#include <sys/stat.h>
+#define AD__HAS_DIRENT 1
+#else
+#define AD__HAS_DIRENT 0
+#endif
 
 #ifndef AUTODIFF_ASSERT
 #include <assert.h>
@@ -973,6 +1010,77 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b);
 #define AD__ALIGN 64
 #define AD__CHUNK_BYTES ((size_t)1 << 20)
 
+#if defined(__GNUC__) || defined(__clang__)
+#define AD__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define AD__PRINTF(a, b)
+#endif
+
+/* Writes the reason into err (errlen bytes, always terminated; err may be NULL) and returns -1:
+   the errors of functions that have neither a tape nor a store. */
+AD__PRIVATE AD__PRINTF(3, 4) int ad__fail_into(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (err && errlen) {
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Reads the whole file at path into a new buffer (*len bytes; never NULL on success). A file
+   longer than limit bytes is refused without being read to the end, so a file's length costs
+   no more memory than the caller accepts. Returns the buffer, or NULL with the reason written
+   into why ("... is a folder, not a file"), to follow the path in a message. */
+AD__PRIVATE unsigned char *ad__read_whole_file(const char *path, size_t limit, const char *limit_name, size_t *len,
+                                               char *why, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = NULL, *grown;
+    size_t n = 0, size = 0, got = 1;
+    int folder = 0;
+    *len = 0;
+#ifdef EISDIR
+    folder = !f && errno == EISDIR;
+#endif
+    if (!f) {
+        snprintf(why, cap, folder ? "is a folder, not a file" : "cannot be opened: %s", strerror(errno));
+        return NULL;
+    }
+    why[0] = 0;
+    while (got > 0) {
+        if (n == size) {
+            if (size > limit) {
+                snprintf(why, cap, "is larger than %s (%zu bytes)", limit_name, limit);
+                break;
+            }
+            size = size < 65536 ? 65536 : (size < limit / 2 ? 2 * size : limit + 1);
+            if (size > limit + 1) size = limit + 1;
+            if (!(grown = (unsigned char *)AUTODIFF_REALLOC(buf, size))) {
+                snprintf(why, cap, "cannot be read: out of memory for %zu bytes", size);
+                break;
+            }
+            buf = grown;
+        }
+        got = fread(buf + n, 1, size - n, f);
+        n += got;
+    }
+    if (!why[0] && ferror(f)) {
+#ifdef EISDIR
+        folder = errno == EISDIR;
+#endif
+        snprintf(why, cap, folder ? "is a folder, not a file" : "cannot be read: %s", strerror(errno));
+    }
+    fclose(f);
+    if (why[0]) {
+        AUTODIFF_FREE(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
 /* >>impl:arena ------------------------------------------------------------------------------- */
 typedef struct ad__chunk {
     struct ad__chunk *next;
@@ -983,6 +1091,7 @@ typedef struct ad__chunk {
 typedef struct ad__arena {
     ad__chunk *head, *cur;
     size_t done;  /* bytes used in the chunks before cur */
+    size_t skip;  /* bytes left out at the start of the first chunk by the last reset */
     size_t peak;  /* the most in use at any earlier reset; see ad__arena_peak */
 } ad__arena;
 
@@ -1006,7 +1115,10 @@ AD__PRIVATE ad__chunk *ad__chunk_new(size_t cap)
 AD__PRIVATE int ad__arena_advance(ad__arena *A, size_t bytes)
 {
     ad__chunk **link, **at, *next;
-    if (A->cur == A->head && A->cur && A->cur->used == 0) A->cur = NULL; /* reset: all chunks are free */
+    if (A->cur == A->head && A->cur && A->cur->used == A->skip) { /* reset: all chunks are free */
+        A->cur = NULL;
+        A->skip = 0;
+    }
     link = A->cur ? &A->cur->next : &A->head;
     at = link;
     while (*at && (*at)->cap < bytes) at = &(*at)->next;
@@ -1061,7 +1173,7 @@ AD__INLINE void *ad__arena_alloc(ad__arena *A, size_t bytes, size_t align)
 /* Bytes in use, counting the padding that alignment skipped (not the unused ends of chunks). */
 AD__PRIVATE size_t ad__arena_in_use(const ad__arena *A)
 {
-    return A->cur ? A->done + A->cur->used : 0;
+    return A->cur ? A->done + A->cur->used - A->skip : 0;
 }
 
 /* The most bytes ever in use. Use only grows between resets, so the peak is the larger of the
@@ -1072,13 +1184,15 @@ AD__PRIVATE size_t ad__arena_peak(const ad__arena *A)
     return now > A->peak ? now : A->peak;
 }
 
-/* Rewinds to the start of the first chunk, so that the next allocation is a plain bump when it
-   fits there (when it does not, ad__arena_advance chooses among all the chunks). */
-AD__PRIVATE void ad__arena_reset(ad__arena *A)
+/* Rewinds to skip bytes (a multiple of 16 below the chunk size) into the first chunk, so that
+   the next allocation is a plain bump when it fits there (when it does not, ad__arena_advance
+   chooses among all the chunks). */
+AD__PRIVATE void ad__arena_reset(ad__arena *A, size_t skip)
 {
     A->peak = ad__arena_peak(A);
     A->cur = A->head;
-    if (A->cur) A->cur->used = 0;
+    A->skip = A->cur ? skip : 0;
+    if (A->cur) A->cur->used = A->skip;
     A->done = 0;
 }
 
@@ -1309,6 +1423,7 @@ struct ad_tape {
     ad__node *last;
     ad_tensor *leaves;           /* leaves that require grad, most recent first */
     unsigned ntensors;
+    unsigned short gen;          /* resets so far (wrapping): tensors of earlier ones are stale */
     size_t nentries;
     int grad_enabled;
     int training;
@@ -1338,6 +1453,22 @@ AD__PRIVATE void ad__fail(ad_tape *T, const char *fmt, ...)
     va_end(ap);
 }
 
+AD__COLD void ad__on_tape_fail(ad_tape *T, const char *op, const char *what, const ad_tensor *x)
+{
+    if (x->tape == T)
+        ad__fail(T, "%s: %s was made before the tape's last reset (tensors live until ad_tape_reset)", op, what);
+    else ad__fail(T, "%s: %s belongs to another tape, or was made before the tape's last reset", op, what);
+}
+
+/* Whether x may be used by op on T: made on T since its last reset. Otherwise records an error
+   that names op and what (the input's role, "weight", "the input") and returns 0. */
+AD__INLINE int ad__on_tape(ad_tape *T, const char *op, const char *what, const ad_tensor *x)
+{
+    if (x->tape == T && x->gen == T->gen) return 1;
+    ad__on_tape_fail(T, op, what, x);
+    return 0;
+}
+
 AUTODIFF_API ad_tape *ad_tape_new(void)
 {
     ad_tape *T = (ad_tape *)AUTODIFF_MALLOC(sizeof(ad_tape));
@@ -1360,7 +1491,11 @@ AUTODIFF_API void ad_tape_free(ad_tape *T)
 AUTODIFF_API void ad_tape_reset(ad_tape *T)
 {
     if (!T) return;
-    ad__arena_reset(&T->arena);
+    T->gen++;
+    /* Every other generation starts a cache line into the arena, so that a tensor kept across
+       a reset and used again finds its own header, with the old generation, rather than the
+       header of the tensor made at the same point of the next step. */
+    ad__arena_reset(&T->arena, T->gen & 1 ? AD__ALIGN : 0);
     T->last = NULL;
     T->leaves = NULL;
     T->ntensors = 0;
@@ -1461,6 +1596,8 @@ AD__PRIVATE void ad__parallel(ad_tape *T, ad__task_fn fn, void *ctx, int ntasks)
             if (++spin % AD__YIELD_EVERY == 0) sched_yield(); else AD__CPU_RELAX();
         return;
     }
+#else
+    (void)T;
 #endif
     {
         int task;
@@ -1604,6 +1741,7 @@ AD__INLINE void ad__tensor_init(ad_tape *T, ad_tensor *t, int ndim, const int *s
     t->node = NULL;
     t->next_leaf = NULL;
     t->id = T->ntensors++;
+    t->gen = T->gen;
     t->requires_grad = 0;
     t->grad_is_external = 0;
 }
@@ -2050,10 +2188,7 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     memset(S, 0, sizeof *S);
     S->T = T;
     if (!y) return -1;
-    if (y->tape != T) {
-        ad__fail(T, "%s: y belongs to another tape", op);
-        return -1;
-    }
+    if (!ad__on_tape(T, op, "y", y)) return -1;
     if (y->size != 1) {
         ad__fail(T, "%s: y has shape %s; it must have exactly one element", op,
                  ad_shape_str(y, s, sizeof s));
@@ -2122,10 +2257,7 @@ AUTODIFF_API ad_tensor *ad_grad(ad_tape *T, ad_tensor *y, ad_tensor *x, int crea
         ad__fail(T, "ad_grad: %s is NULL (an earlier op failed)", y ? "x" : "y");
         return NULL;
     }
-    if (x->tape != T) {
-        ad__fail(T, "ad_grad: x belongs to another tape");
-        return NULL;
-    }
+    if (!ad__on_tape(T, "ad_grad", "x", x)) return NULL;
     if (ad__sweep_run(&S, T, y, create_graph, 0, "ad_grad") != 0) return NULL;
     g = x->id < S.n ? S.gacc[x->id] : NULL;
     return g ? g : ad_zeros(T, x->ndim, x->shape);
@@ -2930,13 +3062,15 @@ AD__PRIVATE void ad__gemm_block(ad__gemm_kernel ker, const ad_real *pa, const ad
         for (ir = 0; ir < mc; ir += ker.mr) {
             int mr = mc - ir < ker.mr ? mc - ir : ker.mr, in_place = ir < a_full;
             ad__microkernel fn = in_place ? ker.fn_strided : ker.fn;
-            const ad_real *ap = pa + (size_t)(ir - a_full) * kc;
+            const ad_real *ap;
             ptrdiff_t a_row = 1, a_k = ker.mr;
             ad_real *c = C + (ptrdiff_t)(ic + ir) * ldc + jc + jr;
             if (in_place) {
                 ap = ta ? A + (ptrdiff_t)pc * lda + ic + ir : A + (ptrdiff_t)(ic + ir) * lda + pc;
                 a_row = ta ? 1 : lda;
                 a_k = ta ? lda : 1;
+            } else {
+                ap = pa + (size_t)(ir - a_full) * kc;
             }
             fn(kc, ap, a_row, a_k, bp, bstride, c, ldc, mr, nr, acc);
         }
@@ -3672,7 +3806,7 @@ AD__PRIVATE ad_tensor *ad__unary(ad_tape *T, ad_tensor *a, int kind, ad_real p0,
     ad_tensor *y;
     ad__node *n;
     if (!T || !a) return NULL;
-    if (a->tape != T) { ad__fail(T, "%s: the input belongs to another tape", op); return NULL; }
+    if (!ad__on_tape(T, op, "the input", a)) return NULL;
     y = ad__like(T, op, a);
     if (!y) return NULL;
     job.kind = kind;
@@ -3969,11 +4103,7 @@ AD__PRIVATE int ad__broadcast_shape(ad_tape *T, const char *op, const ad_tensor 
 
 AD__PRIVATE int ad__check_pair(ad_tape *T, const char *op, const ad_tensor *a, const ad_tensor *b)
 {
-    if (a->tape != T || b->tape != T) {
-        ad__fail(T, "%s: an input belongs to another tape", op);
-        return 0;
-    }
-    return 1;
+    return ad__on_tape(T, op, "a", a) && ad__on_tape(T, op, "b", b);
 }
 
 /* Computes kind(a, b) with broadcasting; records it when record is set. */
@@ -4369,7 +4499,7 @@ AD__PRIVATE ad_tensor *ad__reduce(ad_tape *T, ad_tensor *a, int kind, int axis, 
     ad_tensor *y;
     ad__node *node;
     if (!T || !a) return NULL;
-    if (a->tape != T) { ad__fail(T, "%s: the input belongs to another tape", op); return NULL; }
+    if (!ad__on_tape(T, op, "the input", a)) return NULL;
     if (axis < 0) {
         outer = 1; n = a->size; inner = 1;
     } else {
@@ -4431,7 +4561,7 @@ AUTODIFF_API ad_tensor *ad_reshape(ad_tape *T, ad_tensor *a, int ndim, const int
     ad_tensor *y;
     char sa[96], sb[96];
     if (!T || !a) return NULL;
-    if (a->tape != T) { ad__fail(T, "ad_reshape: the input belongs to another tape"); return NULL; }
+    if (!ad__on_tape(T, "ad_reshape", "the input", a)) return NULL;
     if (ndim < 0 || ndim > AD_MAX_DIMS || (ndim > 0 && !shape)) {
         ad__fail(T, "ad_reshape: %d dimensions; between 0 and %d are supported", ndim, AD_MAX_DIMS);
         return NULL;
@@ -4440,15 +4570,17 @@ AUTODIFF_API ad_tensor *ad_reshape(ad_tape *T, ad_tensor *a, int ndim, const int
         resolved[i] = shape[i];
         if (shape[i] == -1 && infer < 0) { infer = i; continue; }
         if (shape[i] <= 0) {
-            ad__fail(T, "ad_reshape: %s to %s: dimension %d is %d", ad_shape_str(a, sa, sizeof sa),
-                     ad__dims_str(ndim, shape, sb, sizeof sb), i, shape[i]);
+            ad__fail(T, "ad_reshape: %s to %s: dimension %d is %d%s", ad_shape_str(a, sa, sizeof sa),
+                     ad__dims_str(ndim, shape, sb, sizeof sb), i, shape[i],
+                     shape[i] == -1 ? "; only one may be -1" : "");
             return NULL;
         }
+        if (known > a->size / (size_t)shape[i]) break; /* more elements than a has: no product wraps */
         known *= (size_t)shape[i];
     }
-    if (infer >= 0 && known > 0 && a->size % known == 0 && a->size / known <= INT_MAX)
+    if (i == ndim && infer >= 0 && a->size % known == 0 && a->size / known <= INT_MAX)
         resolved[infer] = (int)(a->size / known);
-    if ((infer >= 0 && (a->size % known != 0)) || (infer < 0 && known != a->size)) {
+    if (i < ndim || (infer >= 0 && resolved[infer] < 0) || (infer < 0 && known != a->size)) {
         ad__fail(T, "ad_reshape: %s to %s: %zu elements do not fit", ad_shape_str(a, sa, sizeof sa),
                  ad__dims_str(ndim, shape, sb, sizeof sb), a->size);
         return NULL;
@@ -4511,7 +4643,7 @@ AUTODIFF_API ad_tensor *ad_permute(ad_tape *T, ad_tensor *a, const int *perm)
     ad_tensor *y;
     ad__node *n;
     if (!T || !a) return NULL;
-    if (a->tape != T) { ad__fail(T, "ad_permute: the input belongs to another tape"); return NULL; }
+    if (!ad__on_tape(T, "ad_permute", "the input", a)) return NULL;
     if (a->ndim > 0 && !perm) { ad__fail(T, "ad_permute: perm is NULL"); return NULL; }
     for (d = 0; d < a->ndim; d++) {
         if (perm[d] < 0 || perm[d] >= a->ndim || seen[perm[d]]) {
@@ -4575,7 +4707,7 @@ AUTODIFF_API ad_tensor *ad_slice(ad_tape *T, ad_tensor *a, int axis, int start, 
     ad_tensor *y;
     ad__node *node;
     if (!T || !a) return NULL;
-    if (a->tape != T) { ad__fail(T, "ad_slice: the input belongs to another tape"); return NULL; }
+    if (!ad__on_tape(T, "ad_slice", "the input", a)) return NULL;
     ax = ad__axis(T, "ad_slice", a, axis);
     if (ax < 0) return NULL;
     len = a->shape[ax];
@@ -4655,10 +4787,9 @@ AUTODIFF_API ad_tensor *ad_concat(ad_tape *T, ad_tensor *const *xs, int n, int a
     for (i = 0; i < n; i++) {
         const ad_tensor *x = xs[i];
         int ok = x->ndim == xs[0]->ndim;
-        if (x->tape != T) {
-            ad__fail(T, "ad_concat: tensor %d belongs to another tape", i);
-            return NULL;
-        }
+        char what[32];
+        snprintf(what, sizeof what, "tensor %d", i);
+        if (!ad__on_tape(T, "ad_concat", what, x)) return NULL;
         for (d = 0; ok && d < x->ndim; d++)
             if (d != ax && x->shape[d] != xs[0]->shape[d]) ok = 0;
         if (!ok) {
@@ -4734,7 +4865,7 @@ AD__PRIVATE ad_tensor *ad__broadcast_op(ad_tape *T, ad_tensor *a, int ndim, cons
     ad__walk w;
     size_t size;
     if (!T || !a) return NULL;
-    if (a->tape != T) { ad__fail(T, "%s: the input belongs to another tape", op); return NULL; }
+    if (!ad__on_tape(T, op, "the input", a)) return NULL;
     if (!ad__check_shape(T, op, ndim, shape, &size)) return NULL;
     if (reduce ? !ad__broadcastable(ndim, shape, a->ndim, a->shape) : !ad__broadcastable(a->ndim, a->shape, ndim, shape)) {
         char sa[96], sb[96];
@@ -5128,7 +5259,7 @@ AD__PRIVATE ad_tensor *ad__softmax(ad_tape *T, ad_tensor *a, int axis, int log_f
     ad_tensor *y;
     ad__node *node;
     if (!T || !a) return NULL;
-    if (a->tape != T) { ad__fail(T, "%s: the input belongs to another tape", op); return NULL; }
+    if (!ad__on_tape(T, op, "the input", a)) return NULL;
     axis = ad__axis(T, op, a, axis);
     if (axis < 0) return NULL;
     y = ad__like(T, op, a);
@@ -5696,10 +5827,9 @@ AUTODIFF_API ad_tensor *ad_conv2d(ad_tape *T, ad_tensor *x, ad_tensor *w, ad_ten
     long long ph2, pw2, eh, ew, oh, ow;
     char sx[96], sw[96], sb[96];
     if (!T || !x || !w) return NULL;
-    if (x->tape != T || w->tape != T || (b && b->tape != T)) {
-        ad__fail(T, "ad_conv2d: an input belongs to another tape");
+    if (!ad__on_tape(T, "ad_conv2d", "x", x) || !ad__on_tape(T, "ad_conv2d", "w", w) ||
+        (b && !ad__on_tape(T, "ad_conv2d", "b", b)))
         return NULL;
-    }
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
     ad_shape_str(x, sx, sizeof sx);
@@ -5775,10 +5905,7 @@ AD__PRIVATE int ad__pool_geom(ad_tape *T, const char *op, const ad_tensor *x, in
     ad_pool2d_desc d;
     long long ph2, pw2;
     char s[96];
-    if (x->tape != T) {
-        ad__fail(T, "%s: the input belongs to another tape", op);
-        return 0;
-    }
+    if (!ad__on_tape(T, op, "the input", x)) return 0;
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
     ad_shape_str(x, s, sizeof s);
@@ -6325,7 +6452,7 @@ AUTODIFF_API ad_tensor *ad_dropout(ad_tape *T, ad_tensor *x, ad_real p, ad_rng *
     ad_real keep;
     size_t i;
     if (!T || !x) return NULL;
-    if (x->tape != T) { ad__fail(T, "ad_dropout: the input belongs to another tape"); return NULL; }
+    if (!ad__on_tape(T, "ad_dropout", "the input", x)) return NULL;
     if (!(p >= 0 && p <= 1)) {
         ad__fail(T, "ad_dropout: p = %g must be in [0, 1]", (double)p);
         return NULL;
@@ -6341,16 +6468,20 @@ AUTODIFF_API ad_tensor *ad_dropout(ad_tape *T, ad_tensor *x, ad_real p, ad_rng *
 
 /* >>ops:norm --------------------------------------------------------------------------------- */
 AUTODIFF_API int ad_batch_norm_init(ad_batch_norm_state *bn, int num_features, ad_real *running_mean,
-                                    ad_real *running_var)
+                                    ad_real *running_var, char *err, size_t errlen)
 {
     int i;
-    if (!bn) return -1;
+    if (!bn) return ad__fail_into(err, errlen, "ad_batch_norm_init: bn is NULL");
     memset(bn, 0, sizeof *bn);
-    if (num_features < 1 || (!running_mean) != (!running_var)) return -1;
+    if (num_features < 1)
+        return ad__fail_into(err, errlen, "ad_batch_norm_init: %d features; there must be at least 1", num_features);
+    if ((!running_mean) != (!running_var))
+        return ad__fail_into(err, errlen, "ad_batch_norm_init: only running_%s is given; give both buffers or "
+                             "neither", running_mean ? "mean" : "var");
     if (!running_mean) {
-        if ((size_t)num_features > (size_t)-1 / (2 * sizeof(ad_real))) return -1;
-        running_mean = (ad_real *)AUTODIFF_MALLOC(2 * (size_t)num_features * sizeof(ad_real));
-        if (!running_mean) return -1;
+        if ((size_t)num_features > (size_t)-1 / (2 * sizeof(ad_real)) ||
+            !(running_mean = (ad_real *)AUTODIFF_MALLOC(2 * (size_t)num_features * sizeof(ad_real))))
+            return ad__fail_into(err, errlen, "ad_batch_norm_init: out of memory for %d features", num_features);
         running_var = running_mean + num_features;
         bn->owns_buffers = 1;
     }
@@ -6383,10 +6514,9 @@ AUTODIFF_API ad_tensor *ad_batch_norm(ad_tape *T, ad_tensor *x, ad_batch_norm_st
     ad_tensor *x3, *y;
     char sx[96], sp[96];
     if (!T || !x) return NULL;
-    if (x->tape != T || (gamma && gamma->tape != T) || (beta && beta->tape != T)) {
-        ad__fail(T, "ad_batch_norm: an input belongs to another tape");
+    if (!ad__on_tape(T, "ad_batch_norm", "x", x) || (gamma && !ad__on_tape(T, "ad_batch_norm", "gamma", gamma)) ||
+        (beta && !ad__on_tape(T, "ad_batch_norm", "beta", beta)))
         return NULL;
-    }
     ad_shape_str(x, sx, sizeof sx);
     if (x->ndim != 2 && x->ndim != 4) {
         ad__fail(T, "ad_batch_norm: x %s must be [N, C] or [N, C, H, W]", sx);
@@ -6399,6 +6529,11 @@ AUTODIFF_API ad_tensor *ad_batch_norm(ad_tape *T, ad_tensor *x, ad_batch_norm_st
     c = x->shape[1];
     if (c != bn->num_features) {
         ad__fail(T, "ad_batch_norm: x %s has %d channels; the state has %d features", sx, c, bn->num_features);
+        return NULL;
+    }
+    if (!(bn->eps >= 0) || !(bn->momentum >= 0 && bn->momentum <= 1)) {
+        ad__fail(T, "ad_batch_norm: x %s: eps %g and momentum %g; eps must be >= 0 and momentum in [0, 1]", sx,
+                 (double)bn->eps, (double)bn->momentum);
         return NULL;
     }
     for (i = 0; i < 2; i++) {
@@ -6458,10 +6593,9 @@ AUTODIFF_API ad_tensor *ad_layer_norm(ad_tape *T, ad_tensor *x, int k, ad_tensor
     ad_tensor *x2, *xc, *var, *y;
     char sx[96], sp[96];
     if (!T || !x) return NULL;
-    if (x->tape != T || (gamma && gamma->tape != T) || (beta && beta->tape != T)) {
-        ad__fail(T, "ad_layer_norm: an input belongs to another tape");
+    if (!ad__on_tape(T, "ad_layer_norm", "x", x) || (gamma && !ad__on_tape(T, "ad_layer_norm", "gamma", gamma)) ||
+        (beta && !ad__on_tape(T, "ad_layer_norm", "beta", beta)))
         return NULL;
-    }
     ad_shape_str(x, sx, sizeof sx);
     if (k < 1 || k > x->ndim) {
         ad__fail(T, "ad_layer_norm: x %s: k = %d must be between 1 and %d", sx, k, x->ndim);
@@ -6503,7 +6637,7 @@ AUTODIFF_API ad_tensor *ad_embedding(ad_tape *T, ad_tensor *weight, const int *i
     const int *idx = indices;
     char s[96];
     if (!T || !weight) return NULL;
-    if (weight->tape != T) { ad__fail(T, "ad_embedding: weight belongs to another tape"); return NULL; }
+    if (!ad__on_tape(T, "ad_embedding", "weight", weight)) return NULL;
     ad_shape_str(weight, s, sizeof s);
     if (weight->ndim != 2) {
         ad__fail(T, "ad_embedding: weight %s must be [V, D]", s);
@@ -6649,7 +6783,7 @@ AUTODIFF_API ad_tensor *ad_cross_entropy(ad_tape *T, ad_tensor *logits, const in
     ad__xent_job job;
     char s[96];
     if (!T || !logits) return NULL;
-    if (logits->tape != T) { ad__fail(T, "ad_cross_entropy: logits belong to another tape"); return NULL; }
+    if (!ad__on_tape(T, "ad_cross_entropy", "logits", logits)) return NULL;
     if (logits->ndim != 2) {
         ad__fail(T, "ad_cross_entropy: logits %s must be [N, C]", ad_shape_str(logits, s, sizeof s));
         return NULL;
@@ -6753,6 +6887,8 @@ struct ad_params {
     int n, items_cap;
     ad_rng rng;                  /* the initialisers' random numbers */
     uint64_t saves;              /* checkpoints written: part of temporary file names */
+    unsigned char *extra;        /* the program's own bytes, saved with checkpoints */
+    size_t extra_len;
     int has_error;
     char error[320];
 };
@@ -6783,6 +6919,7 @@ AUTODIFF_API void ad_params_free(ad_params *P)
     if (!P) return;
     for (i = 0; i < P->n; i++) AUTODIFF_FREE(P->items[i].name);
     AUTODIFF_FREE(P->items);
+    AUTODIFF_FREE(P->extra);
     AUTODIFF_FREE(P->value);
     AUTODIFF_FREE(P->grad);
     AUTODIFF_FREE(P);
@@ -7080,6 +7217,32 @@ AUTODIFF_API void ad_params_zero_grad_on(ad_params *P, ad_tape *T)
 }
 
 AUTODIFF_API void ad_params_zero_grad(ad_params *P) { ad_params_zero_grad_on(P, NULL); }
+
+AUTODIFF_API int ad_params_set_extra(ad_params *P, const void *data, size_t len)
+{
+    unsigned char *copy = NULL;
+    if (!P) return -1;
+    if (len > AD_PARAMS_EXTRA_MAX || (len && !data)) {
+        ad__pfail(P, "ad_params_set_extra: %zu bytes%s; at most AD_PARAMS_EXTRA_MAX (%d) are kept", len,
+                  len && !data ? " at NULL" : "", AD_PARAMS_EXTRA_MAX);
+        return -1;
+    }
+    if (len && !(copy = (unsigned char *)AUTODIFF_MALLOC(len))) {
+        ad__pfail(P, "ad_params_set_extra: out of memory for %zu bytes", len);
+        return -1;
+    }
+    if (len) memcpy(copy, data, len);
+    AUTODIFF_FREE(P->extra);
+    P->extra = copy;
+    P->extra_len = len;
+    return 0;
+}
+
+AUTODIFF_API const void *ad_params_extra(const ad_params *P, size_t *len)
+{
+    if (len) *len = P ? P->extra_len : 0;
+    return P ? P->extra : NULL;
+}
 
 AUTODIFF_API ad_tensor *ad_param(ad_tape *T, ad_params *P, int id)
 {
@@ -7503,27 +7666,33 @@ AUTODIFF_API double ad_lr_cosine(double lr0, double min_lr, int64_t warmup_steps
 }
 
 /* >>impl:checkpoint ---------------------------------------------------------------------------
-   Checkpoint format, version 1. Integers and values are little-endian; values are IEEE-754.
+   Checkpoint format, version 2. Integers and values are little-endian; values are IEEE-754.
        offset  bytes  field
        0       8      magic 89 41 44 43 4B 0D 0A 1A ("\x89ADCK\r\n\x1a": text-mode copies break it)
-       8       4      u32 format version: 1
+       8       4      u32 format version: 2
        12      4      u32 element type: 4 = float32, 8 = float64 (its size in bytes)
        16      8      u64 length of the whole file in bytes, checksum included
        24      4      u32 number of parameters
        28      4      u32 optimizer: 0 none, 1 SGD, 2 Adam, 3 AdamW
        32             per parameter, in the store's order: u32 name length (1..AD_PARAM_NAME_MAX),
-                      the name's bytes (no terminator), u32 ndim, ndim x u32 dimensions
+                      the name's bytes (no terminator), u32 ndim, ndim x u32 dimensions, u32 flags
+                      (bit 0: frozen; the other bits 0)
        then           the values of every parameter in the same order (the store's flat buffer)
        then           when the optimizer field is not 0: u64 step count; f64 lr, momentum,
-                      dampening, weight_decay, beta1, beta2, eps; u32 nesterov (0 or 1); u32 number
-                      of state buffers (SGD: 1 with momentum, else 0; Adam, AdamW: 2, m then v);
-                      then each buffer, as many values as the parameters have scalars
+                      dampening, weight_decay, beta1, beta2, eps; u32 nesterov (0 or 1); u32
+                      zero_grad (0 or 1); u32 number of state buffers (SGD: 1 with momentum, else
+                      0; Adam, AdamW: 2, m then v); then each buffer, as many values as the
+                      parameters have scalars
+       then           u64 length of the program's extra bytes (ad_params_set_extra), the bytes
        last    8      u64 FNV-1a 64-bit hash of every byte before it
+   Version 1, still read, has no flags, no zero_grad field and no extra bytes.
    The loader checks magic, version, element type, length and hash, then walks the structure
    against the store with bounds checks on every read; it writes nothing until all of it passed. */
 #define AD__CKPT_HEADER 32
-#define AD__CKPT_OPTIM (8 + 7 * 8 + 4 + 4)
-#define AD__CKPT_VERSION 1
+#define AD__CKPT_OPTIM_V1 (8 + 7 * 8 + 4 + 4)
+#define AD__CKPT_OPTIM (AD__CKPT_OPTIM_V1 + 4)
+#define AD__CKPT_VERSION 2
+#define AD__CKPT_FROZEN 1u
 
 static const unsigned char ad__ckpt_magic[8] = {0x89, 'A', 'D', 'C', 'K', '\r', '\n', 0x1a};
 
@@ -7604,16 +7773,17 @@ AD__PRIVATE uint64_t ad__ckpt_hash(const unsigned char *p, size_t n)
 
 AD__PRIVATE size_t ad__ckpt_add(size_t a, size_t b) { return a > (size_t)-1 - b ? (size_t)-1 : a + b; }
 
-/* Bytes of a checkpoint of P with nbuf optimizer state buffers (nbuf < 0: no optimizer), or 0
-   when that does not fit in a size_t. */
-AD__PRIVATE size_t ad__ckpt_bytes(const ad_params *P, int nbuf)
+/* Bytes of a checkpoint of P with nbuf optimizer state buffers (nbuf < 0: no optimizer) and
+   extra bytes of the program's, or 0 when that does not fit in a size_t. */
+AD__PRIVATE size_t ad__ckpt_bytes(const ad_params *P, int nbuf, size_t extra)
 {
-    size_t total = AD__CKPT_HEADER + 8, values = P->nscalars * sizeof(ad_real);
+    size_t total = AD__CKPT_HEADER + 8 + 8, values = P->nscalars * sizeof(ad_real);
     int i;
-    for (i = 0; i < P->n; i++) total = ad__ckpt_add(total, 8 + P->items[i].namelen + 4 * (size_t)P->items[i].ndim);
+    for (i = 0; i < P->n; i++) total = ad__ckpt_add(total, 12 + P->items[i].namelen + 4 * (size_t)P->items[i].ndim);
     total = ad__ckpt_add(total, values);
     if (nbuf >= 0) total = ad__ckpt_add(total, AD__CKPT_OPTIM);
     for (i = 0; i < nbuf; i++) total = ad__ckpt_add(total, values);
+    total = ad__ckpt_add(total, extra);
     return total == (size_t)-1 ? 0 : total;
 }
 
@@ -7634,6 +7804,7 @@ AD__PRIVATE void ad__ckpt_write(unsigned char *buf, size_t len, const ad_params 
         memcpy(p, q->name, q->namelen);
         p = ad__ckpt_put32(p + q->namelen, (uint32_t)q->ndim);
         for (k = 0; k < q->ndim; k++) p = ad__ckpt_put32(p, (uint32_t)q->shape[k]);
+        p = ad__ckpt_put32(p, q->frozen ? AD__CKPT_FROZEN : 0);
     }
     p = ad__ckpt_put_reals(p, P->value, P->nscalars);
     if (O) {
@@ -7646,9 +7817,13 @@ AD__PRIVATE void ad__ckpt_write(unsigned char *buf, size_t len, const ad_params 
         p = ad__ckpt_putf64(p, O->d.beta2);
         p = ad__ckpt_putf64(p, O->d.eps);
         p = ad__ckpt_put32(p, O->d.nesterov != 0);
+        p = ad__ckpt_put32(p, O->d.zero_grad != 0);
         p = ad__ckpt_put32(p, (uint32_t)O->nbuf);
         p = ad__ckpt_put_reals(p, O->state, (size_t)O->nbuf * O->n);
     }
+    p = ad__ckpt_put64(p, (uint64_t)P->extra_len);
+    if (P->extra_len) memcpy(p, P->extra, P->extra_len);
+    p += P->extra_len;
     AUTODIFF_ASSERT((size_t)(p - buf) == len - 8);
     ad__ckpt_put64(p, ad__ckpt_hash(buf, len - 8));
 }
@@ -7665,7 +7840,7 @@ AD__PRIVATE int ad__ckpt_optim_ok(ad_params *P, const ad_optim *O, const char *o
 
 AUTODIFF_API size_t ad_checkpoint_size(const ad_params *P, const ad_optim *O)
 {
-    return P ? ad__ckpt_bytes(P, O ? O->nbuf : -1) : 0;
+    return P ? ad__ckpt_bytes(P, O ? O->nbuf : -1, P->extra_len) : 0;
 }
 
 AUTODIFF_API int ad_checkpoint_save_memory(void *buf, size_t cap, ad_params *P, const ad_optim *O)
@@ -7685,11 +7860,15 @@ AUTODIFF_API int ad_checkpoint_save_memory(void *buf, size_t cap, ad_params *P, 
 /* A cursor over the bytes of a checkpoint being loaded, and what it found. */
 typedef struct ad__ckpt {
     const unsigned char *p, *end;  /* next byte to read; the checksum */
+    uint32_t version;              /* format version of the file */
     const unsigned char *values;   /* the parameters' values */
     const unsigned char *state;    /* the optimizer's state buffers, or NULL */
     uint32_t kind;                 /* optimizer field of the header */
     uint64_t steps;
     ad_optim_desc d;
+    int has_zero_grad;             /* d.zero_grad comes from the file (version 2) */
+    const unsigned char *extra;    /* the program's extra bytes */
+    size_t extra_len;
 } ad__ckpt;
 
 /* The next n bytes, or NULL when fewer are left. */
@@ -7719,9 +7898,9 @@ AD__PRIVATE int ad__ckpt_header(ad_params *P, const char *what, const unsigned c
         ad__pfail(P, "%s: not an autodiff.h checkpoint (wrong magic bytes)", what);
     else if (len < AD__CKPT_HEADER + 8)
         ad__pfail(P, "%s: truncated: %zu bytes, less than a header and a checksum", what, len);
-    else if (ad__ckpt_get32(data + 8) != AD__CKPT_VERSION)
-        ad__pfail(P, "%s: format version %lu; this build reads version %d", what,
-                  (unsigned long)ad__ckpt_get32(data + 8), AD__CKPT_VERSION);
+    else if ((c->version = ad__ckpt_get32(data + 8)) < 1 || c->version > AD__CKPT_VERSION)
+        ad__pfail(P, "%s: format version %lu; this build reads versions 1 to %d", what,
+                  (unsigned long)c->version, AD__CKPT_VERSION);
     else if (ad__ckpt_get32(data + 12) != sizeof(ad_real))
         ad__pfail(P, "%s: element type %s in the file, %s in this build (AUTODIFF_DOUBLE selects float64)", what,
                   ad__ckpt_type_name(ad__ckpt_get32(data + 12), s1, sizeof s1),
@@ -7752,7 +7931,21 @@ AD__PRIVATE char *ad__file_dims_str(const unsigned char *p, uint32_t ndim, char 
     return buf;
 }
 
-/* One parameter's entry of the table: name and shape must be the store's. */
+/* A parameter's flags (version 2; version 1 has none: 0), into *flags when it is not NULL. */
+AD__PRIVATE int ad__ckpt_flags(ad_params *P, const char *what, ad__ckpt *c, int i, uint32_t *flags)
+{
+    const unsigned char *p = c->version >= 2 ? ad__ckpt_take(c, 4) : NULL;
+    uint32_t f = p ? ad__ckpt_get32(p) : 0;
+    if (c->version >= 2 && (!p || (f & ~AD__CKPT_FROZEN))) {
+        ad__pfail(P, "%s: parameter %d: malformed flags", what, i);
+        return 0;
+    }
+    if (flags) *flags = f;
+    return 1;
+}
+
+/* One parameter's entry of the table: name and shape must be the store's (its flags are read
+   but not compared: whether a parameter is frozen is the store's own setting). */
 AD__PRIVATE int ad__ckpt_entry(ad_params *P, const char *what, ad__ckpt *c, int i)
 {
     const ad__param *q = &P->items[i];
@@ -7780,16 +7973,17 @@ AD__PRIVATE int ad__ckpt_entry(ad_params *P, const char *what, ad__ckpt *c, int 
         ad__pfail(P, "%s: parameter %d (\"%.200s\"): shape %s in the file, %s in the store", what, i, q->name, s1, s2);
         return 0;
     }
-    return 1;
+    return ad__ckpt_flags(P, what, c, i, NULL);
 }
 
 /* The optimizer section: settings, step count, state buffers; they must suit O when given. */
 AD__PRIVATE int ad__ckpt_optim(ad_params *P, const char *what, ad__ckpt *c, const ad_optim *O)
 {
     static const char *const names[] = {"SGD", "Adam", "AdamW"};
-    const unsigned char *p = ad__ckpt_take(c, AD__CKPT_OPTIM);
+    size_t section = c->version >= 2 ? AD__CKPT_OPTIM : AD__CKPT_OPTIM_V1;
+    const unsigned char *p = ad__ckpt_take(c, section);
     const char *why;
-    uint32_t nbuf, nesterov, k;
+    uint32_t nbuf, nesterov, zero_grad = 0, k;
     if (!p) {
         ad__pfail(P, "%s: malformed optimizer section", what);
         return 0;
@@ -7806,12 +8000,15 @@ AD__PRIVATE int ad__ckpt_optim(ad_params *P, const char *what, ad__ckpt *c, cons
     c->d.eps = ad__ckpt_getf64(p + 56);
     nesterov = ad__ckpt_get32(p + 64);
     c->d.nesterov = nesterov != 0;
-    nbuf = ad__ckpt_get32(p + 68);
+    if (c->version >= 2) zero_grad = ad__ckpt_get32(p + 68);
+    c->d.zero_grad = zero_grad != 0;
+    c->has_zero_grad = c->version >= 2;
+    nbuf = ad__ckpt_get32(p + section - 4);
     if (O && c->d.kind != O->d.kind) {
         ad__pfail(P, "%s: optimizer %s in the file, %s here", what, names[c->kind - 1], names[O->d.kind]);
         return 0;
     }
-    why = nesterov > 1 ? "nesterov is not 0 or 1" : ad__optim_invalid(&c->d);
+    why = nesterov > 1 ? "nesterov is not 0 or 1" : zero_grad > 1 ? "zero_grad is not 0 or 1" : ad__optim_invalid(&c->d);
     if (!why && nbuf != (uint32_t)ad__optim_buffers(&c->d)) why = "wrong number of state buffers";
     if (!why && O && nbuf != (uint32_t)O->nbuf) why = "momentum is on in one of file and optimizer, off in the other";
     if (why) {
@@ -7827,10 +8024,31 @@ AD__PRIVATE int ad__ckpt_optim(ad_params *P, const char *what, ad__ckpt *c, cons
     return 1;
 }
 
+/* The program's extra bytes (version 2), which end the file. */
+AD__PRIVATE int ad__ckpt_extra(ad_params *P, const char *what, ad__ckpt *c)
+{
+    const unsigned char *p;
+    uint64_t n;
+    if (c->version < 2) return 1;
+    if (!(p = ad__ckpt_take(c, 8)) || (n = ad__ckpt_get64(p)) > (uint64_t)(c->end - c->p)) {
+        ad__pfail(P, "%s: malformed: the extra bytes are cut short", what);
+        return 0;
+    }
+    if (n > AD_PARAMS_EXTRA_MAX) {
+        ad__pfail(P, "%s: %llu extra bytes, more than AD_PARAMS_EXTRA_MAX (%d)", what, (unsigned long long)n,
+                  AD_PARAMS_EXTRA_MAX);
+        return 0;
+    }
+    c->extra_len = (size_t)n;
+    c->extra = ad__ckpt_take(c, c->extra_len);
+    return 1;
+}
+
 /* Validates the whole checkpoint against P and O; then, and only then, loads it. */
 AD__PRIVATE int ad__ckpt_load(const char *what, const unsigned char *data, size_t len, ad_params *P, ad_optim *O)
 {
     ad__ckpt c;
+    unsigned char *extra = NULL;
     int i;
     memset(&c, 0, sizeof c);
     if (!ad__ckpt_optim_ok(P, O, what) || !ad__ckpt_header(P, what, data, len, &c)) return -1;
@@ -7851,16 +8069,26 @@ AD__PRIVATE int ad__ckpt_load(const char *what, const unsigned char *data, size_
         return -1;
     }
     if (c.kind != 0 && !ad__ckpt_optim(P, what, &c, O)) return -1;
+    if (!ad__ckpt_extra(P, what, &c)) return -1;
     if (c.p != c.end) {
         ad__pfail(P, "%s: malformed: %zu bytes left over before the checksum", what, (size_t)(c.end - c.p));
         return -1;
     }
+    if (c.extra_len && !(extra = (unsigned char *)AUTODIFF_MALLOC(c.extra_len))) {
+        ad__pfail(P, "%s: out of memory for %zu extra bytes", what, c.extra_len);
+        return -1;
+    }
     ad__ckpt_get_reals(P->value, c.values, P->nscalars);
     if (O) {
+        if (!c.has_zero_grad) c.d.zero_grad = O->d.zero_grad;
         O->d = c.d;
         O->steps = c.steps;
         ad__ckpt_get_reals(O->state, c.state, (size_t)O->nbuf * O->n);
     }
+    if (c.extra_len) memcpy(extra, c.extra, c.extra_len);
+    AUTODIFF_FREE(P->extra);
+    P->extra = extra;
+    P->extra_len = c.extra_len;
     return 0;
 }
 
@@ -7884,6 +8112,51 @@ AD__PRIVATE char *ad__ckpt_tmp_name(ad_params *P, const char *path)
                  (uint64_t)clock() ^ (++P->saves * 0x9E3779B97F4A7C15ull);
     if (name) snprintf(name, cap, "%s.tmp-%016llx", path, (unsigned long long)ad__splitmix64(&x));
     return name;
+}
+
+/* Whether name is "<base>.tmp-<16 hex digits>", as ad__ckpt_tmp_name names temporary files. */
+AD__PRIVATE int ad__ckpt_is_tmp_of(const char *name, const char *base, size_t baselen)
+{
+    int k;
+    if (strncmp(name, base, baselen) != 0 || strncmp(name + baselen, ".tmp-", 5) != 0) return 0;
+    name += baselen + 5;
+    for (k = 0; k < 16; k++)
+        if (!((name[k] >= '0' && name[k] <= '9') || (name[k] >= 'a' && name[k] <= 'f'))) return 0;
+    return name[16] == 0;
+}
+
+/* Removes the temporary files that saves of path killed midway left in its folder, so that
+   they cannot pile up. A save of the same path running at the same time elsewhere loses its
+   temporary file and fails; the file at path stays whole. Without <dirent.h>, nothing. */
+AD__PRIVATE void ad__ckpt_remove_leftovers(const char *path)
+{
+#if AD__HAS_DIRENT
+    const char *slash = strrchr(path, '/'), *base;
+    size_t dirlen, baselen, cap;
+    char *name;
+    DIR *dir;
+    struct dirent *e;
+#ifdef _WIN32
+    if (strrchr(path, '\\') > slash) slash = strrchr(path, '\\');
+#endif
+    base = slash ? slash + 1 : path;
+    dirlen = (size_t)(base - path);
+    baselen = strlen(base);
+    cap = dirlen + baselen + 32;
+    if (baselen == 0 || !(name = (char *)AUTODIFF_MALLOC(cap))) return;
+    memcpy(name, path, dirlen);
+    name[dirlen] = 0;
+    dir = opendir(dirlen ? name : ".");
+    while (dir && (e = readdir(dir)) != NULL)
+        if (ad__ckpt_is_tmp_of(e->d_name, base, baselen)) {
+            snprintf(name + dirlen, cap - dirlen, "%s", e->d_name);
+            remove(name);
+        }
+    if (dir) closedir(dir);
+    AUTODIFF_FREE(name);
+#else
+    (void)path;
+#endif
 }
 
 /* Renames from to to, replacing to. */
@@ -7933,6 +8206,7 @@ AUTODIFF_API int ad_checkpoint_save(const char *path, ad_params *P, const ad_opt
             ad__pfail(P, "ad_checkpoint_save: out of memory for a checkpoint of %zu bytes", len);
         } else {
             ad__ckpt_write(buf, len, P, O);
+            ad__ckpt_remove_leftovers(path);
             rc = ad__ckpt_write_atomic(P, path, tmp, buf, len);
         }
     }
@@ -7941,39 +8215,13 @@ AUTODIFF_API int ad_checkpoint_save(const char *path, ad_params *P, const ad_opt
     return rc;
 }
 
-/* The whole file in a new buffer, or NULL with P's error set. Files longer than limit bytes
-   are refused without reading them to the end. */
+/* The whole file in a new buffer, or NULL with P's error set (see ad__read_whole_file). */
 AD__PRIVATE unsigned char *ad__ckpt_read_file(ad_params *P, const char *op, const char *path, size_t limit,
                                               size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    unsigned char *buf = NULL, *grown;
-    size_t n = 0, cap = 0, got = 1;
-    const char *why = NULL;
-    if (!f) {
-        ad__pfail(P, "%s: cannot open %.200s: %s", op, path, strerror(errno));
-        return NULL;
-    }
-    while (!why && got > 0) {
-        if (n == cap) {
-            if (cap > limit) { why = "it is larger than any checkpoint of this store"; break; }
-            cap = cap < 65536 ? 65536 : (cap < limit / 2 ? 2 * cap : limit + 1);
-            if (cap > limit + 1) cap = limit + 1;
-            grown = (unsigned char *)AUTODIFF_REALLOC(buf, cap);
-            if (!grown) { why = "out of memory"; break; }
-            buf = grown;
-        }
-        got = fread(buf + n, 1, cap - n, f);
-        n += got;
-    }
-    if (!why && ferror(f)) why = "read error";
-    fclose(f);
-    if (why) {
-        ad__pfail(P, "%s: %.200s: %s", op, path, why);
-        AUTODIFF_FREE(buf);
-        return NULL;
-    }
-    *len = n;
+    char why[160];
+    unsigned char *buf = ad__read_whole_file(path, limit, "any checkpoint of this store", len, why, sizeof why);
+    if (!buf) ad__pfail(P, "%s: %.200s %s", op, path, why);
     return buf;
 }
 
@@ -7988,7 +8236,7 @@ AUTODIFF_API int ad_checkpoint_load(const char *path, ad_params *P, ad_optim *O)
         ad__pfail(P, "ad_checkpoint_load: path is NULL");
         return -1;
     }
-    limit = ad__ckpt_bytes(P, 2);
+    limit = ad__ckpt_bytes(P, 2, AD_PARAMS_EXTRA_MAX);
     if (limit == 0 || limit > (size_t)-1 / 2) limit = (size_t)-1 / 2;
     data = ad__ckpt_read_file(P, "ad_checkpoint_load", path, limit, &len);
     if (!data) return -1;
@@ -7998,13 +8246,40 @@ AUTODIFF_API int ad_checkpoint_load(const char *path, ad_params *P, ad_optim *O)
     return rc;
 }
 
-/* Adds to the empty store P every parameter named in the checkpoint's table, with zero values;
-   ad__ckpt_load then checks the rest of the file and fills them. */
+/* One entry of the checkpoint's table at c, read without a store to compare it with: its name
+   (terminated, in name), shape and flags. Returns 0 with P's error set when it is malformed. */
+AD__PRIVATE int ad__ckpt_read_entry(ad_params *P, const char *what, ad__ckpt *c, uint32_t i, char *name,
+                                    int *ndim, int *shape, uint32_t *flags)
+{
+    const unsigned char *p = ad__ckpt_take(c, 4), *text = NULL, *dims = NULL;
+    uint32_t namelen = p ? ad__ckpt_get32(p) : 0, n = 0, k;
+    if (p && namelen >= 1 && namelen <= AD_PARAM_NAME_MAX && (text = ad__ckpt_take(c, namelen)) &&
+        (p = ad__ckpt_take(c, 4)) && (n = ad__ckpt_get32(p)) <= AD_MAX_DIMS)
+        dims = ad__ckpt_take(c, 4 * (size_t)n);
+    if (!dims) {
+        ad__pfail(P, "%s: parameter %lu: malformed name or shape", what, (unsigned long)i);
+        return 0;
+    }
+    memcpy(name, text, namelen);
+    name[namelen] = 0;
+    *ndim = (int)n;
+    for (k = 0; k < n; k++) {
+        uint32_t dim = ad__ckpt_get32(dims + 4 * k);
+        shape[k] = dim > INT_MAX ? -1 : (int)dim; /* ad_params_add refuses what is not positive */
+    }
+    return ad__ckpt_flags(P, what, c, (int)i, flags);
+}
+
+/* Adds to the empty store P every parameter named in the checkpoint's table, with zero values,
+   after checking that the file holds the values of them all, so that a short file cannot make
+   the store allocate what it declares; ad__ckpt_load then checks the rest and fills them. */
 AD__PRIVATE int ad__ckpt_adopt(ad_params *P, const char *what, const unsigned char *data, size_t len)
 {
-    ad__ckpt c;
+    ad__ckpt c, table;
     char name[AD_PARAM_NAME_MAX + 1];
-    uint32_t count, i, k;
+    int shape[AD_MAX_DIMS], ndim, k;
+    uint32_t count, i, flags;
+    size_t scalars = 0, size;
     memset(&c, 0, sizeof c);
     if (!ad__ckpt_header(P, what, data, len, &c)) return -1;
     count = ad__ckpt_get32(data + 24);
@@ -8012,23 +8287,23 @@ AD__PRIVATE int ad__ckpt_adopt(ad_params *P, const char *what, const unsigned ch
         ad__pfail(P, "%s: %lu parameters, more than the limit %d", what, (unsigned long)count, AD__PARAMS_MAX);
         return -1;
     }
-    for (i = 0; i < count; i++) {
-        const unsigned char *p = ad__ckpt_take(&c, 4), *text, *dims;
-        uint32_t namelen = p ? ad__ckpt_get32(p) : 0, ndim;
-        int shape[AD_MAX_DIMS];
-        if (!p || namelen < 1 || namelen > AD_PARAM_NAME_MAX || !(text = ad__ckpt_take(&c, namelen)) ||
-            !(p = ad__ckpt_take(&c, 4)) || (ndim = ad__ckpt_get32(p)) > AD_MAX_DIMS ||
-            !(dims = ad__ckpt_take(&c, 4 * (size_t)ndim))) {
-            ad__pfail(P, "%s: parameter %lu: malformed name or shape", what, (unsigned long)i);
-            return -1;
-        }
-        memcpy(name, text, namelen);
-        name[namelen] = 0;
-        for (k = 0; k < ndim; k++) {
-            uint32_t dim = ad__ckpt_get32(dims + 4 * k);
-            shape[k] = dim > INT_MAX ? -1 : (int)dim; /* ad_params_add refuses what is not positive */
-        }
-        if (ad_params_add(P, name, (int)ndim, shape, NULL) < 0) return -1;
+    table = c;
+    for (i = 0; i < count; i++) { /* first the sizes, against the bytes the file has left */
+        if (!ad__ckpt_read_entry(P, what, &c, i, name, &ndim, shape, &flags)) return -1;
+        for (k = 0, size = 1; k < ndim; k++)
+            size = shape[k] > 0 && size <= (size_t)-1 / (size_t)shape[k] ? size * (size_t)shape[k] : (size_t)-1;
+        scalars = ad__ckpt_add(scalars, size);
+    }
+    if (scalars > (size_t)(c.end - c.p) / sizeof(ad_real)) {
+        ad__pfail(P, "%s: malformed: the table declares %s%zu values, the file holds at most %zu", what,
+                  scalars == (size_t)-1 ? "more than " : "", scalars, (size_t)(c.end - c.p) / sizeof(ad_real));
+        return -1;
+    }
+    c = table;
+    for (i = 0; i < count; i++) { /* then the parameters */
+        ad__ckpt_read_entry(P, what, &c, i, name, &ndim, shape, &flags);
+        if (ad_params_add(P, name, ndim, shape, NULL) < 0) return -1;
+        P->items[P->n - 1].frozen = (flags & AD__CKPT_FROZEN) != 0;
     }
     return 0;
 }
@@ -8058,8 +8333,10 @@ AUTODIFF_API ad_params *ad_params_load(const char *path, char *err, size_t errle
 #endif /* AUTODIFF_NO_STDIO */
 
 #undef AD__CKPT_HEADER
+#undef AD__CKPT_OPTIM_V1
 #undef AD__CKPT_OPTIM
 #undef AD__CKPT_VERSION
+#undef AD__CKPT_FROZEN
 #undef AD__PARAMS_MAX
 
 /* >>impl:data ------------------------------------------------------------------------------- */
@@ -8077,37 +8354,12 @@ AUTODIFF_API ad_params *ad_params_load(const char *path, char *err, size_t errle
 #else
 #define AD__HAS_ZLIB 0
 #endif
-#if !defined(AUTODIFF_NO_DIRENT) && \
-    (defined(__unix__) || defined(__unix) || defined(__APPLE__) || defined(__MINGW32__))
-#include <dirent.h>
-#include <sys/stat.h>
-#define AD__HAS_DIRENT 1
-#else
-#define AD__HAS_DIRENT 0
-#endif
-#if defined(__GNUC__) || defined(__clang__)
-#define AD__DATA_FMT(a, b) __attribute__((format(printf, a, b)))
-#else
-#define AD__DATA_FMT(a, b)
-#endif
 
 #define AD__NEED_STB \
     "include <stb/stb_image.h> before autodiff.h (and define STB_IMAGE_IMPLEMENTATION in one file)"
 
-/* Writes the reason into err and returns -1. */
-AD__PRIVATE AD__DATA_FMT(3, 4) int ad__data_fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (err && errlen) {
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 /* A new string from a format (AUTODIFF_MALLOC), or NULL when memory runs out. */
-AD__PRIVATE AD__DATA_FMT(1, 2) char *ad__strdupf(const char *fmt, ...)
+AD__PRIVATE AD__PRINTF(1, 2) char *ad__strdupf(const char *fmt, ...)
 {
     va_list ap;
     int n;
@@ -8150,41 +8402,13 @@ AD__PRIVATE uint32_t ad__crc32(const unsigned char *p, size_t n)
     return c ^ 0xFFFFFFFFu;
 }
 
-/* Reads a whole file into a new buffer (at least one byte is allocated). */
-AD__PRIVATE int ad__read_file(const char *path, unsigned char **bytes, size_t *len, char *err,
-                              size_t errlen)
+/* The whole file at path into a new buffer, at most AUTODIFF_DATA_MAX_BYTES; errors are
+   "<path> <why>". */
+AD__PRIVATE int ad__read_file(const char *path, unsigned char **bytes, size_t *len, char *err, size_t errlen)
 {
-    FILE *f;
-    long end;
-    size_t got;
-    *bytes = NULL;
-    *len = 0;
-    if (!path) return ad__data_fail(err, errlen, "file name is NULL");
-    f = fopen(path, "rb");
-    if (!f) return ad__data_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0 || (end = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return ad__data_fail(err, errlen, "%s: cannot determine its size", path);
-    }
-    if ((unsigned long)end > AUTODIFF_DATA_MAX_BYTES) {
-        fclose(f);
-        return ad__data_fail(err, errlen, "%s: %ld bytes, above the limit of %zu (AUTODIFF_DATA_MAX_BYTES)",
-                             path, end, (size_t)AUTODIFF_DATA_MAX_BYTES);
-    }
-    *bytes = (unsigned char *)AUTODIFF_MALLOC(end ? (size_t)end : 1);
-    if (!*bytes) {
-        fclose(f);
-        return ad__data_fail(err, errlen, "%s: out of memory for %ld bytes", path, end);
-    }
-    got = fread(*bytes, 1, (size_t)end, f);
-    fclose(f);
-    if (got != (size_t)end) {
-        AUTODIFF_FREE(*bytes);
-        *bytes = NULL;
-        return ad__data_fail(err, errlen, "%s: read %zu of %ld bytes", path, got, end);
-    }
-    *len = got;
-    return 0;
+    char why[160];
+    *bytes = ad__read_whole_file(path, AUTODIFF_DATA_MAX_BYTES, "AUTODIFF_DATA_MAX_BYTES", len, why, sizeof why);
+    return *bytes ? 0 : ad__fail_into(err, errlen, "%.200s %s", path, why);
 }
 
 AD__PRIVATE int ad__file_exists(const char *path)
@@ -8218,34 +8442,34 @@ AD__PRIVATE int ad__gzip_header(const unsigned char *p, size_t len, size_t *star
     size_t pos = 10;
     int flg;
     if (len < 18)
-        return ad__data_fail(err, errlen, "gzip: %zu bytes, too short for a gzip header and trailer", len);
-    if (p[0] != 0x1f || p[1] != 0x8b) return ad__data_fail(err, errlen, "gzip: bad magic bytes");
+        return ad__fail_into(err, errlen, "gzip: %zu bytes, too short for a gzip header and trailer", len);
+    if (p[0] != 0x1f || p[1] != 0x8b) return ad__fail_into(err, errlen, "gzip: bad magic bytes");
     if (p[2] != 8)
-        return ad__data_fail(err, errlen, "gzip: compression method %d; only 8 (deflate) is defined", p[2]);
+        return ad__fail_into(err, errlen, "gzip: compression method %d; only 8 (deflate) is defined", p[2]);
     flg = p[3];
-    if (flg & 0xE0) return ad__data_fail(err, errlen, "gzip: reserved flag bits set (FLG 0x%02x)", flg);
+    if (flg & 0xE0) return ad__fail_into(err, errlen, "gzip: reserved flag bits set (FLG 0x%02x)", flg);
     if (flg & 0x04) { /* FEXTRA: XLEN, then XLEN bytes */
         size_t xlen;
-        if (len - pos < 2) return ad__data_fail(err, errlen, "gzip: header truncated in FEXTRA");
+        if (len - pos < 2) return ad__fail_into(err, errlen, "gzip: header truncated in FEXTRA");
         xlen = (size_t)p[pos] | (size_t)p[pos + 1] << 8;
         pos += 2;
-        if (len - pos < xlen) return ad__data_fail(err, errlen, "gzip: header truncated in FEXTRA");
+        if (len - pos < xlen) return ad__fail_into(err, errlen, "gzip: header truncated in FEXTRA");
         pos += xlen;
     }
     if ((flg & 0x08) && !ad__skip_zstring(p, len, &pos))
-        return ad__data_fail(err, errlen, "gzip: header truncated in FNAME");
+        return ad__fail_into(err, errlen, "gzip: header truncated in FNAME");
     if ((flg & 0x10) && !ad__skip_zstring(p, len, &pos))
-        return ad__data_fail(err, errlen, "gzip: header truncated in FCOMMENT");
+        return ad__fail_into(err, errlen, "gzip: header truncated in FCOMMENT");
     if (flg & 0x02) { /* FHCRC: the low 16 bits of the CRC-32 of the header so far */
         unsigned stored;
-        if (len - pos < 2) return ad__data_fail(err, errlen, "gzip: header truncated in FHCRC");
+        if (len - pos < 2) return ad__fail_into(err, errlen, "gzip: header truncated in FHCRC");
         stored = (unsigned)p[pos] | (unsigned)p[pos + 1] << 8;
         if ((ad__crc32(p, pos) & 0xFFFFu) != stored)
-            return ad__data_fail(err, errlen, "gzip: header CRC mismatch");
+            return ad__fail_into(err, errlen, "gzip: header CRC mismatch");
         pos += 2;
     }
     if (len - pos < 9)
-        return ad__data_fail(err, errlen, "gzip: truncated: no deflate data before the 8-byte trailer");
+        return ad__fail_into(err, errlen, "gzip: truncated: no deflate data before the 8-byte trailer");
     *start = pos;
     return 0;
 }
@@ -8268,14 +8492,14 @@ AD__PRIVATE int ad__gunzip(const unsigned char *p, size_t len, unsigned char **o
     crc = ad__le32(p + len - 8);
     isize = ad__le32(p + len - 4);
     if (isize > AUTODIFF_DATA_MAX_BYTES || isize > (uint32_t)INT_MAX || dlen > (size_t)INT_MAX - 8)
-        return ad__data_fail(err, errlen,
+        return ad__fail_into(err, errlen,
                              "gzip: ISIZE %lu bytes is above the limit of %zu (AUTODIFF_DATA_MAX_BYTES)",
                              (unsigned long)isize, (size_t)AUTODIFF_DATA_MAX_BYTES);
     if ((uint64_t)isize > (uint64_t)dlen * 1032 + 1032) /* deflate expands at most 1032:1 */
-        return ad__data_fail(err, errlen, "gzip: ISIZE %lu bytes cannot come from %zu bytes of deflate data",
+        return ad__fail_into(err, errlen, "gzip: ISIZE %lu bytes cannot come from %zu bytes of deflate data",
                              (unsigned long)isize, dlen);
     buf = (unsigned char *)AUTODIFF_MALLOC(isize ? isize : 1);
-    if (!buf) return ad__data_fail(err, errlen, "gzip: out of memory for %lu bytes", (unsigned long)isize);
+    if (!buf) return ad__fail_into(err, errlen, "gzip: out of memory for %lu bytes", (unsigned long)isize);
     /* The trailer goes along as lookahead: older stb_image versions refuse a final Huffman code
        read with fewer than 16 bits of input left. The decoder stops at the final block. */
     got = stbi_zlib_decode_noheader_buffer((char *)buf, (int)isize, (const char *)p + start, (int)dlen + 8);
@@ -8283,16 +8507,16 @@ AD__PRIVATE int ad__gunzip(const unsigned char *p, size_t len, unsigned char **o
         const char *why = stbi_failure_reason();
         AUTODIFF_FREE(buf);
         if (got >= 0)
-            return ad__data_fail(err, errlen, "gzip: ISIZE says %lu bytes but the deflate data holds %d",
+            return ad__fail_into(err, errlen, "gzip: ISIZE says %lu bytes but the deflate data holds %d",
                                  (unsigned long)isize, got);
-        return ad__data_fail(err, errlen,
+        return ad__fail_into(err, errlen,
                              "gzip: deflate data is corrupt or longer than ISIZE = %lu bytes (stb_image: %s)",
                              (unsigned long)isize, why ? why : "no reason given");
     }
     if (ad__crc32(buf, isize) != crc) {
         uint32_t actual = ad__crc32(buf, isize);
         AUTODIFF_FREE(buf);
-        return ad__data_fail(err, errlen, "gzip: CRC-32 mismatch: the trailer says 0x%08lx, the data has 0x%08lx",
+        return ad__fail_into(err, errlen, "gzip: CRC-32 mismatch: the trailer says 0x%08lx, the data has 0x%08lx",
                              (unsigned long)crc, (unsigned long)actual);
     }
     *out = buf;
@@ -8303,7 +8527,7 @@ AD__PRIVATE int ad__gunzip(const unsigned char *p, size_t len, unsigned char **o
     (void)len;
     *out = NULL;
     *outlen = 0;
-    return ad__data_fail(err, errlen, "gzip data: to read .gz files, " AD__NEED_STB "; or gunzip the file");
+    return ad__fail_into(err, errlen, "gzip data: to read .gz files, " AD__NEED_STB "; or gunzip the file");
 #endif
 }
 
@@ -8316,20 +8540,20 @@ AD__PRIVATE int ad__idx_check(const unsigned char *p, size_t len, ad_idx *idx, s
     size_t size = 1, room;
     uint32_t magic;
     int i;
-    if (len < 4) return ad__data_fail(err, errlen, "IDX: %zu bytes, too short for the 4-byte magic", len);
+    if (len < 4) return ad__fail_into(err, errlen, "IDX: %zu bytes, too short for the 4-byte magic", len);
     magic = ad__be32(p);
     if (magic != 0x803 && magic != 0x801)
-        return ad__data_fail(err, errlen,
+        return ad__fail_into(err, errlen,
                              "IDX: magic 0x%08lx; expected 0x00000803 (images) or 0x00000801 (labels)",
                              (unsigned long)magic);
     idx->ndim = magic == 0x803 ? 3 : 1;
     *header = 4 + 4 * (size_t)idx->ndim;
     if (len < *header)
-        return ad__data_fail(err, errlen, "IDX: %zu bytes, too short for the %zu-byte header", len, *header);
+        return ad__fail_into(err, errlen, "IDX: %zu bytes, too short for the %zu-byte header", len, *header);
     for (i = 0; i < idx->ndim; i++) {
         uint32_t d = ad__be32(p + 4 + 4 * i);
         if (d == 0 || d > (uint32_t)INT_MAX)
-            return ad__data_fail(err, errlen, "IDX: dimension %d is %lu; must be 1..%d", i, (unsigned long)d,
+            return ad__fail_into(err, errlen, "IDX: dimension %d is %lu; must be 1..%d", i, (unsigned long)d,
                                  INT_MAX);
         idx->dims[i] = (int)d;
     }
@@ -8338,17 +8562,17 @@ AD__PRIVATE int ad__idx_check(const unsigned char *p, size_t len, ad_idx *idx, s
         if ((size_t)idx->dims[i] > room / size) {
             char dims[64];
             ad__dims_str(idx->ndim, idx->dims, dims, sizeof dims);
-            return ad__data_fail(err, errlen, "IDX: dimensions %s multiply to more than the limit of %zu bytes "
+            return ad__fail_into(err, errlen, "IDX: dimensions %s multiply to more than the limit of %zu bytes "
                                  "(AUTODIFF_DATA_MAX_BYTES)", dims, (size_t)AUTODIFF_DATA_MAX_BYTES);
         }
         size *= (size_t)idx->dims[i];
     }
     idx->size = size;
     if (len - *header < size)
-        return ad__data_fail(err, errlen, "IDX: truncated: the header promises %zu data bytes, the file has %zu",
+        return ad__fail_into(err, errlen, "IDX: truncated: the header promises %zu data bytes, the file has %zu",
                              size, len - *header);
     if (len - *header > size)
-        return ad__data_fail(err, errlen, "IDX: %zu bytes of trailing garbage after the %zu data bytes",
+        return ad__fail_into(err, errlen, "IDX: %zu bytes of trailing garbage after the %zu data bytes",
                              len - *header - size, size);
     return 0;
 }
@@ -8377,7 +8601,7 @@ AD__PRIVATE int ad__idx_decode(const unsigned char *p, size_t len, ad_idx *idx, 
         if (ad__gunzip(p, len, &raw, &rawlen, err, errlen)) return -1;
     } else {
         raw = (unsigned char *)AUTODIFF_MALLOC(len ? len : 1);
-        if (!raw) return ad__data_fail(err, errlen, "IDX: out of memory for %zu bytes", len);
+        if (!raw) return ad__fail_into(err, errlen, "IDX: out of memory for %zu bytes", len);
         if (len) memcpy(raw, p, len);
     }
     return ad__idx_adopt(raw, rawlen, idx, err, errlen);
@@ -8385,29 +8609,42 @@ AD__PRIVATE int ad__idx_decode(const unsigned char *p, size_t len, ad_idx *idx, 
 
 AUTODIFF_API int ad_idx_parse_memory(const void *bytes, size_t len, ad_idx *idx, char *err, size_t errlen)
 {
-    if (!idx) return ad__data_fail(err, errlen, "ad_idx_parse_memory: idx is NULL");
+    char why[256];
+    if (!idx) return ad__fail_into(err, errlen, "ad_idx_parse_memory: idx is NULL");
     memset(idx, 0, sizeof *idx);
-    if (!bytes && len) return ad__data_fail(err, errlen, "ad_idx_parse_memory: bytes is NULL");
-    return ad__idx_decode((const unsigned char *)bytes, bytes ? len : 0, idx, err, errlen);
+    if (!bytes && len) return ad__fail_into(err, errlen, "ad_idx_parse_memory: bytes is NULL");
+    if (ad__idx_decode((const unsigned char *)bytes, bytes ? len : 0, idx, why, sizeof why))
+        return ad__fail_into(err, errlen, "ad_idx_parse_memory: %s", why);
+    return 0;
 }
 
-AUTODIFF_API int ad_idx_load(const char *path, ad_idx *idx, char *err, size_t errlen)
+/* An IDX file, raw or gzip, into idx; errors are "<path>: <why>". */
+AD__PRIVATE int ad__idx_load_file(const char *path, ad_idx *idx, char *err, size_t errlen)
 {
     unsigned char *buf;
     size_t len;
     char why[256];
     int rc;
-    if (!idx) return ad__data_fail(err, errlen, "ad_idx_load: idx is NULL");
     memset(idx, 0, sizeof *idx);
     if (ad__read_file(path, &buf, &len, err, errlen)) return -1;
     if (ad__is_gzip(buf, len)) {
         unsigned char *raw;
         rc = ad__gunzip(buf, len, &raw, &len, why, sizeof why);
         AUTODIFF_FREE(buf);
-        if (rc) return ad__data_fail(err, errlen, "%s: %s", path, why);
+        if (rc) return ad__fail_into(err, errlen, "%.200s: %s", path, why);
         buf = raw;
     }
-    if (ad__idx_adopt(buf, len, idx, why, sizeof why)) return ad__data_fail(err, errlen, "%s: %s", path, why);
+    if (ad__idx_adopt(buf, len, idx, why, sizeof why)) return ad__fail_into(err, errlen, "%.200s: %s", path, why);
+    return 0;
+}
+
+AUTODIFF_API int ad_idx_load(const char *path, ad_idx *idx, char *err, size_t errlen)
+{
+    char why[512];
+    if (!idx) return ad__fail_into(err, errlen, "ad_idx_load: idx is NULL");
+    memset(idx, 0, sizeof *idx);
+    if (!path) return ad__fail_into(err, errlen, "ad_idx_load: path is NULL");
+    if (ad__idx_load_file(path, idx, why, sizeof why)) return ad__fail_into(err, errlen, "ad_idx_load: %s", why);
     return 0;
 }
 
@@ -8428,18 +8665,18 @@ AD__PRIVATE int ad__dataset_alloc(ad_dataset *ds, int count, int ndim, const int
     memset(ds, 0, sizeof *ds);
     for (i = 0; i < ndim; i++) {
         if (shape[i] < 1 || (size_t)shape[i] > max_values / sample)
-            return ad__data_fail(err, errlen, "dataset: sample shape too large");
+            return ad__fail_into(err, errlen, "the sample shape is too large");
         sample *= (size_t)shape[i];
     }
     if (count < 1 || (size_t)count > max_values / sample || (size_t)count * sample > (size_t)-1 / sizeof(ad_real))
-        return ad__data_fail(err, errlen,
-                             "dataset: %d samples of %zu values are above the limit (AUTODIFF_DATA_MAX_BYTES)",
-                             count, sample);
+        return ad__fail_into(err, errlen,
+                             "%d samples of %zu values are above the limit (AUTODIFF_DATA_MAX_BYTES)", count,
+                             sample);
     ds->x = (ad_real *)AUTODIFF_MALLOC((size_t)count * sample * sizeof(ad_real));
     ds->labels = with_labels ? (int *)AUTODIFF_MALLOC((size_t)count * sizeof(int)) : NULL;
     if (!ds->x || (with_labels && !ds->labels)) {
         ad_dataset_free(ds);
-        return ad__data_fail(err, errlen, "dataset: out of memory for %d samples of %zu values", count, sample);
+        return ad__fail_into(err, errlen, "out of memory for %d samples of %zu values", count, sample);
     }
     ds->count = count;
     ds->ndim = ndim;
@@ -8460,22 +8697,24 @@ AD__PRIVATE void ad__bytes_to_unit(const unsigned char *src, size_t n, ad_real *
 AUTODIFF_API int ad_dataset_from_idx(const ad_idx *images, const ad_idx *labels, ad_dataset *ds, char *err,
                                      size_t errlen)
 {
+    char why[256];
     int shape[3], i;
-    if (!ds) return ad__data_fail(err, errlen, "ad_dataset_from_idx: ds is NULL");
+    if (!ds) return ad__fail_into(err, errlen, "ad_dataset_from_idx: ds is NULL");
     memset(ds, 0, sizeof *ds);
     if (!images || images->ndim != 3 || !images->data)
-        return ad__data_fail(err, errlen,
+        return ad__fail_into(err, errlen,
                              "ad_dataset_from_idx: images must be an IDX image file (magic 0x00000803)");
     if (labels && (labels->ndim != 1 || !labels->data))
-        return ad__data_fail(err, errlen,
+        return ad__fail_into(err, errlen,
                              "ad_dataset_from_idx: labels must be an IDX label file (magic 0x00000801)");
     if (labels && labels->dims[0] != images->dims[0])
-        return ad__data_fail(err, errlen, "ad_dataset_from_idx: %d images but %d labels", images->dims[0],
+        return ad__fail_into(err, errlen, "ad_dataset_from_idx: %d images but %d labels", images->dims[0],
                              labels->dims[0]);
     shape[0] = 1;
     shape[1] = images->dims[1];
     shape[2] = images->dims[2];
-    if (ad__dataset_alloc(ds, images->dims[0], 3, shape, labels != NULL, err, errlen)) return -1;
+    if (ad__dataset_alloc(ds, images->dims[0], 3, shape, labels != NULL, why, sizeof why))
+        return ad__fail_into(err, errlen, "ad_dataset_from_idx: %s", why);
     ad__bytes_to_unit(images->data, images->size, ds->x);
     for (i = 0; labels && i < ds->count; i++) {
         ds->labels[i] = labels->data[i];
@@ -8490,7 +8729,7 @@ AD__PRIVATE char *ad__mnist_path(const char *dir, const char *split, const char 
 {
     char *raw = ad__strdupf("%s/%s-%s", dir, split, kind), *gz;
     if (!raw) {
-        ad__data_fail(err, errlen, "ad_mnist_load: out of memory");
+        ad__fail_into(err, errlen, "out of memory");
         return NULL;
     }
     if (ad__file_exists(raw)) return raw;
@@ -8499,7 +8738,7 @@ AD__PRIVATE char *ad__mnist_path(const char *dir, const char *split, const char 
         AUTODIFF_FREE(raw);
         return gz;
     }
-    ad__data_fail(err, errlen, "ad_mnist_load: neither %s nor %s.gz exists", raw, raw);
+    ad__fail_into(err, errlen, "neither %s nor %s.gz exists", raw, raw);
     AUTODIFF_FREE(raw);
     AUTODIFF_FREE(gz);
     return NULL;
@@ -8513,7 +8752,7 @@ AD__PRIVATE int ad__mnist_part(const char *dir, const char *split, const char *k
     int rc;
     memset(idx, 0, sizeof *idx);
     if (!path) return -1;
-    rc = ad_idx_load(path, idx, err, errlen);
+    rc = ad__idx_load_file(path, idx, err, errlen);
     AUTODIFF_FREE(path);
     return rc;
 }
@@ -8521,16 +8760,19 @@ AD__PRIVATE int ad__mnist_part(const char *dir, const char *split, const char *k
 AUTODIFF_API int ad_mnist_load(const char *dir, const char *split, ad_dataset *ds, char *err, size_t errlen)
 {
     ad_idx images, labels;
+    char why[512];
     int rc = -1;
-    if (!ds) return ad__data_fail(err, errlen, "ad_mnist_load: ds is NULL");
+    if (!ds) return ad__fail_into(err, errlen, "ad_mnist_load: ds is NULL");
     memset(ds, 0, sizeof *ds);
-    if (!dir || !split) return ad__data_fail(err, errlen, "ad_mnist_load: dir or split is NULL");
-    if (ad__mnist_part(dir, split, "images-idx3-ubyte", &images, err, errlen)) return -1;
-    if (ad__mnist_part(dir, split, "labels-idx1-ubyte", &labels, err, errlen) == 0)
-        rc = ad_dataset_from_idx(&images, &labels, ds, err, errlen);
+    if (!dir || !split) return ad__fail_into(err, errlen, "ad_mnist_load: dir or split is NULL");
+    memset(&images, 0, sizeof images);
+    memset(&labels, 0, sizeof labels);
+    if (ad__mnist_part(dir, split, "images-idx3-ubyte", &images, why, sizeof why) == 0 &&
+        ad__mnist_part(dir, split, "labels-idx1-ubyte", &labels, why, sizeof why) == 0)
+        rc = ad_dataset_from_idx(&images, &labels, ds, why, sizeof why);
     ad_idx_free(&images);
     ad_idx_free(&labels);
-    return rc;
+    return rc ? ad__fail_into(err, errlen, "ad_mnist_load: %s", why) : 0;
 }
 
 AUTODIFF_API void ad_dataset_free(ad_dataset *ds)
@@ -8545,21 +8787,29 @@ AUTODIFF_API void ad_dataset_free(ad_dataset *ds)
 }
 
 /* >>impl:data images ------------------------------------------------------------------------- */
-/* Allocates img for channels x height x width values. */
-AD__PRIVATE int ad__image_alloc(ad_image *img, int channels, int height, int width, char *err, size_t errlen)
+/* Whether an image of channels x height x width values fits the limit: its values, as ad_real,
+   at most AUTODIFF_DATA_MAX_BYTES. */
+AD__PRIVATE int ad__image_size_ok(int channels, int height, int width)
+{
+    size_t most = AUTODIFF_DATA_MAX_BYTES / sizeof(ad_real);
+    return channels > 0 && height > 0 && width > 0 && (size_t)height <= most / (size_t)channels &&
+           (size_t)width <= most / ((size_t)channels * (size_t)height);
+}
+
+/* Allocates img for channels x height x width values; errors begin with op. */
+AD__PRIVATE int ad__image_alloc(const char *op, ad_image *img, int channels, int height, int width, char *err,
+                                size_t errlen)
 {
     size_t n;
     memset(img, 0, sizeof *img);
     if (channels < 1 || height < 1 || width < 1)
-        return ad__data_fail(err, errlen, "image: size %dx%dx%d is empty", channels, height, width);
-    if ((size_t)height > AUTODIFF_DATA_MAX_BYTES / (size_t)channels ||
-        (size_t)width > AUTODIFF_DATA_MAX_BYTES / ((size_t)channels * (size_t)height) ||
-        (size_t)channels * (size_t)height * (size_t)width > (size_t)-1 / sizeof(ad_real))
-        return ad__data_fail(err, errlen, "image: size %dx%dx%d is above the limit (AUTODIFF_DATA_MAX_BYTES)",
-                             channels, height, width);
+        return ad__fail_into(err, errlen, "%s: size %dx%dx%d is empty", op, channels, height, width);
+    if (!ad__image_size_ok(channels, height, width))
+        return ad__fail_into(err, errlen, "%s: size %dx%dx%d is above the limit of %zu bytes of values "
+                             "(AUTODIFF_DATA_MAX_BYTES)", op, channels, height, width, (size_t)AUTODIFF_DATA_MAX_BYTES);
     n = (size_t)channels * (size_t)height * (size_t)width;
     img->data = (ad_real *)AUTODIFF_MALLOC(n * sizeof(ad_real));
-    if (!img->data) return ad__data_fail(err, errlen, "image: out of memory for %zu values", n);
+    if (!img->data) return ad__fail_into(err, errlen, "%s: out of memory for %zu values", op, n);
     img->channels = channels;
     img->height = height;
     img->width = width;
@@ -8583,26 +8833,81 @@ AD__PRIVATE void ad__pixels_to_planes(const unsigned char *pix, int channels, in
             dst[(size_t)c * plane + i] = (ad_real)(pix[i * (size_t)channels + (size_t)c] / 255.0);
 }
 
-AUTODIFF_API int ad_image_load_memory(const void *bytes, size_t len, int channels, ad_image *img, char *err,
-                                      size_t errlen)
+/* The Huffman tables of a DHT segment at p (its length field first; end is the end of the
+   data), read as stb_image reads them. Returns 0 when a table declares more than 256 codes:
+   stb_image 2.27 (Debian 12) writes such a table's code lengths and symbols past its arrays. */
+AD__PRIVATE int ad__jpeg_dht_ok(const unsigned char *p, const unsigned char *end)
+{
+    long left;
+    int i, n;
+    if (end - p < 2) return 1;
+    left = (long)(p[0] << 8 | p[1]) - 2;
+    p += 2;
+    while (left > 0 && end - p >= 17) {
+        for (i = 1, n = 0; i <= 16; i++) n += p[i];
+        if (n > 256) return 0;
+        p += 17 + n;
+        left -= 17 + n;
+        if (p >= end) break;
+    }
+    return 1;
+}
+
+/* Whether every Huffman table of a JPEG is one stb_image can hold. stb_image reads a DHT marker
+   wherever it finds one between segments, skipping padding, and after a scan at the first
+   0xFF that the entropy-coded data does not escape; this walk checks every such place. */
+AD__PRIVATE int ad__jpeg_tables_ok(const unsigned char *p, size_t len)
+{
+    const unsigned char *end = p + len, *q;
+    if (len < 2 || p[0] != 0xFF || p[1] != 0xD8) return 1; /* not a JPEG */
+    q = p + 2;
+    while (q < end) {
+        int m;
+        size_t seg;
+        if (*q != 0xFF) { q++; continue; }  /* padding, or entropy-coded data after a scan */
+        while (q < end && *q == 0xFF) q++;
+        if (q >= end) break;
+        m = *q++;
+        if (m == 0x00 || (m >= 0xD0 && m <= 0xD9) || m == 0x01) continue; /* no length field */
+        if (m == 0xC4 && !ad__jpeg_dht_ok(q, end)) return 0;
+        if (end - q < 2) break;
+        seg = (size_t)(q[0] << 8 | q[1]);
+        q = (size_t)(end - q) < seg ? end : q + seg; /* after SOS: the scan's data, walked on */
+    }
+    return 1;
+}
+
+/* Decodes len bytes; errors begin with op. */
+AD__PRIVATE int ad__image_decode(const char *op, const unsigned char *bytes, size_t len, int channels, ad_image *img,
+                                 char *err, size_t errlen)
 {
 #if AD__HAS_STBI
     int w, h, n;
     unsigned char *pix;
-    if (!img) return ad__data_fail(err, errlen, "ad_image_load_memory: img is NULL");
     memset(img, 0, sizeof *img);
     if (channels < 1 || channels > 4)
-        return ad__data_fail(err, errlen, "image: channels %d; use 1 (gray), 2 (gray+alpha), 3 (RGB) or 4 (RGBA)",
+        return ad__fail_into(err, errlen, "%s: channels %d; use 1 (gray), 2 (gray+alpha), 3 (RGB) or 4 (RGBA)", op,
                              channels);
-    if (!bytes || len == 0) return ad__data_fail(err, errlen, "image: no data");
+    if (!bytes || len == 0) return ad__fail_into(err, errlen, "%s: no data", op);
     if (len > (size_t)INT_MAX || len > AUTODIFF_DATA_MAX_BYTES)
-        return ad__data_fail(err, errlen, "image: %zu bytes, above the limit (AUTODIFF_DATA_MAX_BYTES)", len);
-    pix = stbi_load_from_memory((const unsigned char *)bytes, (int)len, &w, &h, &n, channels);
+        return ad__fail_into(err, errlen, "%s: %zu bytes, above the limit (AUTODIFF_DATA_MAX_BYTES)", op, len);
+    if (!ad__jpeg_tables_ok(bytes, len))
+        return ad__fail_into(err, errlen, "%s: corrupt JPEG: a Huffman table declares more than 256 codes", op);
+    /* the size first, from the header alone: a small file may declare a huge image */
+    if (!stbi_info_from_memory(bytes, (int)len, &w, &h, &n)) {
+        const char *why = stbi_failure_reason();
+        return ad__fail_into(err, errlen, "%s: stb_image cannot decode it: %s", op, why ? why : "no reason given");
+    }
+    if (!ad__image_size_ok(channels, h, w))
+        return ad__fail_into(err, errlen, "%s: the file declares %dx%d pixels: %d channels of them are above the "
+                             "limit of %zu bytes of values (AUTODIFF_DATA_MAX_BYTES)", op, w, h, channels,
+                             (size_t)AUTODIFF_DATA_MAX_BYTES);
+    pix = stbi_load_from_memory(bytes, (int)len, &w, &h, &n, channels);
     if (!pix) {
         const char *why = stbi_failure_reason();
-        return ad__data_fail(err, errlen, "image: stb_image cannot decode it: %s", why ? why : "no reason given");
+        return ad__fail_into(err, errlen, "%s: stb_image cannot decode it: %s", op, why ? why : "no reason given");
     }
-    if (ad__image_alloc(img, channels, h, w, err, errlen) == 0)
+    if (ad__image_alloc(op, img, channels, h, w, err, errlen) == 0)
         ad__pixels_to_planes(pix, channels, h, w, img->data);
     stbi_image_free(pix);
     return img->data ? 0 : -1;
@@ -8610,23 +8915,41 @@ AUTODIFF_API int ad_image_load_memory(const void *bytes, size_t len, int channel
     (void)bytes;
     (void)len;
     (void)channels;
-    if (img) memset(img, 0, sizeof *img);
-    return ad__data_fail(err, errlen, "image: to decode images, " AD__NEED_STB);
+    memset(img, 0, sizeof *img);
+    return ad__fail_into(err, errlen, "%s: to decode images, " AD__NEED_STB, op);
 #endif
+}
+
+AUTODIFF_API int ad_image_load_memory(const void *bytes, size_t len, int channels, ad_image *img, char *err,
+                                      size_t errlen)
+{
+    if (!img) return ad__fail_into(err, errlen, "ad_image_load_memory: img is NULL");
+    return ad__image_decode("ad_image_load_memory", (const unsigned char *)bytes, len, channels, img, err, errlen);
+}
+
+/* The image file at path into img; errors are "<path>: <why>". */
+AD__PRIVATE int ad__image_file(const char *path, int channels, ad_image *img, char *err, size_t errlen)
+{
+    unsigned char *buf;
+    size_t len;
+    char op[256];
+    int rc;
+    memset(img, 0, sizeof *img);
+    if (ad__read_file(path, &buf, &len, err, errlen)) return -1;
+    snprintf(op, sizeof op, "%.200s", path);
+    rc = ad__image_decode(op, buf, len, channels, img, err, errlen);
+    AUTODIFF_FREE(buf);
+    return rc;
 }
 
 AUTODIFF_API int ad_image_load(const char *path, int channels, ad_image *img, char *err, size_t errlen)
 {
-    unsigned char *buf;
-    size_t len;
-    char why[256];
-    int rc;
-    if (!img) return ad__data_fail(err, errlen, "ad_image_load: img is NULL");
+    char why[512];
+    if (!img) return ad__fail_into(err, errlen, "ad_image_load: img is NULL");
     memset(img, 0, sizeof *img);
-    if (ad__read_file(path, &buf, &len, err, errlen)) return -1;
-    rc = ad_image_load_memory(buf, len, channels, img, why, sizeof why);
-    AUTODIFF_FREE(buf);
-    return rc ? ad__data_fail(err, errlen, "%s: %s", path, why) : 0;
+    if (!path) return ad__fail_into(err, errlen, "ad_image_load: path is NULL");
+    if (ad__image_file(path, channels, img, why, sizeof why)) return ad__fail_into(err, errlen, "ad_image_load: %s", why);
+    return 0;
 }
 
 /* One axis of a resize: output i is the sum over k < ntaps of w[i * ntaps + k] times input
@@ -8694,6 +9017,23 @@ AD__PRIVATE int ad__taps_make(ad__taps *t, int in, int out)
     return 0;
 }
 
+/* sum_k w[k] x[idx[k] * stride] for weights that are >= 0 and sum to 1, kept within the range
+   of the values taken, where float rounding of the weights could step past it. */
+AD__PRIVATE ad_real ad__taps_apply(const int *idx, const ad_real *w, int ntaps, const ad_real *x, size_t stride)
+{
+    ad_real s = 0, lo = x[(size_t)idx[0] * stride], hi = lo;
+    int k;
+    for (k = 0; k < ntaps; k++) {
+        ad_real v = x[(size_t)idx[k] * stride];
+        s += w[k] * v;
+        if (w[k] > 0) {
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+        }
+    }
+    return s < lo ? lo : (s > hi ? hi : s);
+}
+
 /* Resizes planes [c, h, w] to [c, oh, ow]: rows first into tmp [c, h, ow], then columns. */
 AD__PRIVATE int ad__resize(const ad_real *src, int c, int h, int w, ad_real *dst, int oh, int ow)
 {
@@ -8701,28 +9041,20 @@ AD__PRIVATE int ad__resize(const ad_real *src, int c, int h, int w, ad_real *dst
     size_t row, x, y, rows = (size_t)c * (size_t)h;
     ad_real *tmp = (size_t)ow > (size_t)-1 / sizeof(ad_real) / rows
                        ? NULL : (ad_real *)AUTODIFF_MALLOC(rows * (size_t)ow * sizeof(ad_real));
-    int k, rc = -1;
+    int rc = -1;
     memset(&tx, 0, sizeof tx);
     memset(&ty, 0, sizeof ty);
     if (tmp && ad__taps_make(&tx, w, ow) == 0 && ad__taps_make(&ty, h, oh) == 0) {
         for (row = 0; row < rows; row++)
-            for (x = 0; x < (size_t)ow; x++) {
-                const int *ix = tx.idx + x * (size_t)tx.ntaps;
-                const ad_real *wx = tx.w + x * (size_t)tx.ntaps;
-                ad_real s = 0;
-                for (k = 0; k < tx.ntaps; k++) s += wx[k] * src[row * (size_t)w + (size_t)ix[k]];
-                tmp[row * (size_t)ow + x] = s;
-            }
+            for (x = 0; x < (size_t)ow; x++)
+                tmp[row * (size_t)ow + x] = ad__taps_apply(tx.idx + x * (size_t)tx.ntaps, tx.w + x * (size_t)tx.ntaps,
+                                                           tx.ntaps, src + row * (size_t)w, 1);
         for (row = 0; row < (size_t)c; row++)
             for (y = 0; y < (size_t)oh; y++)
-                for (x = 0; x < (size_t)ow; x++) {
-                    const int *iy = ty.idx + y * (size_t)ty.ntaps;
-                    const ad_real *wy = ty.w + y * (size_t)ty.ntaps;
-                    ad_real s = 0;
-                    for (k = 0; k < ty.ntaps; k++)
-                        s += wy[k] * tmp[(row * (size_t)h + (size_t)iy[k]) * (size_t)ow + x];
-                    dst[(row * (size_t)oh + y) * (size_t)ow + x] = s;
-                }
+                for (x = 0; x < (size_t)ow; x++)
+                    dst[(row * (size_t)oh + y) * (size_t)ow + x] =
+                        ad__taps_apply(ty.idx + y * (size_t)ty.ntaps, ty.w + y * (size_t)ty.ntaps, ty.ntaps,
+                                       tmp + row * (size_t)h * (size_t)ow + x, (size_t)ow);
         rc = 0;
     }
     ad__taps_free(&tx);
@@ -8735,19 +9067,24 @@ AUTODIFF_API int ad_image_resize(const ad_image *src, int height, int width, ad_
                                  size_t errlen)
 {
     ad_image out;
-    if (!dst) return ad__data_fail(err, errlen, "ad_image_resize: dst is NULL");
+    if (!dst) return ad__fail_into(err, errlen, "ad_image_resize: dst is NULL");
     if (!src || !src->data) {
         memset(dst, 0, sizeof *dst);
-        return ad__data_fail(err, errlen, "ad_image_resize: no source image");
+        return ad__fail_into(err, errlen, "ad_image_resize: no source image");
     }
-    if (ad__image_alloc(&out, src->channels, height, width, err, errlen)) {
+    if (!ad__image_size_ok(src->channels, src->height, src->width)) {
+        if (dst != src) memset(dst, 0, sizeof *dst);
+        return ad__fail_into(err, errlen, "ad_image_resize: the source's size %dx%dx%d is not that of an image",
+                             src->channels, src->height, src->width);
+    }
+    if (ad__image_alloc("ad_image_resize", &out, src->channels, height, width, err, errlen)) {
         if (dst != src) memset(dst, 0, sizeof *dst);
         return -1;
     }
     if (ad__resize(src->data, src->channels, src->height, src->width, out.data, height, width)) {
         ad_image_free(&out);
         if (dst != src) memset(dst, 0, sizeof *dst);
-        return ad__data_fail(err, errlen, "ad_image_resize: out of memory");
+        return ad__fail_into(err, errlen, "ad_image_resize: out of memory");
     }
     if (dst == src) AUTODIFF_FREE(dst->data);
     *dst = out;
@@ -8817,7 +9154,7 @@ AD__PRIVATE int ad__list_dir(const char *dir, int want_dirs, ad__strlist *names,
     DIR *d = opendir(dir);
     struct dirent *e;
     size_t first = names->n;
-    if (!d) return ad__data_fail(err, errlen, "%s: cannot open folder: %s", dir, strerror(errno));
+    if (!d) return ad__fail_into(err, errlen, "%s: cannot open folder: %s", dir, strerror(errno));
     while ((e = readdir(d)) != NULL) {
         struct stat st;
         char *path;
@@ -8828,7 +9165,7 @@ AD__PRIVATE int ad__list_dir(const char *dir, int want_dirs, ad__strlist *names,
         if (!path || (match && ad__strlist_push(names, ad__strdupf("%s", e->d_name)))) {
             AUTODIFF_FREE(path);
             closedir(d);
-            return ad__data_fail(err, errlen, "%s: out of memory listing the folder", dir);
+            return ad__fail_into(err, errlen, "%s: out of memory listing the folder", dir);
         }
         AUTODIFF_FREE(path);
     }
@@ -8846,27 +9183,27 @@ AD__PRIVATE int ad__folder_scan(const char *root, ad__strlist *classes, ad__strl
     *ends = NULL;
     if (ad__list_dir(root, 1, classes, err, errlen)) return -1;
     if (classes->n == 0 || classes->n > (size_t)INT_MAX)
-        return ad__data_fail(err, errlen, "%s: no class folders (expected %s/<class>/<image>.png)", root, root);
+        return ad__fail_into(err, errlen, "%s: no class folders (expected %s/<class>/<image>.png)", root, root);
     *ends = (int *)AUTODIFF_MALLOC(classes->n * sizeof(int));
-    if (!*ends) return ad__data_fail(err, errlen, "%s: out of memory", root);
+    if (!*ends) return ad__fail_into(err, errlen, "%s: out of memory", root);
     for (c = 0; c < classes->n; c++) {
         ad__strlist names;
         char *dir = ad__strdupf("%s/%s", root, classes->s[c]);
         int rc;
         memset(&names, 0, sizeof names);
-        if (!dir) return ad__data_fail(err, errlen, "%s: out of memory", root);
+        if (!dir) return ad__fail_into(err, errlen, "%s: out of memory", root);
         rc = ad__list_dir(dir, 0, &names, err, errlen);
         for (i = 0; rc == 0 && i < names.n; i++)
             if (ad__strlist_push(files, ad__strdupf("%s/%s", dir, names.s[i])))
-                rc = ad__data_fail(err, errlen, "%s: out of memory", root);
+                rc = ad__fail_into(err, errlen, "%s: out of memory", root);
         ad__strlist_free(&names);
         AUTODIFF_FREE(dir);
         if (rc) return -1;
-        if (files->n > (size_t)INT_MAX) return ad__data_fail(err, errlen, "%s: too many images", root);
+        if (files->n > (size_t)INT_MAX) return ad__fail_into(err, errlen, "%s: too many images", root);
         (*ends)[c] = (int)files->n;
     }
     if (files->n == 0)
-        return ad__data_fail(err, errlen, "%s: no images (.png, .jpg, .jpeg, .bmp) in the class folders", root);
+        return ad__fail_into(err, errlen, "%s: no images (.png, .jpg, .jpeg, .bmp) in the class folders", root);
     return 0;
 }
 
@@ -8880,11 +9217,11 @@ AD__PRIVATE int ad__folder_put(ad_dataset *ds, int k, const ad_image *im, int re
         return 0;
     }
     if (!resize)
-        return ad__data_fail(err, errlen,
+        return ad__fail_into(err, errlen,
                              "%s: %dx%d pixels, but the first image has %dx%d (give ad_folder_load a height "
                              "and width to resize)", path, im->height, im->width, ds->shape[1], ds->shape[2]);
     if (ad__resize(im->data, im->channels, im->height, im->width, dst, ds->shape[1], ds->shape[2]))
-        return ad__data_fail(err, errlen, "%s: out of memory resizing", path);
+        return ad__fail_into(err, errlen, "%s: out of memory resizing", path);
     return 0;
 }
 
@@ -8895,7 +9232,7 @@ AD__PRIVATE int ad__folder_decode(const ad__strlist *files, const int *ends, int
     int k, label = 0;
     for (k = 0; k < (int)files->n; k++) {
         ad_image im;
-        int rc = ad_image_load(files->s[k], channels, &im, err, errlen);
+        int rc = ad__image_file(files->s[k], channels, &im, err, errlen);
         if (rc == 0 && k == 0) {
             int shape[3];
             shape[0] = channels;
@@ -8919,18 +9256,19 @@ AUTODIFF_API int ad_folder_load(const char *root, int channels, int height, int 
 #if AD__HAS_DIRENT && AD__HAS_STBI
     ad__strlist classes, files;
     int *ends = NULL, rc;
-    if (!ds) return ad__data_fail(err, errlen, "ad_folder_load: ds is NULL");
+    char why[512];
+    if (!ds) return ad__fail_into(err, errlen, "ad_folder_load: ds is NULL");
     memset(ds, 0, sizeof *ds);
-    if (!root) return ad__data_fail(err, errlen, "ad_folder_load: root is NULL");
+    if (!root) return ad__fail_into(err, errlen, "ad_folder_load: root is NULL");
     if (channels < 1 || channels > 4)
-        return ad__data_fail(err, errlen, "ad_folder_load: channels %d; use 1, 2, 3 or 4", channels);
+        return ad__fail_into(err, errlen, "ad_folder_load: channels %d; use 1, 2, 3 or 4", channels);
     if (height < 0 || width < 0 || (height == 0) != (width == 0))
-        return ad__data_fail(err, errlen, "ad_folder_load: height %d, width %d; give both (resize) or both 0",
+        return ad__fail_into(err, errlen, "ad_folder_load: height %d, width %d; give both (resize) or both 0",
                              height, width);
     memset(&classes, 0, sizeof classes);
     memset(&files, 0, sizeof files);
-    rc = ad__folder_scan(root, &classes, &files, &ends, err, errlen);
-    if (rc == 0) rc = ad__folder_decode(&files, ends, channels, height, width, ds, err, errlen);
+    rc = ad__folder_scan(root, &classes, &files, &ends, why, sizeof why);
+    if (rc == 0) rc = ad__folder_decode(&files, ends, channels, height, width, ds, why, sizeof why);
     if (rc == 0) {
         ds->classes = (int)classes.n;
         ds->class_names = classes.s;
@@ -8941,14 +9279,14 @@ AUTODIFF_API int ad_folder_load(const char *root, int channels, int height, int 
     ad__strlist_free(&classes);
     ad__strlist_free(&files);
     AUTODIFF_FREE(ends);
-    return rc;
+    return rc ? ad__fail_into(err, errlen, "ad_folder_load: %s", why) : 0;
 #else
     (void)root;
     (void)channels;
     (void)height;
     (void)width;
     if (ds) memset(ds, 0, sizeof *ds);
-    return ad__data_fail(err, errlen, "%s",
+    return ad__fail_into(err, errlen, "%s",
                          AD__HAS_STBI ? "ad_folder_load: needs <dirent.h>, not available on this platform"
                                       : "ad_folder_load: to decode images, " AD__NEED_STB);
 #endif
@@ -8959,16 +9297,16 @@ AUTODIFF_API int ad_batcher_init(ad_batcher *b, const ad_dataset *ds, int batch_
                                  char *err, size_t errlen)
 {
     int i;
-    if (!b) return ad__data_fail(err, errlen, "ad_batcher_init: b is NULL");
+    if (!b) return ad__fail_into(err, errlen, "ad_batcher_init: b is NULL");
     memset(b, 0, sizeof *b);
     if (!ds || ds->count < 1 || !ds->x)
-        return ad__data_fail(err, errlen, "ad_batcher_init: the dataset is empty");
+        return ad__fail_into(err, errlen, "ad_batcher_init: the dataset is empty");
     if (batch_size < 1)
-        return ad__data_fail(err, errlen, "ad_batcher_init: batch_size %d; must be 1 or more", batch_size);
+        return ad__fail_into(err, errlen, "ad_batcher_init: batch_size %d; must be 1 or more", batch_size);
     if (flags & ~(AD_BATCH_SHUFFLE | AD_BATCH_DROP_LAST))
-        return ad__data_fail(err, errlen, "ad_batcher_init: unknown flags 0x%x", (unsigned)flags);
+        return ad__fail_into(err, errlen, "ad_batcher_init: unknown flags 0x%x", (unsigned)flags);
     b->order = (int *)AUTODIFF_MALLOC((size_t)ds->count * sizeof(int));
-    if (!b->order) return ad__data_fail(err, errlen, "ad_batcher_init: out of memory for %d indices", ds->count);
+    if (!b->order) return ad__fail_into(err, errlen, "ad_batcher_init: out of memory for %d indices", ds->count);
     for (i = 0; i < ds->count; i++) b->order[i] = i;
     b->ds = ds;
     b->count = ds->count;
@@ -8984,6 +9322,7 @@ AUTODIFF_API void ad_batcher_reset(ad_batcher *b)
     int i;
     if (!b || !b->order) return;
     b->pos = 0;
+    b->epoch_rng = b->rng;
     if (!(b->flags & AD_BATCH_SHUFFLE)) return;
     for (i = 0; i < b->count; i++) b->order[i] = i;
     for (i = b->count - 1; i > 0; i--) { /* Fisher-Yates */
@@ -9019,7 +9358,54 @@ AUTODIFF_API void ad_batcher_free(ad_batcher *b)
     memset(b, 0, sizeof *b);
 }
 
-#undef AD__DATA_FMT
+#define AD__BATCHER_STATE_VERSION 1u
+
+AUTODIFF_API void ad_batcher_get_state(const ad_batcher *b, unsigned char state[AD_BATCHER_STATE_BYTES])
+{
+    unsigned char *p = state;
+    int k;
+    if (!state) return;
+    memset(state, 0, AD_BATCHER_STATE_BYTES);
+    if (!b || !b->order) return;
+    p = ad__ckpt_put32(p, AD__BATCHER_STATE_VERSION);
+    p = ad__ckpt_put32(p, (uint32_t)b->count);
+    p = ad__ckpt_put32(p, (uint32_t)b->batch_size);
+    p = ad__ckpt_put32(p, (uint32_t)b->flags);
+    p = ad__ckpt_put64(p, (uint64_t)b->pos);
+    for (k = 0; k < 4; k++) p = ad__ckpt_put64(p, b->epoch_rng.s[k]);
+}
+
+AUTODIFF_API int ad_batcher_set_state(ad_batcher *b, const unsigned char *state, size_t len, char *err,
+                                      size_t errlen)
+{
+    uint32_t count, batch_size, flags;
+    uint64_t pos;
+    int k;
+    if (!b || !b->order) return ad__fail_into(err, errlen, "ad_batcher_set_state: the batcher is not initialised");
+    if (!state || len != AD_BATCHER_STATE_BYTES || ad__ckpt_get32(state) != AD__BATCHER_STATE_VERSION)
+        return ad__fail_into(err, errlen, "ad_batcher_set_state: not a batcher state (%zu bytes; "
+                             "ad_batcher_get_state writes AD_BATCHER_STATE_BYTES, %d)", state ? len : 0,
+                             AD_BATCHER_STATE_BYTES);
+    count = ad__ckpt_get32(state + 4);
+    batch_size = ad__ckpt_get32(state + 8);
+    flags = ad__ckpt_get32(state + 12);
+    pos = ad__ckpt_get64(state + 16);
+    if (count != (uint32_t)b->count || batch_size != (uint32_t)b->batch_size || flags != (uint32_t)b->flags)
+        return ad__fail_into(err, errlen, "ad_batcher_set_state: the state is of a batcher over %lu samples in "
+                             "batches of %lu with flags %lu; this one has %d, %d and %d", (unsigned long)count,
+                             (unsigned long)batch_size, (unsigned long)flags, b->count, b->batch_size, b->flags);
+    if (pos > count)
+        return ad__fail_into(err, errlen, "ad_batcher_set_state: position %llu is past the %lu samples",
+                             (unsigned long long)pos, (unsigned long)count);
+    for (k = 0; k < 4; k++) b->rng.s[k] = ad__ckpt_get64(state + 24 + 8 * k);
+    ad_batcher_reset(b); /* the same order as then, drawn from the same state */
+    b->pos = (int)pos;
+    return 0;
+}
+
+#undef AD__BATCHER_STATE_VERSION
+
+#undef AD__PRINTF
 #undef AD__NEED_STB
 
 #ifdef AD__POP_OPTIONS

@@ -75,7 +75,7 @@ static inline int model_attach_bn(mnist_model *m, int k)
     if (!keep) return -1;
     memcpy(keep, mean.value, (size_t)c * sizeof(ad_real));
     memcpy(keep + c, var.value, (size_t)c * sizeof(ad_real));
-    if (ad_batch_norm_init(&m->bn[k], c, mean.value, var.value) != 0) {
+    if (ad_batch_norm_init(&m->bn[k], c, mean.value, var.value, NULL, 0) != 0) {
         free(keep);
         return -1;
     }

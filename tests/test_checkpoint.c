@@ -116,8 +116,8 @@ static void test_round_trip(void)
     train_random(A, OA, 3, 10);
     ad_optim_set_lr(OA, 0.125);
     a = snapshot(A, OA, &la);
-    TH_CHECK(la == 32 + 43 + NSC * sizeof(ad_real) * 3 + 72 + 8, "checkpoint size %zu", la);
-    TH_CHECK(memcmp(a, "\x89" "ADCK\r\n\x1a", 8) == 0 && a[8] == 1 && a[12] == sizeof(ad_real), "magic, version, type");
+    TH_CHECK(la == 32 + 55 + NSC * sizeof(ad_real) * 3 + 76 + 8 + 8, "checkpoint size %zu", la);
+    TH_CHECK(memcmp(a, "\x89" "ADCK\r\n\x1a", 8) == 0 && a[8] == 2 && a[12] == sizeof(ad_real), "magic, version, type");
     TH_CHECK(a[16] + 256 * a[17] == (int)la && a[24] == 3 && a[28] == 2, "length, count, optimizer kind");
     TH_CHECK(ad_checkpoint_load_memory(a, la, B, OB) == 0, "load: %s", th_params_error(B));
     b = snapshot(B, OB, &lb);
@@ -132,7 +132,7 @@ static void test_round_trip(void)
     remove(path);
     /* an empty store */
     a = (free(a), snapshot(E, NULL, &la));
-    TH_CHECK(la == 40 && ad_checkpoint_load_memory(a, la, E2, NULL) == 0, "empty store: %zu bytes, %s", la, th_params_error(E2));
+    TH_CHECK(la == 48 && ad_checkpoint_load_memory(a, la, E2, NULL) == 0, "empty store: %zu bytes, %s", la, th_params_error(E2));
     free(a);
     ad_optim_free(OA);
     ad_optim_free(OB);
@@ -375,9 +375,12 @@ static void test_foreign(void)
     expect_refusal("text", (const unsigned char *)"hello, world\n", 13, "not an autodiff.h checkpoint");
     expect_refusal("empty", good, 0, "truncated");
     memcpy(bad, good, len);
-    put_le(bad + 8, 2, 4);
+    put_le(bad + 8, 3, 4);
     reseal(bad, len);
-    expect_refusal("version 2", bad, len, "format version 2; this build reads version 1");
+    expect_refusal("version 3", bad, len, "format version 3; this build reads versions 1 to 2");
+    put_le(bad + 8, 0, 4);
+    reseal(bad, len);
+    expect_refusal("version 0", bad, len, "format version 0");
     memcpy(bad, good, len);
     put_le(bad + 12, sizeof(ad_real) == 8 ? 4 : 8, 4);
     reseal(bad, len);
@@ -394,7 +397,7 @@ static void test_foreign(void)
 /* Files that pass the checksum but whose structure is wrong or hostile. */
 static void test_malformed(void)
 {
-    size_t len, opt = 32 + 43 + NSC * sizeof(ad_real);
+    size_t len, opt = 32 + 55 + NSC * sizeof(ad_real);
     unsigned char *good = good_file(&len), *bad = (unsigned char *)malloc(len);
     double nan = NAN;
     uint64_t bits;
@@ -420,9 +423,21 @@ static void test_malformed(void)
     reseal(bad, len);
     expect_refusal("NaN lr", bad, len, "optimizer settings: lr must be finite");
     memcpy(bad, good, len);
-    put_le(bad + opt + 68, 3, 4);
+    put_le(bad + opt + 72, 3, 4);
     reseal(bad, len);
     expect_refusal("3 state buffers", bad, len, "wrong number of state buffers");
+    memcpy(bad, good, len);
+    put_le(bad + opt + 68, 7, 4);
+    reseal(bad, len);
+    expect_refusal("zero_grad 7", bad, len, "zero_grad is not 0 or 1");
+    memcpy(bad, good, len);
+    put_le(bad + 32 + 21, 2, 4);
+    reseal(bad, len);
+    expect_refusal("unknown parameter flag", bad, len, "parameter 0: malformed flags");
+    memcpy(bad, good, len);
+    put_le(bad + len - 16, 1, 8);
+    reseal(bad, len);
+    expect_refusal("extra bytes past the end", bad, len, "the extra bytes are cut short");
     memcpy(bad, good, len);
     put_le(bad + opt + 64, 2, 4);
     reseal(bad, len);
@@ -499,13 +514,13 @@ static void test_files(void)
 {
     ad_params *A = make_store(1), *B = make_store(2), *Big = make_store_as(3, "b", 0);
     ad_optim *OA = make_optim(A, AD_OPTIM_SGD, 0.5), *OB;
-    static const int s[2] = {100, 10};
+    static const int s[2] = {AD_PARAMS_EXTRA_MAX / 1024 / (int)sizeof(ad_real) + 1, 1024};
     char path[512], bad_dir[600];
     unsigned char *small, *a;
     size_t ls, la;
     temp_path(path, sizeof path, "files");
     TH_CHECK(ad_checkpoint_load(path, B, NULL) != 0, "missing file accepted");
-    TH_CHECK_PERROR(B, "cannot open");
+    TH_CHECK_PERROR(B, "cannot be opened");
     snprintf(bad_dir, sizeof bad_dir, "%s.no-such-dir/x.ckpt", path);
     TH_CHECK(ad_checkpoint_save(bad_dir, A, OA) != 0, "save into a missing folder succeeded");
     TH_CHECK_PERROR(A, "cannot create");
@@ -520,7 +535,8 @@ static void test_files(void)
     TH_CHECK(la == ls && memcmp(a, small, la) == 0, "the second save replaced the first");
     free(a);
     free(small);
-    /* a file far larger than any checkpoint of the store is refused before reading it all */
+    /* a file larger than any checkpoint of the store (with the most extra bytes a store keeps)
+       is refused before reading it all */
     ad_params_add(Big, "big", 2, s, NULL);
     TH_CHECK(ad_checkpoint_save(path, Big, NULL) == 0, "save big: %s", th_params_error(Big));
     TH_CHECK(ad_checkpoint_load(path, B, NULL) != 0, "oversized file accepted");
@@ -682,6 +698,257 @@ static void test_frozen(void)
     }
 }
 
+/* Everything about the optimizer comes back from the file, zero_grad included: a loop that
+   leaves the zeroing to the step keeps working after a resume. */
+static void test_settings_restored(void)
+{
+    ad_params *A = make_store(31), *B = make_store(32), *C = make_store(33);
+    ad_optim_desc d, got;
+    ad_optim *OA, *OB, *OC;
+    unsigned char *a;
+    size_t la, i;
+    int zero = 1;
+    memset(&d, 0, sizeof d);
+    d.kind = AD_OPTIM_SGD;
+    d.lr = 0.02;
+    d.momentum = 0.9;
+    d.dampening = 0.1;
+    d.weight_decay = 0.003;
+    d.zero_grad = 1;
+    OA = ad_optim_new(A, &d);
+    OB = ad_optim_new(B, &d);
+    d.zero_grad = 0;
+    d.lr = 0.5;
+    d.dampening = 0;
+    d.nesterov = 1;
+    OC = ad_optim_new(C, &d);
+    train_random(A, OA, 4, 3);
+    a = snapshot(A, OA, &la);
+    TH_CHECK(ad_checkpoint_load_memory(a, la, B, OB) == 0, "load into the same settings: %s", th_params_error(B));
+    TH_CHECK(ad_optim_settings(OB).zero_grad == 1, "zero_grad lost in the load");
+    for (i = 0; i < ad_params_scalars(B); i++) ad_params_grads(B)[i] = 1;
+    ad_optim_step(OB);
+    for (i = 0; i < ad_params_scalars(B); i++) zero = zero && ad_params_grads(B)[i] == 0;
+    TH_CHECK(zero, "the step after a load did not zero the gradients");
+    TH_CHECK(ad_checkpoint_load_memory(a, la, C, OC) == 0, "load into other settings: %s", th_params_error(C));
+    got = ad_optim_settings(OC);
+    TH_CHECK(got.zero_grad == 1 && got.lr == 0.02 && got.dampening == 0.1 && got.nesterov == 0 &&
+                 got.momentum == 0.9 && got.weight_decay == 0.003,
+             "the file's settings win: zero_grad %d lr %g dampening %g nesterov %d", got.zero_grad, got.lr,
+             got.dampening, got.nesterov);
+    free(a);
+    ad_optim_free(OA);
+    ad_optim_free(OB);
+    ad_optim_free(OC);
+    ad_params_free(A);
+    ad_params_free(B);
+    ad_params_free(C);
+}
+
+/* A version 1 file, made from a version 2 one by this test's own writer: no parameter flags, no
+   zero_grad, no extra bytes. */
+static size_t to_version1(const unsigned char *v2, size_t len, int nparams, int with_optim, unsigned char *out)
+{
+    const unsigned char *p = v2 + 32, *end = v2 + len - 8;
+    unsigned char *q = out;
+    int i;
+    memcpy(q, v2, 32);
+    put_le(q + 8, 1, 4);
+    q += 32;
+    for (i = 0; i < nparams; i++) { /* name length, name, ndim, dims: copied; flags: dropped */
+        size_t namelen = p[0] | (size_t)p[1] << 8, ndim = p[4 + namelen], entry = 8 + namelen + 4 * ndim;
+        memcpy(q, p, entry);
+        q += entry;
+        p += entry + 4;
+    }
+    if (with_optim) { /* values, step, seven settings, nesterov: copied; zero_grad: dropped */
+        size_t upto = (size_t)(end - p) - 8, state = upto - (size_t)NSC * sizeof(ad_real) - 76;
+        memcpy(q, p, NSC * sizeof(ad_real) + 68);
+        q += NSC * sizeof(ad_real) + 68;
+        p += NSC * sizeof(ad_real) + 72;
+        memcpy(q, p, 4 + state);
+        q += 4 + state;
+        p += 4 + state;
+    } else {
+        memcpy(q, p, NSC * sizeof(ad_real));
+        q += NSC * sizeof(ad_real);
+        p += NSC * sizeof(ad_real);
+    }
+    p += 8; /* the extra bytes' length, 0 */
+    q += 8;
+    reseal(out, (size_t)(q - out));
+    return (size_t)(q - out);
+}
+
+static void test_version1(void)
+{
+    ad_params *A = make_store(41), *B = make_store(42), *C = make_store(43);
+    ad_optim *OA, *OB;
+    ad_optim_desc d;
+    unsigned char *a, *v1, *b;
+    size_t la, l1, lb;
+    memset(&d, 0, sizeof d);
+    d.kind = AD_OPTIM_ADAM;
+    d.lr = 0.01;
+    d.zero_grad = 1;
+    OA = ad_optim_new(A, &d);
+    train_random(A, OA, 3, 8);
+    a = snapshot(A, OA, &la);
+    v1 = (unsigned char *)malloc(la);
+    d.lr = 0.3;
+    OB = ad_optim_new(B, &d);
+    l1 = to_version1(a, la, 3, 1, v1);
+    TH_CHECK(l1 == la - 3 * 4 - 4 - 8, "version 1 size %zu", l1);
+    TH_CHECK(ad_checkpoint_load_memory(v1, l1, B, OB) == 0, "version 1 file: %s", th_params_error(B));
+    b = snapshot(B, OB, &lb);
+    TH_CHECK(la == lb && memcmp(a, b, la) == 0, "version 1 load differs from version 2's");
+    TH_CHECK(ad_optim_settings(OB).zero_grad == 1 && ad_optim_steps(OB) == 3,
+             "a version 1 file leaves zero_grad to the optimizer (%d), steps %d", ad_optim_settings(OB).zero_grad,
+             (int)ad_optim_steps(OB));
+    free(a);
+    a = snapshot(A, NULL, &la);
+    l1 = to_version1(a, la, 3, 0, v1);
+    TH_CHECK(ad_checkpoint_load_memory(v1, l1, C, NULL) == 0 &&
+                 memcmp(ad_params_values(A), ad_params_values(C), NSC * sizeof(ad_real)) == 0,
+             "version 1 without optimizer: %s", th_params_error(C));
+    free(a);
+    free(b);
+    free(v1);
+    ad_optim_free(OA);
+    ad_optim_free(OB);
+    ad_params_free(A);
+    ad_params_free(B);
+    ad_params_free(C);
+}
+
+/* The program's extra bytes travel with the checkpoint and are replaced on every load. */
+static void test_extra(void)
+{
+    ad_params *A = make_store(51), *B = make_store(52);
+    const char *text = "epoch 7, batcher state, rng";
+    const void *got;
+    unsigned char *a, *plain, *big;
+    size_t la, lp, n;
+    plain = snapshot(A, NULL, &lp);
+    TH_CHECK(ad_params_extra(A, &n) == NULL && n == 0, "a new store has no extra bytes");
+    TH_CHECK(ad_params_set_extra(A, text, strlen(text) + 1) == 0, "set: %s", th_params_error(A));
+    a = snapshot(A, NULL, &la);
+    TH_CHECK(la == lp + strlen(text) + 1, "the extra bytes are in the file: %zu vs %zu", la, lp);
+    TH_CHECK(ad_checkpoint_load_memory(a, la, B, NULL) == 0, "load: %s", th_params_error(B));
+    got = ad_params_extra(B, &n);
+    TH_CHECK(got && n == strlen(text) + 1 && strcmp((const char *)got, text) == 0, "extra bytes come back");
+    TH_CHECK(ad_checkpoint_load_memory(plain, lp, B, NULL) == 0 && ad_params_extra(B, &n) == NULL && n == 0,
+             "a file without extra bytes clears them");
+    TH_CHECK(ad_params_set_extra(A, NULL, 0) == 0 && ad_params_extra(A, NULL) == NULL, "removed");
+    TH_CHECK(ad_params_set_extra(A, NULL, 3) != 0, "NULL data with a length accepted");
+    TH_CHECK_PERROR(A, "ad_params_set_extra: 3 bytes at NULL");
+    big = (unsigned char *)calloc(1, (size_t)AD_PARAMS_EXTRA_MAX + 1);
+    TH_CHECK(ad_params_set_extra(A, big, (size_t)AD_PARAMS_EXTRA_MAX + 1) != 0, "too many extra bytes accepted");
+    TH_CHECK_PERROR(A, "at most AD_PARAMS_EXTRA_MAX");
+    TH_CHECK(ad_params_set_extra(A, big, AD_PARAMS_EXTRA_MAX) == 0, "the largest extra: %s", th_params_error(A));
+    free(big);
+    free(a);
+    free(plain);
+    ad_params_free(A);
+    ad_params_free(B);
+}
+
+/* ad_params_load: frozen flags come back; a table that declares more values than the file
+   holds is refused before the store grows. */
+static void test_params_load_checks(void)
+{
+    ad_params *A = make_store(61), *L;
+    ad_optim *O;
+    ad_optim_desc d;
+    char path[512], err[512];
+    unsigned char head[128];
+    size_t n, i;
+    ad_real b0;
+    ad_params_set_trainable(A, 1, 0);
+    temp_path(path, sizeof path, "frozen");
+    TH_CHECK(ad_checkpoint_save(path, A, NULL) == 0, "save: %s", th_params_error(A));
+    L = ad_params_load(path, err, sizeof err);
+    TH_CHECK(L != NULL, "load: %s", err);
+    if (L) {
+        memset(&d, 0, sizeof d);
+        d.lr = 0.1;
+        O = ad_optim_new(L, &d);
+        b0 = ad_params_info(L, 1).value[0];
+        for (i = 0; i < ad_params_scalars(L); i++) ad_params_grads(L)[i] = 1;
+        ad_optim_step(O);
+        TH_CHECK(ad_params_info(L, 1).value[0] == b0 && ad_params_info(L, 0).value[0] != ad_params_info(A, 0).value[0],
+                 "the frozen flag came back with ad_params_load");
+        ad_optim_free(O);
+        ad_params_free(L);
+    }
+    /* a version 1 file of one parameter "w" [65536, 8192] and nothing behind it: 57 bytes */
+    memset(head, 0, sizeof head);
+    memcpy(head, "\x89" "ADCK\r\n\x1a", 8);
+    put_le(head + 8, 1, 4);
+    put_le(head + 12, sizeof(ad_real), 4);
+    put_le(head + 24, 1, 4);
+    put_le(head + 32, 1, 4);
+    head[36] = 'w';
+    put_le(head + 37, 2, 4);
+    put_le(head + 41, 65536, 4);
+    put_le(head + 45, 8192, 4);
+    n = 57;
+    reseal(head, n);
+    TH_CHECK(write_file(path, head, n), "write");
+    L = ad_params_load(path, err, sizeof err);
+    TH_CHECK(L == NULL && strstr(err, "ad_params_load") && strstr(err, "the table declares 536870912 values"),
+             "a 57-byte file declaring 2^29 values: %s", L ? "accepted" : err);
+    ad_params_free(L);
+    remove(path);
+    ad_params_free(A);
+}
+
+/* Temporary files of killed saves are removed by the next save of the same path, and nothing
+   else is. */
+static void test_leftovers(void)
+{
+    ad_params *A = make_store(71), *B = make_store(72);
+    const char *names[5] = {".tmp-0123456789abcdef", ".tmp-fedcba9876543210", ".tmp-0123456789ABCDEF",
+                            ".tmp-0123456789abcde", ".tmpx"};
+    int kept[5] = {0, 0, 1, 1, 1}, k;
+    char path[512], other[600], name[600];
+    FILE *f;
+    temp_path(path, sizeof path, "litter");
+    snprintf(other, sizeof other, "%s2.tmp-0123456789abcdef", path);
+    for (k = 0; k < 5; k++) {
+        snprintf(name, sizeof name, "%s%s", path, names[k]);
+        TH_CHECK(write_file(name, (const unsigned char *)"partial", 7), "write %s", name);
+    }
+    TH_CHECK(write_file(other, (const unsigned char *)"partial", 7), "write %s", other);
+    TH_CHECK(ad_checkpoint_save(path, A, NULL) == 0, "save: %s", th_params_error(A));
+    for (k = 0; k < 5; k++) {
+        snprintf(name, sizeof name, "%s%s", path, names[k]);
+        f = fopen(name, "rb");
+        TH_CHECK((f != NULL) == kept[k], "%s: %s", names[k], f ? "left behind" : "removed");
+        if (f) fclose(f);
+        remove(name);
+    }
+    f = fopen(other, "rb");
+    TH_CHECK(f != NULL, "a leftover of another path was removed");
+    if (f) fclose(f);
+    remove(other);
+    TH_CHECK(ad_checkpoint_load(path, B, NULL) == 0, "the saved file loads: %s", th_params_error(B));
+    remove(path);
+    /* a folder where a file is expected */
+    {
+        const char *dir = getenv("TMPDIR");
+        char err[512];
+        ad_params *L;
+        TH_CHECK(ad_checkpoint_load(dir && *dir ? dir : "/tmp", B, NULL) != 0, "a folder loaded");
+        TH_CHECK_PERROR(B, "is a folder, not a file");
+        L = ad_params_load(dir && *dir ? dir : "/tmp", err, sizeof err);
+        TH_CHECK(L == NULL && strstr(err, "ad_params_load") && strstr(err, "is a folder, not a file"), "ad_params_load of a folder: %s", err);
+        ad_params_free(L);
+    }
+    ad_params_free(A);
+    ad_params_free(B);
+}
+
 int main(void)
 {
 #ifdef AUTODIFF_DOUBLE
@@ -700,5 +967,10 @@ int main(void)
     test_random_edits();
     test_params_load();
     test_frozen();
+    test_settings_restored();
+    test_version1();
+    test_extra();
+    test_params_load_checks();
+    test_leftovers();
     return th_summary();
 }

@@ -251,7 +251,7 @@ static void test_idx_valid(void)
                  memcmp(idx.data, im.p + 16, 105) == 0,
              "raw file: %s", err);
     ad_idx_free(&idx);
-    TH_CHECK(ad_idx_load(path_of("missing"), &idx, err, sizeof err) == -1 && strstr(err, "cannot open") &&
+    TH_CHECK(ad_idx_load(path_of("missing"), &idx, err, sizeof err) == -1 && strstr(err, "cannot be opened") &&
                  strstr(err, "missing"),
              "missing file: %s", err);
     TH_CHECK(ad_idx_parse_memory(im.p, im.n, &idx, NULL, 0) == 0, "err may be NULL");
@@ -563,7 +563,7 @@ static void test_images(void)
              "half a PNG: %s", err);
     TH_CHECK(ad_image_load_memory(b.p, b.n, 5, &img, err, sizeof err) == -1 && strstr(err, "channels 5"),
              "5 channels: %s", err);
-    TH_CHECK(ad_image_load(path_of("nothing.png"), 1, &img, err, sizeof err) == -1 && strstr(err, "cannot open"),
+    TH_CHECK(ad_image_load(path_of("nothing.png"), 1, &img, err, sizeof err) == -1 && strstr(err, "cannot be opened"),
              "missing image: %s", err);
     free(b.p);
     free(gray);

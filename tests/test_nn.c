@@ -849,7 +849,7 @@ static void test_batch_norm_gradients(void)
     int C, twod;
     for (twod = 0; twod < 2; twod++) {
         C = twod ? 4 : 3;
-        ad_batch_norm_init(&bn, C, NULL, NULL);
+        ad_batch_norm_init(&bn, C, NULL, NULL, NULL, 0);
         /* eval mode reads these */
         bn.running_mean[0] = 0.3;
         bn.running_var[0] = 2.0;
@@ -882,7 +882,7 @@ static void test_batch_norm_stats(void)
     ad_rng r;
     int step, N = 4, C = 3, H = 3, W = 2, n, c, i, ok;
     ad_tensor *x, *y, *gamma, *beta;
-    TH_CHECK(ad_batch_norm_init(&bn, C, mean_buf, var_buf) == 0, "init with caller buffers");
+    TH_CHECK(ad_batch_norm_init(&bn, C, mean_buf, var_buf, NULL, 0) == 0, "init with caller buffers");
     TH_CHECK(bn.running_mean == mean_buf && bn.running_var == var_buf && !bn.owns_buffers &&
              mean_buf[2] == 0 && var_buf[2] == 1 && fabs(bn.momentum - 0.1) < 1e-15 && fabs(bn.eps - 1e-5) < 1e-20,
              "init values");
@@ -993,9 +993,9 @@ static void test_batch_norm_stats(void)
         ad_tape_clear_error(T);
         TH_CHECK(ad_batch_norm(T, ad_ones(T, AD_SHAPE(1, 3, 1, 1)), &bn, NULL, NULL) == NULL, "one value");
         TH_CHECK_ERROR(T, "ad_batch_norm: x [1,3,1,1]: training needs more than one value per channel");
-        TH_CHECK(ad_batch_norm_init(&empty, 0, NULL, NULL) == -1 && empty.running_mean == NULL, "init 0 features");
-        TH_CHECK(ad_batch_norm_init(&empty, 3, mean_buf, NULL) == -1, "init with one buffer");
-        TH_CHECK(ad_batch_norm_init(&empty, 5, NULL, NULL) == 0 && empty.owns_buffers &&
+        TH_CHECK(ad_batch_norm_init(&empty, 0, NULL, NULL, NULL, 0) == -1 && empty.running_mean == NULL, "init 0 features");
+        TH_CHECK(ad_batch_norm_init(&empty, 3, mean_buf, NULL, NULL, 0) == -1, "init with one buffer");
+        TH_CHECK(ad_batch_norm_init(&empty, 5, NULL, NULL, NULL, 0) == 0 && empty.owns_buffers &&
                  empty.running_var[4] == 1, "init allocates");
         ad_batch_norm_free(&empty);
         TH_CHECK(empty.running_mean == NULL && empty.num_features == 0, "free clears");
@@ -1170,7 +1170,7 @@ static void test_small_cnn(void)
 {
     cnn_case c;
     th_input in[4];
-    ad_batch_norm_init(&c.bn, 3, NULL, NULL);
+    ad_batch_norm_init(&c.bn, 3, NULL, NULL, NULL, 0);
     in[0] = spec4(2, 2, 5, 4, -1, 1);
     in[1] = spec4(3, 2, 3, 3, -1, 1);
     in[2] = spec1(3, -1, 1);
