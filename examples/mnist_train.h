@@ -1,5 +1,10 @@
 /* The training program behind examples/mnist.c (MLP) and examples/mnist_cnn.c (CNN): options,
    data, training with a progress display, evaluation, confusion matrix, checkpoint and SVG plot.
+   A checkpoint is written after every epoch. It holds, besides the parameters and the
+   optimizer, the run itself (its options, the epochs done, the batcher's position, the dropout
+   generator and the history for the plot) as the store's extra bytes, so that --resume
+   continues a run exactly where it stopped: the checkpoint it ends with is byte for byte the
+   one an uninterrupted run writes.
    Include after autodiff.h (with stb_image) and mnist_model.h. */
 #ifndef MNIST_TRAIN_H
 #define MNIST_TRAIN_H
@@ -18,9 +23,13 @@
 #define CLASSES 10
 #define MAX_EPOCHS 1000
 
+/* Options that define a run: given again with --resume, they must agree with the checkpoint. */
+enum { GIVEN_EPOCHS = 1, GIVEN_BATCH = 2, GIVEN_LR = 4, GIVEN_OPTIMIZER = 8, GIVEN_WEIGHT_DECAY = 16,
+       GIVEN_HIDDEN = 32, GIVEN_SEED = 64, GIVEN_LIMIT = 128, GIVEN_CHECKPOINT = 256 };
+
 typedef struct options {
-    const char *data, *checkpoint, *plot, *optimizer;
-    int cnn, epochs, batch, threads, limit;
+    const char *data, *checkpoint, *plot, *optimizer, *resume;
+    int cnn, epochs, batch, threads, limit, stop_after, fashion, given;
     double lr, weight_decay;
     unsigned long long seed;
     int sizes[MNIST_MAX_LAYERS + 1], nsizes; /* MLP: 784, hidden..., 10; CNN: channels c1, c2 */
@@ -45,7 +54,13 @@ static void usage(const char *argv0, const options *d)
            "  --seed N           seed of initialisation, shuffling and dropout (default 1)\n"
            "  --threads N        threads for matrix products (default: all cores)\n"
            "  --limit N          train on the first N training images only\n"
-           "  --checkpoint PATH  where to save the trained model (default %s)\n"
+           "  --checkpoint PATH  where to save the model and the run after every epoch (default %s;\n"
+           "                     with --resume, the checkpoint resumed from)\n"
+           "  --resume PATH      continue the run saved in checkpoint PATH where it stopped, with its\n"
+           "                     options; --epochs may change the planned length (the learning-rate\n"
+           "                     schedule then follows the new length from the present step)\n"
+           "  --stop-after N     stop after epoch N, as an interrupted run would (--resume goes on)\n"
+           "  --fashion          the data is Fashion-MNIST: name its classes in the report\n"
            "  --plot PATH        where to write the SVG plot (default %s)\n"
            "  --help             this text\n",
            argv0, d->data, d->epochs, d->batch, d->optimizer, d->weight_decay,
@@ -94,23 +109,30 @@ static int parse_options(int argc, char **argv, int cnn, options *o)
             usage(argv[0], &defaults);
             exit(0);
         }
+        if (!strcmp(arg, "--fashion")) {
+            o->fashion = 1;
+            continue;
+        }
         if (!val) {
             fprintf(stderr, "%s: %s needs a value (see --help)\n", argv[0], arg);
             return -1;
         }
         i++;
         if (!strcmp(arg, "--data")) o->data = val;
-        else if (!strcmp(arg, "--epochs")) o->epochs = atoi(val);
-        else if (!strcmp(arg, "--batch")) o->batch = atoi(val);
-        else if (!strcmp(arg, "--lr")) o->lr = atof(val);
-        else if (!strcmp(arg, "--optimizer")) o->optimizer = val;
-        else if (!strcmp(arg, "--weight-decay")) o->weight_decay = atof(val);
-        else if (!strcmp(arg, "--seed")) o->seed = strtoull(val, NULL, 10);
+        else if (!strcmp(arg, "--epochs")) o->epochs = atoi(val), o->given |= GIVEN_EPOCHS;
+        else if (!strcmp(arg, "--batch")) o->batch = atoi(val), o->given |= GIVEN_BATCH;
+        else if (!strcmp(arg, "--lr")) o->lr = atof(val), o->given |= GIVEN_LR;
+        else if (!strcmp(arg, "--optimizer")) o->optimizer = val, o->given |= GIVEN_OPTIMIZER;
+        else if (!strcmp(arg, "--weight-decay")) o->weight_decay = atof(val), o->given |= GIVEN_WEIGHT_DECAY;
+        else if (!strcmp(arg, "--seed")) o->seed = strtoull(val, NULL, 10), o->given |= GIVEN_SEED;
         else if (!strcmp(arg, "--threads")) o->threads = atoi(val);
-        else if (!strcmp(arg, "--limit")) o->limit = atoi(val);
-        else if (!strcmp(arg, "--checkpoint")) o->checkpoint = val;
+        else if (!strcmp(arg, "--limit")) o->limit = atoi(val), o->given |= GIVEN_LIMIT;
+        else if (!strcmp(arg, "--checkpoint")) o->checkpoint = val, o->given |= GIVEN_CHECKPOINT;
+        else if (!strcmp(arg, "--resume")) o->resume = val;
+        else if (!strcmp(arg, "--stop-after")) o->stop_after = atoi(val);
         else if (!strcmp(arg, "--plot")) o->plot = val;
         else if (!strcmp(arg, "--hidden")) {
+            o->given |= GIVEN_HIDDEN;
             if (parse_sizes(val, o) != 0) {
                 fprintf(stderr, "%s: --hidden takes %s\n", argv[0], cnn ? "two channel counts like 16,32" : "widths like 512 or 512,256");
                 return -1;
@@ -120,10 +142,13 @@ static int parse_options(int argc, char **argv, int cnn, options *o)
             return -1;
         }
     }
-    if (o->epochs < 1 || o->epochs > MAX_EPOCHS || o->batch < 1 || o->threads < 0 || o->limit < 0) {
-        fprintf(stderr, "%s: epochs must be 1..%d, batch and limit positive\n", argv[0], MAX_EPOCHS);
+    if (o->epochs < 1 || o->epochs > MAX_EPOCHS || o->batch < 1 || o->threads < 0 || o->limit < 0 ||
+        o->stop_after < 0) {
+        fprintf(stderr, "%s: epochs must be 1..%d, batch positive, limit and stop-after not negative\n", argv[0],
+                MAX_EPOCHS);
         return -1;
     }
+    if (o->resume && !(o->given & GIVEN_CHECKPOINT)) o->checkpoint = o->resume;
     if (strcmp(o->optimizer, "sgd") && strcmp(o->optimizer, "adam")) {
         fprintf(stderr, "%s: --optimizer is sgd or adam\n", argv[0]);
         return -1;
@@ -159,8 +184,8 @@ static int argmax(const ad_real *row, int n)
     return best;
 }
 
-/* Progress of one epoch: a bar redrawn in place on a terminal, a plain line now and then
-   otherwise. */
+/* Progress of one epoch: a bar redrawn in place on a terminal, otherwise a plain line every
+   five seconds. */
 static void progress(int epoch, int epochs, int done, int total, double loss, double acc, double t0,
                      int final)
 {
@@ -169,13 +194,16 @@ static void progress(int epoch, int epochs, int done, int total, double loss, do
     double eta = rate > 0 ? (total - done) / rate : 0;
     if (STDERR_IS_TERMINAL()) {
         char bar[31];
+        if (done == 0) return;
         int filled = (int)(30.0 * done / total), i;
         for (i = 0; i < 30; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
         bar[30] = 0;
         fprintf(stderr, "\repoch %d/%d [%s] %3d%% loss %.4f acc %6.2f%% %7.0f samples/s ETA %3.0fs%s",
                 epoch, epochs, bar, 100 * done / total, loss, 100 * acc, rate, eta, final ? "\n" : "");
-    } else if (final || elapsed - last_line >= 5 || done == 0) {
-        last_line = final ? 0 : elapsed;
+    } else if (final) {
+        last_line = 0; /* the epoch's line on stdout says the rest */
+    } else if (elapsed - last_line >= 5) {
+        last_line = elapsed;
         fprintf(stderr, "epoch %d/%d %d/%d loss %.4f acc %.2f%% %.0f samples/s ETA %.0fs\n", epoch, epochs,
                 done, total, loss, 100 * acc, rate, eta);
     }
@@ -219,10 +247,17 @@ static int evaluate(ad_tape *T, mnist_model *m, const ad_dataset *ds, double *lo
     return 0;
 }
 
-static void print_confusion(int confusion[CLASSES][CLASSES])
+static const char *const fashion_names[CLASSES] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                   "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+
+static void print_confusion(int confusion[CLASSES][CLASSES], int fashion)
 {
     int i, j;
-    printf("confusion matrix (rows: true digit, columns: predicted)\n     ");
+    if (fashion) {
+        printf("classes:");
+        for (j = 0; j < CLASSES; j++) printf(" %d %s%s", j, fashion_names[j], j + 1 < CLASSES ? "," : "\n");
+    }
+    printf("confusion matrix (rows: true %s, columns: predicted)\n     ", fashion ? "class" : "digit");
     for (j = 0; j < CLASSES; j++) printf("%6d", j);
     printf("\n");
     for (i = 0; i < CLASSES; i++) {
@@ -293,6 +328,223 @@ static int write_plot(const char *path, const history *hist)
     return fclose(f) == 0 ? 0 : -1;
 }
 
+/* ---- the run, kept in the checkpoint's extra bytes ----
+   "MNISTRUN", u32 version, then u32: cnn, the layer sizes (count, then MNIST_MAX_LAYERS + 1
+   slots), batch, limit, optimizer (0 SGD, 1 Adam), planned epochs, epochs done; u64: seed, step;
+   f64: lr, weight decay; the batcher's state; the dropout generator (4 x u64); per epoch done,
+   f64 train loss, train accuracy, test loss, test accuracy. All little-endian. */
+#define RUN_VERSION 1
+#define RUN_FIXED_BYTES (8 + 4 * (3 + MNIST_MAX_LAYERS + 1 + 5) + 4 * 8 + AD_BATCHER_STATE_BYTES + 4 * 8)
+#define RUN_BYTES(epochs) (RUN_FIXED_BYTES + 4 * 8 * (size_t)(epochs))
+
+/* Where a run stands between two epochs. */
+typedef struct run_state {
+    int epochs_done;
+    long step;
+    unsigned char batcher[AD_BATCHER_STATE_BYTES];
+    ad_rng dropout;
+} run_state;
+
+static unsigned char *put_u64(unsigned char *p, uint64_t x)
+{
+    int i;
+    for (i = 0; i < 8; i++) p[i] = (unsigned char)(x >> (8 * i));
+    return p + 8;
+}
+
+static unsigned char *put_u32(unsigned char *p, uint32_t x)
+{
+    int i;
+    for (i = 0; i < 4; i++) p[i] = (unsigned char)(x >> (8 * i));
+    return p + 4;
+}
+
+static unsigned char *put_f64(unsigned char *p, double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, 8);
+    return put_u64(p, u);
+}
+
+static uint64_t get_u64(const unsigned char **p)
+{
+    uint64_t x = 0;
+    int i;
+    for (i = 7; i >= 0; i--) x = x << 8 | (*p)[i];
+    *p += 8;
+    return x;
+}
+
+static uint32_t get_u32(const unsigned char **p)
+{
+    uint32_t x = (uint32_t)(*p)[0] | (uint32_t)(*p)[1] << 8 | (uint32_t)(*p)[2] << 16 | (uint32_t)(*p)[3] << 24;
+    *p += 4;
+    return x;
+}
+
+static double get_f64(const unsigned char **p)
+{
+    uint64_t u = get_u64(p);
+    double x;
+    memcpy(&x, &u, 8);
+    return x;
+}
+
+/* Writes the run into buf (RUN_BYTES(r->epochs_done) bytes); returns the bytes written. */
+static size_t pack_run(unsigned char *buf, const options *o, const history *h, const run_state *r)
+{
+    unsigned char *p = buf;
+    int i;
+    memcpy(p, "MNISTRUN", 8);
+    p = put_u32(p + 8, RUN_VERSION);
+    p = put_u32(p, (uint32_t)o->cnn);
+    p = put_u32(p, (uint32_t)o->nsizes);
+    for (i = 0; i <= MNIST_MAX_LAYERS; i++) p = put_u32(p, i < o->nsizes ? (uint32_t)o->sizes[i] : 0);
+    p = put_u32(p, (uint32_t)o->batch);
+    p = put_u32(p, (uint32_t)o->limit);
+    p = put_u32(p, strcmp(o->optimizer, "adam") == 0);
+    p = put_u32(p, (uint32_t)o->epochs);
+    p = put_u32(p, (uint32_t)r->epochs_done);
+    p = put_u64(p, o->seed);
+    p = put_u64(p, (uint64_t)r->step);
+    p = put_f64(p, o->lr);
+    p = put_f64(p, o->weight_decay);
+    memcpy(p, r->batcher, AD_BATCHER_STATE_BYTES);
+    p += AD_BATCHER_STATE_BYTES;
+    for (i = 0; i < 4; i++) p = put_u64(p, r->dropout.s[i]);
+    for (i = 0; i < r->epochs_done; i++) {
+        p = put_f64(p, h->train_loss[i]);
+        p = put_f64(p, h->train_acc[i]);
+        p = put_f64(p, h->test_loss[i]);
+        p = put_f64(p, h->test_acc[i]);
+    }
+    return (size_t)(p - buf);
+}
+
+/* Reads a run written by pack_run into *saved (its options), h and r. Returns 0, or -1 with
+   why filled in. */
+static int unpack_run(const unsigned char *buf, size_t len, options *saved, history *h, run_state *r, char *why,
+                      size_t cap)
+{
+    const unsigned char *p = buf;
+    int i;
+    if (len < RUN_FIXED_BYTES || memcmp(buf, "MNISTRUN", 8) != 0) {
+        snprintf(why, cap, "it holds no run of this program (a model saved otherwise can be used by predict)");
+        return -1;
+    }
+    p += 8;
+    if (get_u32(&p) != RUN_VERSION) {
+        snprintf(why, cap, "its run was saved by another version of this program");
+        return -1;
+    }
+    saved->cnn = (int)get_u32(&p);
+    saved->nsizes = (int)get_u32(&p);
+    for (i = 0; i <= MNIST_MAX_LAYERS; i++) saved->sizes[i] = (int)get_u32(&p);
+    saved->batch = (int)get_u32(&p);
+    saved->limit = (int)get_u32(&p);
+    saved->optimizer = get_u32(&p) ? "adam" : "sgd";
+    saved->epochs = (int)get_u32(&p);
+    r->epochs_done = (int)get_u32(&p);
+    saved->seed = get_u64(&p);
+    r->step = (long)get_u64(&p);
+    saved->lr = get_f64(&p);
+    saved->weight_decay = get_f64(&p);
+    memcpy(r->batcher, p, AD_BATCHER_STATE_BYTES);
+    p += AD_BATCHER_STATE_BYTES;
+    for (i = 0; i < 4; i++) r->dropout.s[i] = get_u64(&p);
+    if (saved->nsizes < 2 || saved->nsizes > MNIST_MAX_LAYERS + 1 || r->epochs_done < 0 ||
+        r->epochs_done > MAX_EPOCHS || len != RUN_BYTES(r->epochs_done)) {
+        snprintf(why, cap, "its run is malformed");
+        return -1;
+    }
+    for (i = 0; i < r->epochs_done; i++) {
+        h->train_loss[i] = get_f64(&p);
+        h->train_acc[i] = get_f64(&p);
+        h->test_loss[i] = get_f64(&p);
+        h->test_acc[i] = get_f64(&p);
+    }
+    h->epochs = r->epochs_done;
+    return 0;
+}
+
+/* Takes the run's options from the saved ones; an option given on the command line must agree
+   with them, except --epochs, which changes the plan. Returns 0, or -1 with a message. */
+static int adopt_run(options *o, const options *saved, const char *argv0)
+{
+    const char *clash = NULL;
+    if (saved->cnn != o->cnn) {
+        fprintf(stderr, "%s: %s holds a run of the %s; train it on with %s\n", argv0, o->resume,
+                saved->cnn ? "CNN" : "MLP", saved->cnn ? "mnist_cnn" : "mnist");
+        return -1;
+    }
+    if ((o->given & GIVEN_BATCH) && o->batch != saved->batch) clash = "--batch";
+    else if ((o->given & GIVEN_LR) && o->lr != saved->lr) clash = "--lr";
+    else if ((o->given & GIVEN_OPTIMIZER) && strcmp(o->optimizer, saved->optimizer) != 0) clash = "--optimizer";
+    else if ((o->given & GIVEN_WEIGHT_DECAY) && o->weight_decay != saved->weight_decay) clash = "--weight-decay";
+    else if ((o->given & GIVEN_SEED) && o->seed != saved->seed) clash = "--seed";
+    else if ((o->given & GIVEN_LIMIT) && o->limit != saved->limit) clash = "--limit";
+    else if ((o->given & GIVEN_HIDDEN) &&
+             (o->nsizes != saved->nsizes || memcmp(o->sizes, saved->sizes, (size_t)o->nsizes * sizeof(int)) != 0))
+        clash = "--hidden";
+    if (clash) {
+        fprintf(stderr, "%s: %s differs from the run saved in %s; leave it out to resume, or start a new run\n",
+                argv0, clash, o->resume);
+        return -1;
+    }
+    o->batch = saved->batch;
+    o->lr = saved->lr;
+    o->optimizer = saved->optimizer;
+    o->weight_decay = saved->weight_decay;
+    o->seed = saved->seed;
+    o->limit = saved->limit;
+    o->nsizes = saved->nsizes;
+    memcpy(o->sizes, saved->sizes, sizeof o->sizes);
+    if (!(o->given & GIVEN_EPOCHS)) o->epochs = saved->epochs;
+    return 0;
+}
+
+/* Reads the run saved in o->resume (and its options into o). Returns 0, or -1 with a message. */
+static int read_run(options *o, history *h, run_state *r, const char *argv0)
+{
+    options saved = *o;
+    char err[512], why[160];
+    ad_params *P = ad_params_load(o->resume, err, sizeof err);
+    const void *extra;
+    size_t len;
+    int rc;
+    if (!P) {
+        fprintf(stderr, "%s: cannot resume: %s\n", argv0, err);
+        return -1;
+    }
+    extra = ad_params_extra(P, &len);
+    rc = extra ? unpack_run((const unsigned char *)extra, len, &saved, h, r, why, sizeof why) : -1;
+    if (!extra) snprintf(why, sizeof why, "it holds no run of this program (a model saved otherwise can be used by predict)");
+    ad_params_free(P);
+    if (rc != 0) {
+        fprintf(stderr, "%s: cannot resume from %s: %s\n", argv0, o->resume, why);
+        return -1;
+    }
+    return adopt_run(o, &saved, argv0);
+}
+
+/* Saves the model, the optimizer and the run after an epoch. Returns 0, or -1 with a message. */
+static int save_run(const options *o, ad_params *P, ad_optim *opt, const history *h, run_state *r,
+                    const ad_batcher *b, const mnist_model *m)
+{
+    unsigned char *buf = (unsigned char *)malloc(RUN_BYTES(r->epochs_done));
+    int rc;
+    if (!buf) {
+        fprintf(stderr, "could not save the checkpoint: out of memory\n");
+        return -1;
+    }
+    ad_batcher_get_state(b, r->batcher);
+    r->dropout = m->rng;
+    rc = ad_params_set_extra(P, buf, pack_run(buf, o, h, r)) == 0 ? ad_checkpoint_save(o->checkpoint, P, opt) : -1;
+    free(buf);
+    if (rc != 0) fprintf(stderr, "could not save the checkpoint: %s\n", ad_params_error(P));
+    return rc;
+}
+
 /* The whole program: options, data, model, training, report. cnn selects the network. */
 static int mnist_main(int argc, char **argv, int cnn)
 {
@@ -305,13 +557,18 @@ static int mnist_main(int argc, char **argv, int cnn)
     ad_optim_desc desc;
     ad_tape *T;
     history *hist;
+    run_state run;
     ad_real *xb;
-    int *yb, confusion[CLASSES][CLASSES], epoch, shape[2];
+    int *yb, confusion[CLASSES][CLASSES], epoch, shape[2], stopped = 0, i;
     char err[512];
-    long step = 0, total_steps;
-    double test_loss, test_acc, t_start;
+    long total_steps;
+    double test_loss = 0, test_acc = 0, t_start;
 
+    hist = (history *)calloc(1, sizeof *hist);
+    memset(&run, 0, sizeof run);
+    if (!hist) return 1;
     if (parse_options(argc, argv, cnn, &o) != 0) return 2;
+    if (o.resume && read_run(&o, hist, &run, argv[0]) != 0) return 1;
     if (ad_mnist_load(o.data, "train", &train, err, sizeof err) != 0 ||
         ad_mnist_load(o.data, "t10k", &test, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n(make mnist downloads MNIST; or pass --data DIR with the four IDX files)\n", err);
@@ -323,12 +580,13 @@ static int mnist_main(int argc, char **argv, int cnn)
                 MNIST_SIDE, MNIST_SIDE);
         return 1;
     }
-    printf("MNIST: %d training and %d test images of %dx%d; ", train.count, test.count, MNIST_SIDE, MNIST_SIDE);
+    printf("%s: %d training and %d test images of %dx%d; ", o.fashion ? "Fashion-MNIST" : "MNIST", train.count,
+           test.count, MNIST_SIDE, MNIST_SIDE);
     if (o.cnn) {
         printf("CNN conv5x5(1-%d)-bn-pool-conv5x5(%d-%d)-bn-pool-dropout-fc", o.sizes[0], o.sizes[0], o.sizes[1]);
     } else {
         printf("MLP");
-        for (epoch = 0; epoch < o.nsizes; epoch++) printf("%s%d", epoch ? "-" : " ", o.sizes[epoch]);
+        for (i = 0; i < o.nsizes; i++) printf("%s%d", i ? "-" : " ", o.sizes[i]);
     }
     printf(", %s, lr %g, batch %d, %d epochs\n", o.optimizer, o.lr, o.batch, o.epochs);
 
@@ -346,29 +604,37 @@ static int mnist_main(int argc, char **argv, int cnn)
     desc.weight_decay = o.weight_decay;
     opt = ad_optim_new(P, &desc);
     T = ad_tape_new();
-    hist = (history *)calloc(1, sizeof *hist);
     xb = (ad_real *)malloc((size_t)o.batch * train.sample_size * sizeof(ad_real));
     yb = (int *)malloc((size_t)o.batch * sizeof(int));
-    if (!opt || !T || !hist || !xb || !yb ||
+    if (!opt || !T || !xb || !yb ||
         ad_batcher_init(&batcher, &train, o.batch, AD_BATCH_SHUFFLE, o.seed, err, sizeof err) != 0) {
         fprintf(stderr, "setup failed: %s\n", opt ? err : ad_params_error(P));
         return 1;
     }
+    if (o.resume) {
+        if (ad_checkpoint_load(o.resume, P, opt) != 0 ||
+            ad_batcher_set_state(&batcher, run.batcher, sizeof run.batcher, err, sizeof err) != 0) {
+            fprintf(stderr, "cannot resume: %s\n", ad_params_error(P) ? ad_params_error(P) : err);
+            return 1;
+        }
+        model.rng = run.dropout;
+        printf("resumed from %s after epoch %d (step %ld)\n", o.resume, run.epochs_done, run.step);
+    }
+    fflush(stdout);
     if (o.threads) ad_set_threads(T, o.threads);
     total_steps = (long)o.epochs * ((train.count + o.batch - 1) / o.batch);
     t_start = seconds();
 
-    for (epoch = 1; epoch <= o.epochs; epoch++) {
+    for (epoch = run.epochs_done + 1; epoch <= o.epochs; epoch++) {
         double sum_loss = 0, t0 = seconds();
-        int seen = 0, correct = 0, n, i;
+        int seen = 0, correct = 0, n;
         if (epoch > 1) ad_batcher_reset(&batcher);
-        progress(epoch, o.epochs, 0, train.count, 0, 0, t0, 0);
         while ((n = ad_batcher_next(&batcher, xb, yb)) > 0) {
             ad_tensor *x, *logits, *loss;
             shape[0] = n;
             shape[1] = (int)train.sample_size;
             /* a short linear warm-up, then cosine decay to zero over the whole run */
-            ad_optim_set_lr(opt, ad_lr_cosine(o.lr, 0, total_steps / 50, total_steps, step++));
+            ad_optim_set_lr(opt, ad_lr_cosine(o.lr, 0, total_steps / 50, total_steps, run.step++));
             x = ad_tensor_view(T, 2, shape, xb, NULL, 0);
             logits = model_forward(T, &model, x);
             loss = ad_cross_entropy(T, logits, yb);
@@ -381,7 +647,8 @@ static int mnist_main(int argc, char **argv, int cnn)
             for (i = 0; i < n; i++) correct += argmax(logits->data + (size_t)i * CLASSES, CLASSES) == yb[i];
             seen += n;
             ad_tape_reset(T);
-            if ((step & 31) == 0) progress(epoch, o.epochs, seen, train.count, sum_loss / seen, (double)correct / seen, t0, 0);
+            if ((run.step & 31) == 0)
+                progress(epoch, o.epochs, seen, train.count, sum_loss / seen, (double)correct / seen, t0, 0);
         }
         progress(epoch, o.epochs, seen, train.count, sum_loss / seen, (double)correct / seen, t0, 1);
         if (evaluate(T, &model, &test, &test_loss, &test_acc, NULL) != 0) return 1;
@@ -389,20 +656,24 @@ static int mnist_main(int argc, char **argv, int cnn)
         hist->train_acc[epoch - 1] = (double)correct / seen;
         hist->test_loss[epoch - 1] = test_loss;
         hist->test_acc[epoch - 1] = test_acc;
-        hist->epochs = epoch;
+        hist->epochs = run.epochs_done = epoch;
         printf("epoch %2d  train loss %.4f acc %.2f%%  test loss %.4f acc %.2f%%  (%.1fs)\n", epoch,
                sum_loss / seen, 100.0 * correct / seen, test_loss, 100 * test_acc, seconds() - t0);
         fflush(stdout);
+        if (save_run(&o, P, opt, hist, &run, &batcher, &model) != 0) return 1;
+        if (o.stop_after && epoch == o.stop_after && epoch < o.epochs) {
+            stopped = 1;
+            break;
+        }
     }
 
     memset(confusion, 0, sizeof confusion);
     if (evaluate(T, &model, &test, &test_loss, &test_acc, confusion) != 0) return 1;
-    print_confusion(confusion);
+    print_confusion(confusion, o.fashion);
     printf("trained in %.1fs\n", seconds() - t_start);
-    if (ad_checkpoint_save(o.checkpoint, P, opt) != 0)
-        fprintf(stderr, "could not save the checkpoint: %s\n", ad_params_error(P));
-    else
-        printf("checkpoint: %s\n", o.checkpoint);
+    printf("checkpoint: %s\n", o.checkpoint);
+    if (stopped)
+        printf("stopped after epoch %d of %d; continue with --resume %s\n", run.epochs_done, o.epochs, o.checkpoint);
     if (write_plot(o.plot, hist) != 0) fprintf(stderr, "could not write the plot %s\n", o.plot);
     else printf("plot: %s\n", o.plot);
     printf("test accuracy: %.2f%%\n", 100 * test_acc);
