@@ -1093,6 +1093,8 @@ typedef struct ad__arena {
     size_t done;  /* bytes used in the chunks before cur */
     size_t skip;  /* bytes left out at the start of the first chunk by the last reset */
     size_t peak;  /* the most in use at any earlier reset; see ad__arena_peak */
+    size_t chunk; /* bytes of a new chunk, unless one allocation needs more; 0: AD__CHUNK_BYTES */
+    unsigned turns; /* times round the ring of a tape's header arena (ad__heads_start) */
 } ad__arena;
 
 AD__PRIVATE ad__chunk *ad__chunk_new(size_t cap)
@@ -1126,7 +1128,8 @@ AD__PRIVATE int ad__arena_advance(ad__arena *A, size_t bytes)
         next = *at;
         *at = next->next; /* unlink, then put it first among the free chunks */
     } else {
-        next = ad__chunk_new(bytes > AD__CHUNK_BYTES ? bytes : AD__CHUNK_BYTES);
+        size_t chunk = A->chunk ? A->chunk : AD__CHUNK_BYTES;
+        next = ad__chunk_new(bytes > chunk ? bytes : chunk);
         if (!next) return 0;
     }
     next->next = *link;
@@ -1419,7 +1422,9 @@ struct ad__node {
 };
 
 struct ad_tape {
-    ad__arena arena;
+    ad__arena arena;             /* tensors' values, tape entries, saved state */
+    ad__arena heads;             /* tensor headers and one-element tensors: see ad_tape_reset */
+    size_t peak;                 /* the most bytes in use in both at any earlier reset */
     ad__node *last;
     ad_tensor *leaves;           /* leaves that require grad, most recent first */
     unsigned ntensors;
@@ -1462,11 +1467,34 @@ AD__COLD void ad__on_tape_fail(ad_tape *T, const char *op, const char *what, con
 
 /* Whether x may be used by op on T: made on T since its last reset. Otherwise records an error
    that names op and what (the input's role, "weight", "the input") and returns 0. */
-AD__INLINE int ad__on_tape(ad_tape *T, const char *op, const char *what, const ad_tensor *x)
+AD__HOT int ad__on_tape(ad_tape *T, const char *op, const char *what, const ad_tensor *x)
 {
     if (x->tape == T && x->gen == T->gen) return 1;
     ad__on_tape_fail(T, op, what, x);
     return 0;
+}
+
+/* Tensors live until their tape's reset, but a program may keep a pointer longer; ops detect
+   such a stale tensor by the generation (count of resets) in its header. That works while the
+   header is not replaced by the header of a new tensor at the same address, which would make
+   the stale pointer a live tensor. So headers (and one-element tensors, which are little
+   more) have an arena of their own whose generations do not start at one place: each starts
+   where the last one ended, in a ring of four generations' worth of the first chunk (small
+   enough to stay in the L1 cache for a scalar tape), so a header's address comes back only
+   after four resets, and then 48 bytes off on every other turn of the ring. Headers are 96
+   bytes or more apart, so when a program repeats its steps no new header lands exactly on an
+   old one for eight resets. A generation too large for the ring starts 0 or 48 bytes in, by
+   turns. */
+#define AD__HEADS_CHUNK_BYTES ((size_t)64 << 10)
+#define AD__HEADS_RING 4
+
+AD__PRIVATE size_t ad__heads_start(ad__arena *H, unsigned gen)
+{
+    size_t used = (ad__arena_in_use(H) + 15) & ~(size_t)15, next = H->skip + used;
+    if (!H->head || H->cur != H->head) return gen & 1 ? 48 : 0;
+    if (next + used <= AD__HEADS_RING * used && next + used <= H->head->cap) return next;
+    H->turns++;
+    return H->turns & 1 ? 48 : 0;
 }
 
 AUTODIFF_API ad_tape *ad_tape_new(void)
@@ -1474,6 +1502,7 @@ AUTODIFF_API ad_tape *ad_tape_new(void)
     ad_tape *T = (ad_tape *)AUTODIFF_MALLOC(sizeof(ad_tape));
     if (!T) return NULL;
     memset(T, 0, sizeof *T);
+    T->heads.chunk = AD__HEADS_CHUNK_BYTES;
     T->grad_enabled = 1;
     T->training = 1;
     return T;
@@ -1483,6 +1512,7 @@ AUTODIFF_API void ad_tape_free(ad_tape *T)
 {
     if (!T) return;
     ad__arena_free(&T->arena);
+    ad__arena_free(&T->heads);
     ad__pool_free(T->pool);
     AUTODIFF_FREE(T->pack);
     AUTODIFF_FREE(T);
@@ -1492,10 +1522,9 @@ AUTODIFF_API void ad_tape_reset(ad_tape *T)
 {
     if (!T) return;
     T->gen++;
-    /* Every other generation starts a cache line into the arena, so that a tensor kept across
-       a reset and used again finds its own header, with the old generation, rather than the
-       header of the tensor made at the same point of the next step. */
-    ad__arena_reset(&T->arena, T->gen & 1 ? AD__ALIGN : 0);
+    T->peak = ad_tape_bytes_peak(T);
+    ad__arena_reset(&T->arena, 0);
+    ad__arena_reset(&T->heads, ad__heads_start(&T->heads, T->gen));
     T->last = NULL;
     T->leaves = NULL;
     T->ntensors = 0;
@@ -1537,8 +1566,17 @@ AUTODIFF_API int ad_set_training(ad_tape *T, int training)
 
 AUTODIFF_API int ad_is_training(const ad_tape *T) { return T ? T->training : 0; }
 
-AUTODIFF_API size_t ad_tape_bytes_used(const ad_tape *T) { return T ? ad__arena_in_use(&T->arena) : 0; }
-AUTODIFF_API size_t ad_tape_bytes_peak(const ad_tape *T) { return T ? ad__arena_peak(&T->arena) : 0; }
+AUTODIFF_API size_t ad_tape_bytes_used(const ad_tape *T)
+{
+    return T ? ad__arena_in_use(&T->arena) + ad__arena_in_use(&T->heads) : 0;
+}
+
+/* Use only grows between resets, so the peak is the larger of the use now and at the resets. */
+AUTODIFF_API size_t ad_tape_bytes_peak(const ad_tape *T)
+{
+    size_t now = ad_tape_bytes_used(T);
+    return T && T->peak > now ? T->peak : now;
+}
 AUTODIFF_API size_t ad_tape_length(const ad_tape *T) { return T ? T->nentries : 0; }
 
 AUTODIFF_API void ad_set_threads(ad_tape *T, int nthreads)
@@ -1670,6 +1708,14 @@ AD__INLINE void *ad__alloc(ad_tape *T, size_t bytes, const char *op)
     return ad__alloc_aligned(T, bytes, AD__ALIGN, op);
 }
 
+/* bytes (16-aligned) for a tensor header or a one-element tensor, from T's header arena. */
+AD__INLINE void *ad__alloc_head(ad_tape *T, size_t bytes, const char *op)
+{
+    void *p = ad__arena_alloc(&T->heads, bytes, 16);
+    if (!p) ad__fail(T, "%s: out of memory allocating %zu bytes", op, bytes);
+    return p;
+}
+
 /* >>impl:tensor ------------------------------------------------------------------------------ */
 AUTODIFF_API char *ad_shape_str(const ad_tensor *x, char *buf, size_t cap)
 {
@@ -1746,30 +1792,31 @@ AD__INLINE void ad__tensor_init(ad_tape *T, ad_tensor *t, int ndim, const int *s
     t->grad_is_external = 0;
 }
 
-/* A tensor's data starts on a 64-byte boundary after its header, except a one-element tensor's
-   value, which follows its header directly (16-byte aligned): one value gains nothing from the
-   boundary, and scalar tapes stay half the size. */
-#define AD__HEADER_BYTES ((sizeof(ad_tensor) + AD__ALIGN - 1) & ~(size_t)(AD__ALIGN - 1))
+/* A tensor's header is in the tape's header arena and its data on a 64-byte boundary in the
+   main arena, except a one-element tensor's value, which follows its header directly: one
+   value gains nothing from the boundary, and scalar tapes stay half the size. */
 #define AD__ONE_HEADER_BYTES ((sizeof(ad_tensor) + 15) & ~(size_t)15)
 #define AD__ONE_BYTES (AD__ONE_HEADER_BYTES + sizeof(ad_real))
 
 /* A one-element tensor on T with a checked shape and an uninitialised value. */
 AD__INLINE ad_tensor *ad__tensor_one(ad_tape *T, const char *op, int ndim, const int *shape)
 {
-    ad_tensor *t = (ad_tensor *)ad__alloc_aligned(T, AD__ONE_BYTES, 16, op);
+    ad_tensor *t = (ad_tensor *)ad__alloc_head(T, AD__ONE_BYTES, op);
     if (t) ad__tensor_init(T, t, ndim, shape, 1, (ad_real *)((unsigned char *)t + AD__ONE_HEADER_BYTES));
     return t;
 }
 
 /* A tensor on T with a checked shape of size elements and uninitialised data (or no data when
-   with_data is 0). The header and the data are one arena block. */
+   with_data is 0). */
 AD__INLINE ad_tensor *ad__tensor_sized(ad_tape *T, const char *op, int ndim, const int *shape, size_t size,
                                        int with_data)
 {
     ad_tensor *t;
+    ad_real *data = NULL;
     if (with_data && size == 1) return ad__tensor_one(T, op, ndim, shape);
-    t = (ad_tensor *)ad__alloc(T, AD__HEADER_BYTES + (with_data ? size * sizeof(ad_real) : 0), op);
-    if (t) ad__tensor_init(T, t, ndim, shape, size, with_data ? (ad_real *)((unsigned char *)t + AD__HEADER_BYTES) : NULL);
+    if (with_data && !(data = (ad_real *)ad__alloc(T, size * sizeof(ad_real), op))) return NULL;
+    t = (ad_tensor *)ad__alloc_head(T, AD__ONE_HEADER_BYTES, op);
+    if (t) ad__tensor_init(T, t, ndim, shape, size, data);
     return t;
 }
 
@@ -1851,7 +1898,7 @@ AD__PRIVATE ad_tensor *ad__scalar(ad_tape *T, const char *op, ad_real value)
 {
     ad_tensor *t;
     if (!T) return NULL;
-    t = ad__tensor_sized(T, op, 0, NULL, 1, 1);
+    t = ad__tensor_one(T, op, 0, NULL);
     if (t) t->data[0] = value;
     return t;
 }
@@ -3799,9 +3846,9 @@ AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g);
 AD__PRIVATE ad_tensor *ad__mask_grad(ad_tape *T, ad_tensor *g, ad_tensor *x, int kind, ad_real p0,
                                      ad_real p1);
 
-AD__PRIVATE ad_tensor *ad__unary(ad_tape *T, ad_tensor *a, int kind, ad_real p0, ad_real p1)
+/* kind(a) with its parameters; errors name op, the function the caller called. */
+AD__PRIVATE ad_tensor *ad__unary_as(ad_tape *T, const char *op, ad_tensor *a, int kind, ad_real p0, ad_real p1)
 {
-    const char *op = ad__unary_names[kind];
     ad__unary_job job;
     ad_tensor *y;
     ad__node *n;
@@ -3821,6 +3868,11 @@ AD__PRIVATE ad_tensor *ad__unary(ad_tape *T, ad_tensor *a, int kind, ad_real p0,
     n->rv[0] = p0;
     n->rv[1] = p1;
     return y;
+}
+
+AD__PRIVATE ad_tensor *ad__unary(ad_tape *T, ad_tensor *a, int kind, ad_real p0, ad_real p1)
+{
+    return ad__unary_as(T, ad__unary_names[kind], a, kind, p0, p1);
 }
 
 /* d y / d x of one element, from x and y = f(x): the local derivative that the fused backward
@@ -4055,25 +4107,37 @@ AUTODIFF_API ad_tensor *ad_affine(ad_tape *T, ad_tensor *a, ad_real scale, ad_re
 {
     return ad__unary(T, a, AD__U_AFFINE, scale, shift);
 }
-AUTODIFF_API ad_tensor *ad_add_scalar(ad_tape *T, ad_tensor *a, ad_real s) { return ad_affine(T, a, 1, s); }
-AUTODIFF_API ad_tensor *ad_sub_scalar(ad_tape *T, ad_tensor *a, ad_real s) { return ad_affine(T, a, 1, -s); }
-AUTODIFF_API ad_tensor *ad_rsub_scalar(ad_tape *T, ad_real s, ad_tensor *a) { return ad_affine(T, a, -1, s); }
-AUTODIFF_API ad_tensor *ad_mul_scalar(ad_tape *T, ad_tensor *a, ad_real s) { return ad_affine(T, a, s, 0); }
+AUTODIFF_API ad_tensor *ad_add_scalar(ad_tape *T, ad_tensor *a, ad_real s)
+{
+    return ad__unary_as(T, "ad_add_scalar", a, AD__U_AFFINE, 1, s);
+}
+AUTODIFF_API ad_tensor *ad_sub_scalar(ad_tape *T, ad_tensor *a, ad_real s)
+{
+    return ad__unary_as(T, "ad_sub_scalar", a, AD__U_AFFINE, 1, -s);
+}
+AUTODIFF_API ad_tensor *ad_rsub_scalar(ad_tape *T, ad_real s, ad_tensor *a)
+{
+    return ad__unary_as(T, "ad_rsub_scalar", a, AD__U_AFFINE, -1, s);
+}
+AUTODIFF_API ad_tensor *ad_mul_scalar(ad_tape *T, ad_tensor *a, ad_real s)
+{
+    return ad__unary_as(T, "ad_mul_scalar", a, AD__U_AFFINE, s, 0);
+}
 AUTODIFF_API ad_tensor *ad_div_scalar(ad_tape *T, ad_tensor *a, ad_real s)
 {
     if (T && a && s == 0) {
         ad__fail(T, "ad_div_scalar: division by zero");
         return NULL;
     }
-    return ad_affine(T, a, 1 / s, 0);
+    return ad__unary_as(T, "ad_div_scalar", a, AD__U_AFFINE, 1 / s, 0);
 }
 AUTODIFF_API ad_tensor *ad_maximum_scalar(ad_tape *T, ad_tensor *a, ad_real s)
 {
-    return ad__unary(T, a, AD__U_CLAMP, s, (ad_real)HUGE_VAL);
+    return ad__unary_as(T, "ad_maximum_scalar", a, AD__U_CLAMP, s, (ad_real)HUGE_VAL);
 }
 AUTODIFF_API ad_tensor *ad_minimum_scalar(ad_tape *T, ad_tensor *a, ad_real s)
 {
-    return ad__unary(T, a, AD__U_CLAMP, (ad_real)-HUGE_VAL, s);
+    return ad__unary_as(T, "ad_minimum_scalar", a, AD__U_CLAMP, (ad_real)-HUGE_VAL, s);
 }
 
 /* >>ops:binary ------------------------------------------------------------------------------- */
@@ -4101,9 +4165,15 @@ AD__PRIVATE int ad__broadcast_shape(ad_tape *T, const char *op, const ad_tensor 
     return 1;
 }
 
-AD__PRIVATE int ad__check_pair(ad_tape *T, const char *op, const ad_tensor *a, const ad_tensor *b)
+AD__COLD int ad__check_pair_fail(ad_tape *T, const char *op, const ad_tensor *a, const ad_tensor *b)
 {
     return ad__on_tape(T, op, "a", a) && ad__on_tape(T, op, "b", b);
+}
+
+AD__HOT int ad__check_pair(ad_tape *T, const char *op, const ad_tensor *a, const ad_tensor *b)
+{
+    if (a->tape == T && b->tape == T && a->gen == T->gen && b->gen == T->gen) return 1;
+    return ad__check_pair_fail(T, op, a, b);
 }
 
 /* Computes kind(a, b) with broadcasting; records it when record is set. */
@@ -4297,7 +4367,7 @@ AD__INLINE ad_tensor *ad__binary_one_fill(ad_tape *T, unsigned char *block, ad_t
 AD__COLD ad_tensor *ad__binary_one_next_chunk(ad_tape *T, const char *op, ad_tensor *a, ad_tensor *b, int kind,
                                               int recorded)
 {
-    unsigned char *block = (unsigned char *)ad__alloc_aligned(T, AD__ONE_BLOCK_BYTES(recorded), 16, op);
+    unsigned char *block = (unsigned char *)ad__alloc_head(T, AD__ONE_BLOCK_BYTES(recorded), op);
     return block ? ad__binary_one_fill(T, block, a, b, kind, recorded) : NULL;
 }
 
@@ -4305,7 +4375,7 @@ AD__INLINE ad_tensor *ad__binary_one(ad_tape *T, const char *op, ad_tensor *a, a
                                      int record)
 {
     int recorded = record && T->grad_enabled && (a->requires_grad || b->requires_grad);
-    unsigned char *block = (unsigned char *)ad__arena_alloc_here(&T->arena, AD__ONE_BLOCK_BYTES(recorded), 16);
+    unsigned char *block = (unsigned char *)ad__arena_alloc_here(&T->heads, AD__ONE_BLOCK_BYTES(recorded), 16);
     if (!block) return ad__binary_one_next_chunk(T, op, a, b, kind, recorded);
     return ad__binary_one_fill(T, block, a, b, kind, recorded);
 }
@@ -4596,6 +4666,7 @@ AUTODIFF_API ad_tensor *ad_flatten(ad_tape *T, ad_tensor *a)
 {
     int shape[2];
     if (!T || !a) return NULL;
+    if (!ad__on_tape(T, "ad_flatten", "the input", a)) return NULL;
     if (a->ndim < 1) {
         ad__fail(T, "ad_flatten: a scalar has no batch dimension");
         return NULL;
@@ -4668,6 +4739,7 @@ AUTODIFF_API ad_tensor *ad_transpose(ad_tape *T, ad_tensor *a, int axis0, int ax
 {
     int perm[AD_MAX_DIMS], d, t;
     if (!T || !a) return NULL;
+    if (!ad__on_tape(T, "ad_transpose", "the input", a)) return NULL;
     axis0 = ad__axis(T, "ad_transpose", a, axis0);
     if (axis0 < 0) return NULL;
     axis1 = ad__axis(T, "ad_transpose", a, axis1);
@@ -4915,9 +4987,9 @@ AD__PRIVATE void ad__matmul_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
         ad__accum_to(S, b, tb ? ad_matmul_t(T, g, a, 1, ta) : ad_matmul_t(T, a, g, !ta, 0), 1);
 }
 
-AUTODIFF_API ad_tensor *ad_matmul_t(ad_tape *T, ad_tensor *a, ad_tensor *b, int trans_a, int trans_b)
+/* op(a) op(b); errors name op, the function the caller called. */
+AD__PRIVATE ad_tensor *ad__matmul(ad_tape *T, const char *op, ad_tensor *a, ad_tensor *b, int trans_a, int trans_b)
 {
-    const char *op = (trans_a || trans_b) ? "ad_matmul_t" : "ad_matmul";
     int shape[AD_MAX_DIMS], nd, m, k, k2, n, i, batch = 1;
     ad_tensor *y, *big;
     ad__node *node;
@@ -4954,7 +5026,7 @@ AUTODIFF_API ad_tensor *ad_matmul_t(ad_tape *T, ad_tensor *a, ad_tensor *b, int 
         flat[1] = k;
         memcpy(out, a->shape, sizeof out);
         out[a->ndim - 1] = n;
-        return ad_reshape(T, ad_matmul_t(T, ad_reshape(T, a, 2, flat), b, 0, trans_b), a->ndim, out);
+        return ad_reshape(T, ad__matmul(T, op, ad_reshape(T, a, 2, flat), b, 0, trans_b), a->ndim, out);
     }
     big = a->ndim >= b->ndim ? a : b;
     nd = big->ndim;
@@ -4982,7 +5054,12 @@ AUTODIFF_API ad_tensor *ad_matmul_t(ad_tape *T, ad_tensor *a, ad_tensor *b, int 
     return y;
 }
 
-AUTODIFF_API ad_tensor *ad_matmul(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad_matmul_t(T, a, b, 0, 0); }
+AUTODIFF_API ad_tensor *ad_matmul_t(ad_tape *T, ad_tensor *a, ad_tensor *b, int trans_a, int trans_b)
+{
+    return ad__matmul(T, "ad_matmul_t", a, b, trans_a, trans_b);
+}
+
+AUTODIFF_API ad_tensor *ad_matmul(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__matmul(T, "ad_matmul", a, b, 0, 0); }
 
 /* dx = g W^T, dW = x^T g, db = column sums of g, each computed straight into (or added onto)
    the input's gradient buffer; for sweeps that do not record. */
@@ -6435,6 +6512,7 @@ AUTODIFF_API ad_tensor *ad_global_avg_pool2d(ad_tape *T, ad_tensor *x)
     int shape[3];
     char s[96];
     if (!T || !x) return NULL;
+    if (!ad__on_tape(T, "ad_global_avg_pool2d", "the input", x)) return NULL;
     if (x->ndim != 4) {
         ad__fail(T, "ad_global_avg_pool2d: x %s must be [N, C, H, W]", ad_shape_str(x, s, sizeof s));
         return NULL;
@@ -7589,8 +7667,9 @@ AUTODIFF_API int ad_optim_step_on(ad_optim *O, ad_tape *T)
     int i = 0, tasks;
     if (!O) return -1;
     if (O->P->nscalars != O->n) {
-        ad__pfail(O->P, "ad_optim_step: the store has %zu scalars, the optimizer was made for %zu; make the "
-                  "optimizer after adding every parameter", O->P->nscalars, O->n);
+        ad__pfail(O->P, "%s: the store has %zu scalars, the optimizer was made for %zu; make the "
+                  "optimizer after adding every parameter", T ? "ad_optim_step_on" : "ad_optim_step", O->P->nscalars,
+                  O->n);
         return -1;
     }
     O->steps++;

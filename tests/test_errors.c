@@ -440,6 +440,82 @@ static void test_out_of_memory(void)
     TH_CHECK(bad_value == 0, "%d runs completed with a wrong result", bad_value);
 }
 
+/* Tensors live until their tape's next reset: one kept across a reset is refused by every op
+   and by the sweeps, at once and in the steps after, while tensors made since work. */
+static void test_stale_tensors(void)
+{
+    ad_tape *T = ad_tape_new(), *U = ad_tape_new();
+    int s23[] = {2, 3}, s1[] = {1}, step, caught = 0, worked = 0;
+    ad_tensor *w = ad_tensor_new(T, 2, s23, NULL, 1), *v = ad_var(T, 3), *x, *y;
+    ad_tensor *other = ad_tensor_new(U, 2, s23, NULL, 1);
+    TH_CHECK(w && ad_add(T, w, w) != NULL, "a fresh tensor works");
+    TH_CHECK(ad_add(T, w, other) == NULL, "a tensor of another tape was accepted");
+    TH_CHECK_ERROR(T, "ad_add: b belongs to another tape");
+    ad_tape_reset(T);
+    x = ad_tensor_new(T, 2, s23, NULL, 1);
+    MISUSE(T, ad_add(T, x, w));
+    TH_CHECK_ERROR(T, "ad_add: b was made before the tape's last reset");
+    MISUSE(T, ad_exp(T, w));
+    TH_CHECK_ERROR(T, "ad_exp: the input was made before the tape's last reset");
+    MISUSE(T, ad_sum(T, w));
+    TH_CHECK_ERROR(T, "before the tape's last reset");
+    MISUSE(T, ad_reshape(T, w, 1, (int[]){6}));
+    TH_CHECK_ERROR(T, "ad_reshape: the input was made before the tape's last reset");
+    MISUSE(T, ad_matmul(T, x, ad_transpose(T, w, 0, 1)));
+    TH_CHECK_ERROR(T, "before the tape's last reset");
+    MISUSE(T, ad_concat(T, (ad_tensor *[]){x, w}, 2, 0));
+    TH_CHECK_ERROR(T, "ad_concat: tensor 1 was made before the tape's last reset");
+    ad_tape_clear_error(T);
+    TH_CHECK(ad_backward(T, v) == -1, "ad_backward of a stale result did not fail");
+    TH_CHECK_ERROR(T, "ad_backward: y was made before the tape's last reset");
+    MISUSE(T, ad_grad(T, ad_sum(T, x), w, 0));
+    TH_CHECK_ERROR(T, "ad_grad: x was made before the tape's last reset");
+    /* a tensor made before a training loop and used in every step */
+    ad_tape_reset(T);
+    w = ad_tensor_new(T, 1, s1, NULL, 1);
+    for (step = 0; step < 6; step++) {
+        x = ad_tensor_new(T, 1, s1, NULL, 1);
+        y = ad_mul(T, x, w);
+        if (step == 0) worked += y != NULL && ad_backward(T, ad_sum(T, y)) == 0;
+        else caught += y == NULL && ad_tape_error(T) && strstr(ad_tape_error(T), "before the tape's last reset");
+        ad_tape_reset(T);
+    }
+    TH_CHECK(worked == 1 && caught == 5, "a tensor kept across resets: used once, caught %d of 5 times", caught);
+    x = ad_tensor_new(T, 2, s23, NULL, 0);
+    ad_tensor_new(U, 2, s23, NULL, 0);
+    ad_tape_reset(U);
+    ad_tensor_new(U, 2, s23, NULL, 0);
+    TH_CHECK(ad_tape_bytes_used(T) == ad_tape_bytes_used(U) && ad_tape_bytes_used(T) < 256,
+             "bytes in use after resets: %zu and %zu", ad_tape_bytes_used(T), ad_tape_bytes_used(U));
+    ad_tape_free(T);
+    ad_tape_free(U);
+}
+
+/* Sizes that the caller gives are multiplied without wrapping. */
+static void test_size_overflow(ad_tape *T)
+{
+    int s22[] = {2, 2}, wrap[] = {-1, 1 << 30, 1 << 30, 16}, big[] = {1 << 30, 1 << 30, 1 << 30};
+    ad_tensor *a = ad_zeros(T, 2, s22);
+    MISUSE(T, ad_reshape(T, a, 4, wrap));
+    TH_CHECK_ERROR(T, "ad_reshape: [2,2] to [-1,1073741824,1073741824,16]: 4 elements do not fit");
+    MISUSE(T, ad_reshape(T, a, 3, big));
+    TH_CHECK_ERROR(T, "ad_reshape: [2,2] to [1073741824,1073741824,1073741824]: 4 elements do not fit");
+    MISUSE(T, ad_reshape(T, a, 3, (int[]){-1, -1, 1}));
+    TH_CHECK_ERROR(T, "ad_reshape: [2,2] to [-1,-1,1]: dimension 1 is -1; only one may be -1");
+    MISUSE(T, ad_reshape(T, a, 2, (int[]){-1, 3}));
+    TH_CHECK_ERROR(T, "ad_reshape: [2,2] to [-1,3]: 4 elements do not fit");
+    MISUSE(T, ad_zeros(T, 3, big));
+    TH_CHECK_ERROR(T, "ad_zeros: shape [1073741824,1073741824,1073741824] has too many elements");
+    MISUSE(T, ad_broadcast_to(T, a, 4, (int[]){1 << 30, 1 << 30, 1 << 30, 2}));
+    TH_CHECK_ERROR(T, "ad_broadcast_to: shape [1073741824,1073741824,1073741824,2] has too many elements");
+    MISUSE(T, ad_conv2d(T, ad_zeros(T, 4, (int[]){1, 1, 3, 3}), ad_zeros(T, 4, (int[]){1, 1, 2, 2}), NULL,
+                        &(ad_conv2d_desc){0, 0, INT_MAX, INT_MAX, 0, 0, 0}));
+    TH_CHECK_ERROR(T, "ad_conv2d: x [1,1,3,3], w [1,1,2,2]: too large");
+    MISUSE(T, ad_max_pool2d(T, ad_zeros(T, 4, (int[]){1, 1, 3, 3}), INT_MAX, 2, NULL));
+    TH_CHECK_ERROR(T, "ad_max_pool2d: x [1,1,3,3]: the kernel 2147483647x2 is larger than the padded input");
+    ad_tape_clear_error(T);
+}
+
 int main(void)
 {
     ad_tape *T = ad_tape_new();
@@ -450,7 +526,9 @@ int main(void)
     test_backward_errors(T);
     test_null_propagation(T);
     test_first_error_sticks(T);
+    test_size_overflow(T);
     ad_tape_free(T);
+    test_stale_tensors();
     TH_CHECK(live_blocks == 0, "%ld blocks left after ad_tape_free", live_blocks);
     test_out_of_memory();
     return th_summary();
