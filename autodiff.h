@@ -104,9 +104,10 @@
    and image loading; everything else needs only the C standard library and libm.
 
    >>memory
-   ad_tape_new allocates the tape; its arena grows by chunks (never moving data) and keeps them
-   across ad_tape_reset, so the steady state of a loop allocates nothing. ad_tape_free releases
-   all of it. ad_tape_bytes_used and ad_tape_bytes_peak report the arena's use. Besides the arena
+   ad_tape_new allocates the tape; its arenas (values and tape entries in one, tensor headers
+   and one-element tensors in a second, smaller one) grow by chunks (never moving data) and
+   keep them across ad_tape_reset, so the steady state of a loop allocates nothing.
+   ad_tape_free releases all of it. ad_tape_bytes_used and ad_tape_bytes_peak report the arena's use. Besides the arena
    a tape keeps the GEMM's packing buffers and, once a large product runs, its worker threads.
    A backward sweep adds gradients straight into the buffers that leaves already have (a
    parameter store's gradients) and into buffers it made itself, so a training step needs about
@@ -119,7 +120,12 @@
        ad_matmul: [64,784] x [128,10]: inner dimensions 784 and 128 differ
    and returns NULL. The first message sticks until ad_tape_reset or ad_tape_clear_error. Every op
    given a NULL tensor returns NULL, so a chain of calls needs one check at the end. Running out
-   of memory is reported the same way.
+   of memory is reported the same way. A tensor lives until its tape's next reset; an op or
+   ad_backward given a tensor kept from before the last reset refuses it ("x was made before
+   the tape's last reset"), as it refuses a tensor of another tape. The check reads the
+   tensor's header, which no new tensor reuses for several resets; keep nothing across a reset
+   all the same (parameters live in an ad_params store and are put on each step's tape with
+   ad_param).
 
    >>threads
    All state lives in explicit objects; there are no globals. Different tapes may be used from
@@ -725,13 +731,19 @@ AUTODIFF_API double ad_lr_cosine(double lr0, double min_lr, int64_t warmup_steps
                                  int64_t step);
 
 /* >>api:checkpoint ----------------------------------------------------------------------------
-   A checkpoint holds every parameter's name, shape and values and, optionally, an optimizer's
-   kind, settings, step count and state, in the little-endian format described at
+   A checkpoint holds every parameter's name, shape, frozen flag and values, optionally an
+   optimizer's kind, settings, step count and state, and the store's extra bytes (the
+   program's own state: ad_params_set_extra), in the little-endian format described at
    >>impl:checkpoint. Loading validates the whole file against the store (and optimizer) before
    it changes anything: a truncated, corrupt, foreign or mismatched file is refused with the
    reason in the store's error, and the parameters and optimizer stay bit for bit as they were.
-   Loading restores values, and with an optimizer its settings (lr included), step count and
-   state; gradients are not touched. A file written with an optimizer may be loaded without one.
+   Loading restores the values and the extra bytes, and with an optimizer its step count, state
+   and settings: the file's settings win over the optimizer's, every field of ad_optim_desc
+   (lr and zero_grad included), except that a version 1 file, which has no zero_grad, leaves the
+   optimizer's. The optimizer's kind must be the file's. Gradients are not touched, nor which
+   parameters are frozen (the store's own setting). A file written with an optimizer may be
+   loaded without one. Together these let training continue exactly where a run stopped: the
+   same steps give the same parameters, bit for bit, as if it had never stopped.
    Every function returns 0 on success and -1 (store's error set) on failure. */
 
 /* Bytes of a checkpoint of P with optimizer O (may be NULL), or 0 when P is NULL or the size
@@ -752,9 +764,11 @@ AUTODIFF_API int ad_checkpoint_save(const char *path, ad_params *P, const ad_opt
 /* Reads the whole file (at most the size of the largest checkpoint this store can accept) and
    loads it as ad_checkpoint_load_memory does. */
 AUTODIFF_API int ad_checkpoint_load(const char *path, ad_params *P, ad_optim *O);
-/* A new store holding the parameters of a checkpoint file (names, shapes, values; optimizer
-   state is skipped), for programs that only run a trained model. Returns NULL on failure with
-   the reason in err (errlen bytes, always terminated; may be NULL). */
+/* A new store holding the parameters of a checkpoint file (names, shapes, frozen flags, values
+   and extra bytes; optimizer state is skipped), for programs that only run a trained model or
+   that read the extra bytes before building their model. The file's table is checked against
+   its length before the store grows. Returns NULL on failure with the reason in err (errlen
+   bytes, always terminated; may be NULL). */
 AUTODIFF_API ad_params *ad_params_load(const char *path, char *err, size_t errlen);
 #endif
 
@@ -767,11 +781,16 @@ AUTODIFF_API ad_params *ad_params_load(const char *path, char *err, size_t errle
    paths fail with a message saying so, and raw IDX files still load.
 
    Errors: every function that can fail returns 0 on success, or -1 with a reason written into
-   err (errlen bytes, always terminated; err may be NULL). File contents are untrusted: sizes are
-   checked against explicit limits and the real length of the data; nothing aborts, and a failed
-   call leaves its output struct zeroed with nothing allocated.
-   Limits: no file, decompressed stream or decoded image may exceed AUTODIFF_DATA_MAX_BYTES bytes
-   (default 1 GiB; define it in the implementation file to change it).
+   err (errlen bytes, always terminated; err may be NULL) that begins with the function's name.
+   File contents are untrusted: sizes are checked against explicit limits and the real length
+   of the data before anything of that size is allocated; nothing aborts, and a failed call
+   leaves its output struct zeroed with nothing allocated.
+   Limits: no file, decompressed stream or image's values (as ad_real) may exceed
+   AUTODIFF_DATA_MAX_BYTES bytes (default 1 GiB; define it in the implementation file to change
+   it). An image's size is read from its header (stbi_info) before it is decoded.
+   stb_image: Debian 12's stb_image 2.27 writes past its arrays on a JPEG whose Huffman table
+   declares more than 256 codes; such files are refused before stb_image sees them. Decoders
+   read untrusted bytes: keep stb_image up to date.
    Memory: results are allocated with AUTODIFF_MALLOC; release them with the matching _free.
    Threads: calls on different objects may run concurrently. */
 
@@ -853,14 +872,16 @@ AUTODIFF_API void ad_dataset_free(ad_dataset *ds);
 
 /* Decodes an image (any format stb_image reads: PNG, JPEG, BMP, GIF, TGA, PNM, ...) into
    [channels, height, width] values in [0, 1]; stb_image converts to the requested channels
-   (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA). Returns 0, or -1 with err set. */
+   (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA). An image whose header declares more values than
+   AUTODIFF_DATA_MAX_BYTES holds is refused before decoding. Returns 0, or -1 with err set. */
 AUTODIFF_API int ad_image_load(const char *path, int channels, ad_image *img, char *err,
                                size_t errlen);
 AUTODIFF_API int ad_image_load_memory(const void *bytes, size_t len, int channels, ad_image *img,
                                       char *err, size_t errlen);
 /* Resizes src to height x width into dst (a new image). Each axis is averaged over the covered
-   input area when it shrinks and interpolated linearly between pixel centres when it grows, so
-   values stay in [0, 1]. dst may be src: the old pixels are then freed. On failure dst is zeroed
+   input area when it shrinks and interpolated linearly between pixel centres when it grows;
+   every output value lies within the range of the inputs it is made from, so values in [0, 1]
+   stay in [0, 1]. dst may be src: the old pixels are then freed. On failure dst is zeroed
    (left as it was when it is src). */
 AUTODIFF_API int ad_image_resize(const ad_image *src, int height, int width, ad_image *dst,
                                  char *err, size_t errlen);

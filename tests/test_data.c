@@ -870,6 +870,100 @@ static void test_batcher(void)
     ad_dataset_free(&ds);
 }
 
+/* A batcher put back at a saved position gives the batches that came next then, in this epoch
+   and the ones after; a state of another batcher is refused with the batcher unchanged. */
+static void test_batcher_state(void)
+{
+    ad_dataset ds = toy_dataset(23), other = toy_dataset(22);
+    ad_batcher a, b, c;
+    unsigned char state[AD_BATCHER_STATE_BYTES], mid[AD_BATCHER_STATE_BYTES], zero[AD_BATCHER_STATE_BYTES];
+    char err[300] = "";
+    int oa[23], ob[23], flags, e, i, ok;
+    for (flags = 0; flags <= 3; flags++) {
+        ad_batcher_init(&a, &ds, 5, flags, 42, err, sizeof err);
+        ad_batcher_init(&b, &ds, 5, flags, 7, err, sizeof err); /* another seed: the state decides */
+        epoch(&a, 5, 23, flags & AD_BATCH_DROP_LAST, oa);
+        ad_batcher_reset(&a);
+        ad_batcher_next(&a, NULL, NULL); /* one batch into the second epoch */
+        ad_batcher_get_state(&a, mid);
+        TH_CHECK(ad_batcher_set_state(&b, mid, sizeof mid, err, sizeof err) == 0, "flags %d: set: %s", flags, err);
+        for (e = 0, ok = 1; e < 3; e++) {
+            int na = epoch(&a, 5, e ? 23 : 18, flags & AD_BATCH_DROP_LAST, oa);
+            int nb = epoch(&b, 5, e ? 23 : 18, flags & AD_BATCH_DROP_LAST, ob);
+            ok = ok && na == nb && na > 0 && memcmp(oa, ob, (size_t)na * sizeof(int)) == 0;
+            ad_batcher_reset(&a);
+            ad_batcher_reset(&b);
+        }
+        TH_CHECK(ok, "flags %d: the restored batcher gives the same batches for three epochs", flags);
+        ad_batcher_free(&a);
+        ad_batcher_free(&b);
+    }
+    ad_batcher_init(&a, &ds, 5, AD_BATCH_SHUFFLE, 42, err, sizeof err);
+    ad_batcher_get_state(&a, state);
+    ad_batcher_init(&b, &ds, 4, AD_BATCH_SHUFFLE, 42, err, sizeof err);
+    ad_batcher_init(&c, &other, 5, AD_BATCH_SHUFFLE, 42, err, sizeof err);
+    ad_batcher_get_state(&b, mid);
+    TH_CHECK(ad_batcher_set_state(&b, state, sizeof state, err, sizeof err) == -1 &&
+                 strstr(err, "ad_batcher_set_state: the state is of a batcher over 23 samples in batches of 5"),
+             "another batch size: %s", err);
+    ad_batcher_get_state(&b, zero);
+    TH_CHECK(memcmp(mid, zero, sizeof mid) == 0, "a refused state left the batcher as it was");
+    TH_CHECK(ad_batcher_set_state(&c, state, sizeof state, err, sizeof err) == -1 && strstr(err, "22"),
+             "another dataset size: %s", err);
+    TH_CHECK(ad_batcher_set_state(&a, state, 10, err, sizeof err) == -1 && strstr(err, "not a batcher state"),
+             "short state: %s", err);
+    memcpy(mid, state, sizeof state);
+    mid[16] = 24; /* position past the end */
+    TH_CHECK(ad_batcher_set_state(&a, mid, sizeof mid, err, sizeof err) == -1 && strstr(err, "position 24"),
+             "position past the end: %s", err);
+    memset(zero, 0, sizeof zero);
+    TH_CHECK(ad_batcher_set_state(&a, zero, sizeof zero, err, sizeof err) == -1 && strstr(err, "not a batcher state"),
+             "zeros: %s", err);
+    for (i = 0; i < 4; i++) state[i] = 0xFF;
+    ad_batcher_free(&c);
+    TH_CHECK(ad_batcher_set_state(&c, state, sizeof state, err, sizeof err) == -1 && strstr(err, "not initialised"),
+             "freed batcher: %s", err);
+    ad_batcher_free(&a);
+    ad_batcher_free(&b);
+    ad_dataset_free(&ds);
+    ad_dataset_free(&other);
+}
+
+/* Small files that declare huge images, or that stb_image 2.27 cannot read safely, are refused
+   from their headers. */
+static void test_hostile_images(void)
+{
+    unsigned char bmp[54], jpeg[64];
+    ad_image img;
+    char err[300] = "";
+    int i;
+    /* a BMP header of 20000 x 20000 pixels, 24 bits, and no pixels */
+    memset(bmp, 0, sizeof bmp);
+    bmp[0] = 'B', bmp[1] = 'M';
+    bmp[2] = 54, bmp[10] = 54, bmp[14] = 40;
+    bmp[18] = 0x20, bmp[19] = 0x4E, bmp[22] = 0x20, bmp[23] = 0x4E; /* 20000 */
+    bmp[26] = 1, bmp[28] = 24;
+    TH_CHECK(ad_image_load_memory(bmp, sizeof bmp, 3, &img, err, sizeof err) == -1 && img.data == NULL &&
+                 strstr(err, "ad_image_load_memory: the file declares 20000x20000 pixels"),
+             "a 54-byte BMP of 20000x20000 pixels: %s", err);
+    /* SOI, then a DHT segment whose table declares 16 * 255 codes */
+    memset(jpeg, 0, sizeof jpeg);
+    jpeg[0] = 0xFF, jpeg[1] = 0xD8, jpeg[2] = 0xFF, jpeg[3] = 0xC4, jpeg[4] = 0, jpeg[5] = 19;
+    for (i = 0; i < 16; i++) jpeg[7 + i] = 0xFF;
+    TH_CHECK(ad_image_load_memory(jpeg, sizeof jpeg, 1, &img, err, sizeof err) == -1 &&
+                 strstr(err, "Huffman table declares more than 256 codes"),
+             "a JPEG Huffman table of 4080 codes: %s", err);
+    /* the same table after padding and inside a scan's data, where stb_image also looks */
+    memset(jpeg, 0, sizeof jpeg);
+    jpeg[0] = 0xFF, jpeg[1] = 0xD8, jpeg[2] = 0xFF, jpeg[3] = 0xDA, jpeg[4] = 0, jpeg[5] = 2;
+    jpeg[6] = 0x12, jpeg[7] = 0xFF, jpeg[8] = 0x00, jpeg[9] = 0xFF, jpeg[10] = 0xFF, jpeg[11] = 0xC4;
+    jpeg[12] = 0, jpeg[13] = 19;
+    for (i = 0; i < 16; i++) jpeg[15 + i] = 0x20;
+    TH_CHECK(ad_image_load_memory(jpeg, sizeof jpeg, 1, &img, err, sizeof err) == -1 &&
+                 strstr(err, "more than 256 codes"),
+             "a large table after a scan: %s", err);
+}
+
 int main(void)
 {
     strcpy(tmp_root, "/tmp/ad_test_data_XXXXXX");
@@ -889,6 +983,8 @@ int main(void)
     test_folder();
     test_png_mnist();
     test_batcher();
+    test_batcher_state();
+    test_hostile_images();
     cleanup();
     return th_summary();
 }
