@@ -1,4 +1,4 @@
-/* autodiff.h - v0.4.1 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.5.0 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -195,6 +195,14 @@
                       threads by planes; cross-entropy keeps its softmax for the backward
                       pass; softmax and cross-entropy take the exponentials of all rows in
                       one vector call.
+   0.5.0  2026-11-25  checkpoint format 2 (version 1 still read): the optimizer's zero_grad,
+                      each parameter's frozen flag, and the program's own bytes
+                      (ad_params_set_extra), so that training resumes exactly;
+                      ad_batcher_get_state / ad_batcher_set_state; ops refuse tensors made
+                      before the tape's last reset; sizes from files checked before anything
+                      of that size is allocated (images probed before decoding); killed saves'
+                      temporary files removed by the next save; ad_batch_norm_init takes err,
+                      errlen; loader messages name the function called.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -203,8 +211,8 @@
 #include <stdint.h>
 
 #define AUTODIFF_VERSION_MAJOR 0
-#define AUTODIFF_VERSION_MINOR 4
-#define AUTODIFF_VERSION_PATCH 1
+#define AUTODIFF_VERSION_MINOR 5
+#define AUTODIFF_VERSION_PATCH 0
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
