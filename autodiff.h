@@ -796,9 +796,14 @@ AUTODIFF_API ad_params *ad_params_load(const char *path, char *err, size_t errle
    Limits: no file, decompressed stream or image's values (as ad_real) may exceed
    AUTODIFF_DATA_MAX_BYTES bytes (default 1 GiB; define it in the implementation file to change
    it). An image's size is read from its header (stbi_info) before it is decoded.
-   stb_image: Debian 12's stb_image 2.27 writes past its arrays on a JPEG whose Huffman table
-   declares more than 256 codes; such files are refused before stb_image sees them. Decoders
-   read untrusted bytes: keep stb_image up to date.
+   stb_image: Debian 12's stb_image 2.27 has faults that a file can reach. Images are checked
+   before stb_image sees them, and refused with the reason: JPEG Huffman tables of more than
+   256 codes (written past its arrays), PNG chunks longer than the file (allocated as stated),
+   PGM/PPM files with 16-bit samples (read wrongly), malformed headers or missing pixels
+   (returned uninitialised), and PSD, HDR and PIC files (out-of-range casts, an endless loop on
+   a cut-short HDR). A PNG's empty IDAT chunks, which the standard allows and stb_image
+   mishandles, are dropped from a copy. The formats read are PNG, JPEG, BMP, GIF, TGA, PGM and
+   PPM. Decoders read untrusted bytes: keep stb_image up to date.
    Memory: results are allocated with AUTODIFF_MALLOC; release them with the matching _free.
    Threads: calls on different objects may run concurrently. */
 
@@ -7395,8 +7400,8 @@ AD__PRIVATE ad_optim_desc ad__optim_defaults(const ad_optim_desc *desc)
     return d;
 }
 
-/* Why the settings (defaults filled in) cannot be used, or NULL when they can. */
-AD__PRIVATE const char *ad__optim_invalid(const ad_optim_desc *d)
+/* Why the settings (defaults filled in) cannot be used by their kind of optimizer, or NULL. */
+AD__PRIVATE const char *ad__optim_invalid_for_kind(const ad_optim_desc *d)
 {
     if ((int)d->kind < (int)AD_OPTIM_SGD || (int)d->kind > (int)AD_OPTIM_ADAMW) return "unknown optimizer kind";
     if (!ad__train_finite(d->lr) || d->lr < 0) return "lr must be finite and >= 0";
@@ -7412,6 +7417,17 @@ AD__PRIVATE const char *ad__optim_invalid(const ad_optim_desc *d)
         return "beta1 and beta2 must lie in [0, 1)";
     if (!ad__train_finite(d->eps) || d->eps <= 0) return "eps must be finite and > 0";
     return NULL;
+}
+
+/* Why the settings (defaults filled in) cannot be used, or NULL when they can: those of the
+   kind, and every number finite, used or not (a checkpoint stores them all). */
+AD__PRIVATE const char *ad__optim_invalid(const ad_optim_desc *d)
+{
+    const char *why = ad__optim_invalid_for_kind(d);
+    if (!why && !(ad__train_finite(d->momentum) && ad__train_finite(d->dampening) && ad__train_finite(d->beta1) &&
+                  ad__train_finite(d->beta2) && ad__train_finite(d->eps)))
+        why = "momentum, dampening, beta1, beta2 and eps must be finite, even where unused";
+    return why;
 }
 
 AD__PRIVATE int ad__optim_buffers(const ad_optim_desc *d)
@@ -8398,8 +8414,8 @@ AD__PRIVATE int ad__ckpt_adopt(ad_params *P, const char *what, const unsigned ch
     table = c;
     for (i = 0; i < count; i++) { /* first the sizes, against the bytes the file has left */
         if (!ad__ckpt_read_entry(P, what, &c, i, name, &ndim, shape, &flags)) return -1;
-        for (k = 0, size = 1; k < ndim; k++)
-            size = shape[k] > 0 && size <= (size_t)-1 / (size_t)shape[k] ? size * (size_t)shape[k] : (size_t)-1;
+        for (k = 0, size = 1; k < ndim; k++) /* a dimension that is not positive: ad_params_add says so */
+            size = shape[k] <= 0 ? 0 : (size <= (size_t)-1 / (size_t)shape[k] ? size * (size_t)shape[k] : (size_t)-1);
         scalars = ad__ckpt_add(scalars, size);
     }
     if (scalars > (size_t)(c.end - c.p) / sizeof(ad_real)) {
@@ -8941,34 +8957,39 @@ AD__PRIVATE void ad__pixels_to_planes(const unsigned char *pix, int channels, in
             dst[(size_t)c * plane + i] = (ad_real)(pix[i * (size_t)channels + (size_t)c] / 255.0);
 }
 
+/* ---- keeping stb_image's input within what it handles safely ----
+   Debian 12's stb_image 2.27 has faults that a crafted (or merely unusual) file reaches; the
+   checks below refuse such files, or mend them, before stb_image sees them. Each follows what
+   stb_image itself reads: where it reads past the end of the data it sees zeros. */
+
 /* The Huffman tables of a DHT segment at p (its length field first; end is the end of the
    data), read as stb_image reads them. Returns 0 when a table declares more than 256 codes:
-   stb_image 2.27 (Debian 12) writes such a table's code lengths and symbols past its arrays. */
+   stb_image writes such a table's code lengths and symbols past its arrays. */
 AD__PRIVATE int ad__jpeg_dht_ok(const unsigned char *p, const unsigned char *end)
 {
-    long left;
+    long left = end - p >= 2 ? (long)(p[0] << 8 | p[1]) - 2 : 0;
     int i, n;
-    if (end - p < 2) return 1;
-    left = (long)(p[0] << 8 | p[1]) - 2;
     p += 2;
-    while (left > 0 && end - p >= 17) {
-        for (i = 1, n = 0; i <= 16; i++) n += p[i];
+    while (left > 0 && p < end) {
+        for (i = 1, n = 0; i <= 16; i++) n += p + i < end ? p[i] : 0;
         if (n > 256) return 0;
+        if (end - p <= 17 + n) break;
         p += 17 + n;
         left -= 17 + n;
-        if (p >= end) break;
     }
     return 1;
 }
 
-/* Whether every Huffman table of a JPEG is one stb_image can hold. stb_image reads a DHT marker
-   wherever it finds one between segments, skipping padding, and after a scan at the first
-   0xFF that the entropy-coded data does not escape; this walk checks every such place. */
+/* Whether every Huffman table of a JPEG is one stb_image can hold. stb_image takes a file that
+   starts with 0xFF bytes and then 0xD8 for a JPEG, and reads a DHT marker wherever it finds one
+   between segments, skipping padding, and after a scan at the first 0xFF that the
+   entropy-coded data does not escape; this walk checks every such place. */
 AD__PRIVATE int ad__jpeg_tables_ok(const unsigned char *p, size_t len)
 {
-    const unsigned char *end = p + len, *q;
-    if (len < 2 || p[0] != 0xFF || p[1] != 0xD8) return 1; /* not a JPEG */
-    q = p + 2;
+    const unsigned char *end = p + len, *q = p;
+    while (q < end && *q == 0xFF) q++;
+    if (q == p || q >= end || *q != 0xD8) return 1; /* not a JPEG */
+    q++;
     while (q < end) {
         int m;
         size_t seg;
@@ -8985,13 +9006,95 @@ AD__PRIVATE int ad__jpeg_tables_ok(const unsigned char *p, size_t len)
     return 1;
 }
 
+/* Whether a binary PGM or PPM (P5, P6) header reads as stb_image reads it without its int
+   arithmetic overflowing, its samples are 8-bit (stb_image 2.27 takes the low byte of a 16-bit
+   sample, and reads past its buffer when it converts channels), and the file holds all the
+   pixels it declares (stb_image returns uninitialised memory for the missing ones). Other
+   files pass. */
+AD__PRIVATE int ad__pnm_ok(const unsigned char *p, size_t len)
+{
+    unsigned long v[3];
+    size_t i = 2, need;
+    int field;
+    if (len < 2 || p[0] != 'P' || (p[1] != '5' && p[1] != '6')) return 1;
+    for (field = 0; field < 3; field++) {
+        int digits = 0;
+        for (;;) { /* white space and # comments, as stb_image skips them */
+            while (i < len && (p[i] == ' ' || (p[i] >= '\t' && p[i] <= '\r'))) i++;
+            if (i >= len || p[i] != '#') break;
+            while (i < len && p[i] != '\n' && p[i] != '\r') i++;
+        }
+        for (v[field] = 0; i < len && p[i] >= '0' && p[i] <= '9' && digits < 9; i++, digits++)
+            v[field] = v[field] * 10 + (unsigned long)(p[i] - '0');
+        if (digits == 0 || (i < len && p[i] >= '0' && p[i] <= '9')) return 0;
+    }
+    if (i >= len || v[2] > 255) return 0;
+    i++; /* the pixels start after the character that ends the largest value */
+    need = (size_t)v[0] * (size_t)v[1] * (p[1] == '6' ? 3u : 1u);
+    return len - i >= need;
+}
+
+/* Whether every chunk of a PNG fits in the file (stb_image allocates an IDAT chunk's stated
+   length before reading it); *empty_idat is set when an IDAT chunk is empty, which the PNG
+   standard allows and stb_image mishandles. Other files pass. */
+AD__PRIVATE int ad__png_chunks_ok(const unsigned char *p, size_t len, int *empty_idat)
+{
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+    size_t at = 8;
+    *empty_idat = 0;
+    if (len < 8 || memcmp(p, sig, 8) != 0) return 1;
+    while (len - at >= 8) {
+        size_t n = (size_t)p[at] << 24 | (size_t)p[at + 1] << 16 | (size_t)p[at + 2] << 8 | p[at + 3];
+        if (n > len - at - 8) return 0;
+        if (n == 0 && memcmp(p + at + 4, "IDAT", 4) == 0) *empty_idat = 1;
+        if (memcmp(p + at + 4, "IEND", 4) == 0 || len - at - 8 - n < 4) break; /* the end, or no CRC */
+        at += 12 + n;
+    }
+    return 1;
+}
+
+/* The PNG at p without its empty IDAT chunks, written into out (len bytes); returns its length.
+   Each chunk has its own CRC, so the rest stays valid. */
+AD__PRIVATE size_t ad__png_drop_empty_idat(const unsigned char *p, size_t len, unsigned char *out)
+{
+    size_t at = 8, o = 8;
+    memcpy(out, p, 8);
+    while (len - at >= 12) {
+        size_t n = (size_t)p[at] << 24 | (size_t)p[at + 1] << 16 | (size_t)p[at + 2] << 8 | p[at + 3];
+        size_t whole = n <= len - at - 12 ? 12 + n : len - at;
+        if (!(n == 0 && memcmp(p + at + 4, "IDAT", 4) == 0)) {
+            memcpy(out + o, p + at, whole);
+            o += whole;
+        }
+        at += whole;
+    }
+    memcpy(out + o, p + at, len - at);
+    return o + len - at;
+}
+
+/* Why stb_image must not see these bytes, or NULL. PSD, Radiance HDR and Softimage PIC files
+   are refused whole: stb_image converts PSD alpha with out-of-range casts and loops forever on
+   a cut-short HDR, and neither is a format of training data. */
+AD__PRIVATE const char *ad__stb_refusal(const unsigned char *p, size_t len, int *empty_idat)
+{
+    if ((len >= 4 && memcmp(p, "8BPS", 4) == 0) || (len >= 2 && memcmp(p, "#?", 2) == 0) ||
+        (len >= 4 && memcmp(p, "\x53\x80\xF6\x34", 4) == 0))
+        return "PSD, HDR and PIC files are not read (formats: PNG, JPEG, BMP, GIF, TGA, PGM, PPM)";
+    if (!ad__jpeg_tables_ok(p, len)) return "corrupt JPEG: a Huffman table declares more than 256 codes";
+    if (!ad__pnm_ok(p, len))
+        return "PGM/PPM: a malformed header, 16-bit samples (not read), or fewer pixels than it declares";
+    if (!ad__png_chunks_ok(p, len, empty_idat)) return "corrupt PNG: a chunk is longer than the file";
+    return NULL;
+}
+
 /* Decodes len bytes; errors begin with op. */
 AD__PRIVATE int ad__image_decode(const char *op, const unsigned char *bytes, size_t len, int channels, ad_image *img,
                                  char *err, size_t errlen)
 {
 #if AD__HAS_STBI
-    int w, h, n;
-    unsigned char *pix;
+    int w, h, n, empty_idat = 0;
+    unsigned char *pix, *mended = NULL;
+    const char *why;
     memset(img, 0, sizeof *img);
     if (channels < 1 || channels > 4)
         return ad__fail_into(err, errlen, "%s: channels %d; use 1 (gray), 2 (gray+alpha), 3 (RGB) or 4 (RGBA)", op,
@@ -8999,20 +9102,29 @@ AD__PRIVATE int ad__image_decode(const char *op, const unsigned char *bytes, siz
     if (!bytes || len == 0) return ad__fail_into(err, errlen, "%s: no data", op);
     if (len > (size_t)INT_MAX || len > AUTODIFF_DATA_MAX_BYTES)
         return ad__fail_into(err, errlen, "%s: %zu bytes, above the limit (AUTODIFF_DATA_MAX_BYTES)", op, len);
-    if (!ad__jpeg_tables_ok(bytes, len))
-        return ad__fail_into(err, errlen, "%s: corrupt JPEG: a Huffman table declares more than 256 codes", op);
+    if ((why = ad__stb_refusal(bytes, len, &empty_idat)) != NULL) return ad__fail_into(err, errlen, "%s: %s", op, why);
+    if (empty_idat) {
+        if (!(mended = (unsigned char *)AUTODIFF_MALLOC(len)))
+            return ad__fail_into(err, errlen, "%s: out of memory for %zu bytes", op, len);
+        len = ad__png_drop_empty_idat(bytes, len, mended);
+        bytes = mended;
+    }
     /* the size first, from the header alone: a small file may declare a huge image */
     if (!stbi_info_from_memory(bytes, (int)len, &w, &h, &n)) {
-        const char *why = stbi_failure_reason();
+        why = stbi_failure_reason();
+        AUTODIFF_FREE(mended);
         return ad__fail_into(err, errlen, "%s: stb_image cannot decode it: %s", op, why ? why : "no reason given");
     }
-    if (!ad__image_size_ok(channels, h, w))
+    if (!ad__image_size_ok(channels, h, w)) {
+        AUTODIFF_FREE(mended);
         return ad__fail_into(err, errlen, "%s: the file declares %dx%d pixels: %d channels of them are above the "
                              "limit of %zu bytes of values (AUTODIFF_DATA_MAX_BYTES)", op, w, h, channels,
                              (size_t)AUTODIFF_DATA_MAX_BYTES);
+    }
     pix = stbi_load_from_memory(bytes, (int)len, &w, &h, &n, channels);
+    AUTODIFF_FREE(mended);
     if (!pix) {
-        const char *why = stbi_failure_reason();
+        why = stbi_failure_reason();
         return ad__fail_into(err, errlen, "%s: stb_image cannot decode it: %s", op, why ? why : "no reason given");
     }
     if (ad__image_alloc(op, img, channels, h, w, err, errlen) == 0)

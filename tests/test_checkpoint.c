@@ -423,6 +423,10 @@ static void test_malformed(void)
     reseal(bad, len);
     expect_refusal("NaN lr", bad, len, "optimizer settings: lr must be finite");
     memcpy(bad, good, len);
+    put_le(bad + opt + 24, bits, 8);
+    reseal(bad, len);
+    expect_refusal("NaN dampening in an Adam file", bad, len, "must be finite, even where unused");
+    memcpy(bad, good, len);
     put_le(bad + opt + 72, 3, 4);
     reseal(bad, len);
     expect_refusal("3 state buffers", bad, len, "wrong number of state buffers");
@@ -898,6 +902,13 @@ static void test_params_load_checks(void)
     L = ad_params_load(path, err, sizeof err);
     TH_CHECK(L == NULL && strstr(err, "ad_params_load") && strstr(err, "the table declares 536870912 values"),
              "a 57-byte file declaring 2^29 values: %s", L ? "accepted" : err);
+    ad_params_free(L);
+    put_le(head + 45, 0, 4); /* [65536, 0] */
+    reseal(head, n);
+    TH_CHECK(write_file(path, head, n), "write");
+    L = ad_params_load(path, err, sizeof err);
+    TH_CHECK(L == NULL && strstr(err, "shape [65536,0]: dimensions must be positive"), "a zero dimension: %s",
+             L ? "accepted" : err);
     ad_params_free(L);
     remove(path);
     ad_params_free(A);

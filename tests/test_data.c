@@ -558,9 +558,12 @@ static void test_images(void)
     TH_CHECK(ad_image_load_memory(b.p, b.n, 3, &img, err, sizeof err) == 0 && same_planes(&img, rgb, 5, 7, 3),
              "PNG from memory: %s", err);
     ad_image_free(&img);
-    TH_CHECK(ad_image_load_memory(b.p, b.n / 2, 3, &img, err, sizeof err) == -1 && strstr(err, "cannot decode") &&
-                 img.data == NULL,
+    TH_CHECK(ad_image_load_memory(b.p, b.n / 2, 3, &img, err, sizeof err) == -1 &&
+                 strstr(err, "ad_image_load_memory: corrupt PNG: a chunk is longer than the file") && img.data == NULL,
              "half a PNG: %s", err);
+    TH_CHECK(ad_image_load_memory(b.p, 40, 3, &img, err, sizeof err) == -1 && strstr(err, "cannot decode") &&
+                 img.data == NULL,
+             "a PNG cut after its header: %s", err);
     TH_CHECK(ad_image_load_memory(b.p, b.n, 5, &img, err, sizeof err) == -1 && strstr(err, "channels 5"),
              "5 channels: %s", err);
     TH_CHECK(ad_image_load(path_of("nothing.png"), 1, &img, err, sizeof err) == -1 && strstr(err, "cannot be opened"),
@@ -962,6 +965,75 @@ static void test_hostile_images(void)
     TH_CHECK(ad_image_load_memory(jpeg, sizeof jpeg, 1, &img, err, sizeof err) == -1 &&
                  strstr(err, "more than 256 codes"),
              "a large table after a scan: %s", err);
+    /* the same with fill bytes before the start marker, and with counts cut off by the end */
+    memmove(jpeg + 3, jpeg, sizeof jpeg - 3);
+    jpeg[0] = jpeg[1] = jpeg[2] = 0xFF;
+    TH_CHECK(ad_image_load_memory(jpeg, sizeof jpeg, 1, &img, err, sizeof err) == -1 &&
+                 strstr(err, "more than 256 codes"),
+             "fill bytes before the start of the image: %s", err);
+    TH_CHECK(ad_image_load_memory(jpeg, 3 + 15 + 12, 1, &img, err, sizeof err) == -1 &&
+                 strstr(err, "more than 256 codes"),
+             "counts cut off by the end of the data: %s", err);
+}
+
+/* Files that stb_image 2.27 reads wrongly are mended, converted here, or refused. */
+static void test_stb_guards(void)
+{
+    static const unsigned char empty_idat[12] = {0, 0, 0, 0, 'I', 'D', 'A', 'T', 0x35, 0xAF, 0x06, 0x1E};
+    unsigned char pgm[64] = {0}, gray[6] = {0, 51, 102, 153, 204, 255}, *png, *mended;
+    ad_image img, ref;
+    char err[300] = "";
+    int len, i, ok;
+    size_t at;
+    /* an 8-bit PGM, whole and one byte short; a 16-bit one */
+    len = snprintf((char *)pgm, sizeof pgm, "P5\n# a comment\n3 2\n255\n");
+    memcpy(pgm + len, gray, 6);
+    TH_CHECK(ad_image_load_memory(pgm, (size_t)len + 6, 3, &img, err, sizeof err) == 0 && img.channels == 3 &&
+                 img.height == 2 && img.width == 3,
+             "PGM as RGB: %s", err);
+    for (i = 0, ok = img.data != NULL; ok && i < 18; i++) ok = close_to(img.data[i], gray[i % 6] / 255.0);
+    TH_CHECK(ok, "PGM as RGB: the gray in every plane");
+    ad_image_free(&img);
+    TH_CHECK(ad_image_load_memory(pgm, (size_t)len + 5, 1, &img, err, sizeof err) == -1 &&
+                 strstr(err, "fewer pixels than it declares") && img.data == NULL,
+             "a PGM one byte short: %s", err);
+    len = snprintf((char *)pgm, sizeof pgm, "P5\n3 2\n65535\n");
+    TH_CHECK(ad_image_load_memory(pgm, (size_t)len + 12, 1, &img, err, sizeof err) == -1 &&
+                 strstr(err, "16-bit samples (not read)"),
+             "a 16-bit PGM: %s", err);
+    len = snprintf((char *)pgm, sizeof pgm, "P5 99999999999 2 255 ");
+    TH_CHECK(ad_image_load_memory(pgm, (size_t)len, 1, &img, err, sizeof err) == -1 && strstr(err, "PGM/PPM"),
+             "a PGM width of 11 digits: %s", err);
+    TH_CHECK(ad_image_load_memory("8BPS\0\1\0\0\0\0\0\0\0\4", 14, 3, &img, err, sizeof err) == -1 &&
+                 strstr(err, "PSD, HDR and PIC files are not read"),
+             "PSD: %s", err);
+    TH_CHECK(ad_image_load_memory("#?RADIANCE\n", 11, 3, &img, err, sizeof err) == -1 && strstr(err, "PSD, HDR"),
+             "HDR: %s", err);
+    /* a PNG with an empty IDAT chunk before its data decodes as the same PNG without it */
+    {
+        unsigned char pixels[5 * 6 * 3];
+        int n;
+        for (i = 0; i < (int)sizeof pixels; i++) pixels[i] = (unsigned char)(i * 7);
+        png = stbi_write_png_to_mem(pixels, 18, 6, 5, 3, &n);
+        for (at = 8; memcmp(png + at + 4, "IDAT", 4) != 0; at += 12 + ((size_t)png[at + 2] << 8 | png[at + 3])) {
+        }
+        mended = (unsigned char *)malloc((size_t)n + 12);
+        memcpy(mended, png, at);
+        memcpy(mended + at, empty_idat, 12);
+        memcpy(mended + at + 12, png + at, (size_t)n - at);
+        TH_CHECK(ad_image_load_memory(png, (size_t)n, 3, &ref, err, sizeof err) == 0, "PNG: %s", err);
+        TH_CHECK(ad_image_load_memory(mended, (size_t)n + 12, 3, &img, err, sizeof err) == 0 && ref.data &&
+                     img.data && memcmp(img.data, ref.data, sizeof pixels * sizeof(ad_real)) == 0,
+                 "a PNG with an empty IDAT chunk: %s", err);
+        ad_image_free(&img);
+        ad_image_free(&ref);
+        mended[at + 3] = 0x7F; /* the empty chunk now says it is 127 bytes long, past the end */
+        TH_CHECK(ad_image_load_memory(mended, at + 20, 3, &img, err, sizeof err) == -1 &&
+                     strstr(err, "a chunk is longer than the file"),
+                 "a PNG chunk longer than the file: %s", err);
+        free(mended);
+        STBIW_FREE(png);
+    }
 }
 
 int main(void)
@@ -985,6 +1057,7 @@ int main(void)
     test_batcher();
     test_batcher_state();
     test_hostile_images();
+    test_stb_guards();
     cleanup();
     return th_summary();
 }
