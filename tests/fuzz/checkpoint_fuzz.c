@@ -5,17 +5,25 @@
    the true length and checksum into it), so that mutations reach the structure behind the
    checksum instead of all failing there. Besides "never crash", the target checks the loader's
    promises and aborts when one is broken: a refused file leaves the store and optimizer bit for
-   bit as they were, and an accepted one, saved again, gives back the same bytes.
+   bit as they were, and an accepted one, saved again with the optimizer, gives back the same
+   bytes (for a file of the version this build writes, with the parameters' flags, which stay the
+   store's own, as the store has them).
 
-   libFuzzer (seed the corpus with the standalone build's --write-seeds):
-       clang -g -O1 -fsanitize=fuzzer,address,undefined -DCHECKPOINT_FUZZ_NO_MAIN -I. \
-           tests/fuzz/checkpoint_fuzz.c -o build/checkpoint_fuzz -lm && build/checkpoint_fuzz corpus/
+   libFuzzer (tests/fuzz/run_libfuzzer.sh does this with the committed corpus):
+       clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DCHECKPOINT_FUZZ_NO_MAIN -I. \
+           tests/fuzz/checkpoint_fuzz.c -o build/fuzz/checkpoint_fuzz -lm -lpthread
+       build/fuzz/checkpoint_fuzz -rss_limit_mb=2048 CORPUS_DIR
    Standalone (any compiler, e.g. under AddressSanitizer):
-       cc -g -O1 -fsanitize=address,undefined -I. tests/fuzz/checkpoint_fuzz.c -o build/ckpt_fuzz_run -lm
-       build/ckpt_fuzz_run FILE...            runs each file once
-       build/ckpt_fuzz_run                    runs a built-in corpus: valid checkpoints and seeded
-                                              mutations of them
-       build/ckpt_fuzz_run --write-seeds DIR  writes the valid inputs into DIR (a libFuzzer corpus) */
+       cc -g -O1 -fsanitize=address,undefined -I. tests/fuzz/checkpoint_fuzz.c -o build/ckpt_fuzz_run -lm -lpthread
+       build/ckpt_fuzz_run FILE...             runs each file once
+       build/ckpt_fuzz_run                     runs a built-in corpus (valid checkpoints and seeded
+                                               mutations of them), then every file in
+                                               tests/fuzz/corpus/checkpoint_fuzz (or FUZZ_CORPUS_DIR)
+       build/ckpt_fuzz_run --write-seeds DIR   writes the valid inputs into DIR (a libFuzzer corpus)
+       build/ckpt_fuzz_run --write-corpus DIR  writes the hand-made part of the committed corpus:
+                                               valid inputs, hostile ones and damaged copies */
+#include "fuzz_common.h"
+
 #define AUTODIFF_IMPLEMENTATION
 #include "autodiff.h"
 
@@ -68,13 +76,44 @@ static void fuzz_put_le(unsigned char *p, uint64_t x, int bytes)
     for (i = 0; i < bytes; i++) p[i] = (unsigned char)(x >> (8 * i));
 }
 
+/* A copy of an accepted file (n bytes) with each parameter's flags set to 0, as the fuzz store
+   has them (loading leaves them the store's own), and its checksum updated. NULL when the file
+   is not of version 2, whose table layout (>>impl:checkpoint) this walks: u32 name length, the
+   name, u32 ndim, the dimensions, u32 flags. */
+static unsigned char *fuzz_clear_flags(const unsigned char *file, size_t n)
+{
+    unsigned char *c;
+    size_t at = 32, count, i;
+    if (n < 40 || file[8] != 2 || file[9] || file[10] || file[11]) return NULL;
+    c = (unsigned char *)malloc(n);
+    if (!c) abort();
+    memcpy(c, file, n);
+    count = (size_t)c[24] | (size_t)c[25] << 8 | (size_t)c[26] << 16 | (size_t)c[27] << 24;
+    for (i = 0; i < count; i++) {
+        size_t len, ndim;
+        if (at + 4 > n) break;
+        len = (size_t)c[at] | (size_t)c[at + 1] << 8 | (size_t)c[at + 2] << 16 | (size_t)c[at + 3] << 24;
+        at += 4 + len;
+        if (at + 4 > n) break;
+        ndim = (size_t)c[at] | (size_t)c[at + 1] << 8 | (size_t)c[at + 2] << 16 | (size_t)c[at + 3] << 24;
+        at += 4 + 4 * ndim;
+        if (at + 4 > n) break;
+        memset(c + at, 0, 4);
+        at += 4;
+    }
+    fuzz_put_le(c + n - 8, fuzz_hash(c, n - 8), 8);
+    return c;
+}
+
 /* The store and optimizer as checkpoint bytes (malloc'd). */
 static unsigned char *fuzz_snapshot(ad_params *P, ad_optim *O, size_t *len)
 {
     unsigned char *buf;
     *len = ad_checkpoint_size(P, O);
     buf = (unsigned char *)malloc(*len);
-    if (!buf || ad_checkpoint_save_memory(buf, *len, P, O) != 0) abort();
+    if (!buf) abort();
+    if (ad_checkpoint_save_memory(buf, *len, P, O) != 0)
+        fuzz_fail("ad_checkpoint_save_memory failed: %s", ad_params_error(P) ? ad_params_error(P) : "(no message)");
     return buf;
 }
 
@@ -101,11 +140,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (ad_checkpoint_load_memory(file, n, P, O) == 0) {
         ckpt_fuzz_accepted++;
         after = fuzz_snapshot(P, O, &la);
-        if (O && (la != n || memcmp(after, file, n) != 0)) abort(); /* loaded something else than the file */
+        if (O && n >= 12 && memcmp(file + 8, before + 8, 4) == 0) { /* a file of the version written here */
+            unsigned char *expect = fuzz_clear_flags(file, n);
+            if (expect && (la != n || memcmp(after, expect, n) != 0))
+                fuzz_fail("ad_checkpoint_load_memory accepted a %zu-byte file but saves back %zu other bytes", n, la);
+            free(expect);
+        }
     } else {
-        if (!ad_params_error(P)) abort(); /* refused without a reason */
+        if (!ad_params_error(P)) fuzz_fail("ad_checkpoint_load_memory refused a %zu-byte file without a message", n);
         after = fuzz_snapshot(P, O, &la);
-        if (la != lb || memcmp(after, before, la) != 0) abort(); /* a refusal changed the state */
+        if (la != lb || memcmp(after, before, la) != 0)
+            fuzz_fail("ad_checkpoint_load_memory refused a %zu-byte file (%s) but changed the store", n,
+                      ad_params_error(P));
     }
     free(before);
     free(after);
@@ -151,7 +197,9 @@ static long fuzz_builtin(int count)
     for (s = 0; s < 6; s++) {
         size_t size, msize, at;
         unsigned char *seed = fuzz_seed(modes[s] & 3, modes[s], &size);
-        LLVMFuzzerTestOneInput(seed, size);
+        char label[96];
+        snprintf(label, sizeof label, "built-in seed with mode %d", modes[s]);
+        fuzz_run_one(LLVMFuzzerTestOneInput, seed, size, label);
         runs++;
         m = (unsigned char *)realloc(m, size + 64);
         if (!m) abort();
@@ -179,7 +227,8 @@ static long fuzz_builtin(int count)
                     memset(m + size, (int)ad_rng_below(&r, 256), msize - size);
                 }
             }
-            LLVMFuzzerTestOneInput(m, msize);
+            snprintf(label, sizeof label, "built-in mutation %d of the seed with mode %d", k, modes[s]);
+            fuzz_run_one(LLVMFuzzerTestOneInput, m, msize, label);
         }
         free(seed);
     }
@@ -189,24 +238,13 @@ static long fuzz_builtin(int count)
 
 static int fuzz_file(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    unsigned char *buf = NULL;
-    size_t n = 0, cap = 0, got;
-    if (!f) {
+    size_t n;
+    unsigned char *buf = fuzz_read_file(path, &n);
+    if (!buf) {
         fprintf(stderr, "checkpoint_fuzz: cannot open %s\n", path);
         return 1;
     }
-    do {
-        if (n == cap) {
-            cap = cap ? 2 * cap : 4096;
-            buf = (unsigned char *)realloc(buf, cap);
-            if (!buf) abort();
-        }
-        got = fread(buf + n, 1, cap - n, f);
-        n += got;
-    } while (got > 0);
-    fclose(f);
-    LLVMFuzzerTestOneInput(buf, n);
+    fuzz_run_one(LLVMFuzzerTestOneInput, buf, n, path);
     free(buf);
     return 0;
 }
@@ -216,17 +254,71 @@ static int fuzz_write_seeds(const char *dir)
     static const int modes[4] = {0, 1, 2, 3};
     int s, bad = 0;
     for (s = 0; s < 4; s++) {
-        char path[1024];
+        char name[64];
         size_t size;
         unsigned char *seed = fuzz_seed(modes[s], modes[s], &size);
-        FILE *f;
-        snprintf(path, sizeof path, "%s/seed%d.bin", dir, s);
-        f = fopen(path, "wb");
-        if (!f || fwrite(seed, 1, size, f) != size || fclose(f) != 0) {
-            fprintf(stderr, "checkpoint_fuzz: cannot write %s\n", path);
-            bad = 1;
-        }
+        snprintf(name, sizeof name, "seed%d.bin", s);
+        bad |= fuzz_write_file(dir, name, seed, size);
         free(seed);
+    }
+    return bad;
+}
+
+/* A version 1 checkpoint (the layout of >>impl:checkpoint without flags) of one parameter "w" of
+   shape [65536, 8192] and no values behind it, with a true length and checksum: 57 bytes, after
+   the mode byte. */
+static unsigned char *fuzz_huge_shape(int mode, size_t *size)
+{
+    static const unsigned char magic[8] = {0x89, 'A', 'D', 'C', 'K', '\r', '\n', 0x1a};
+    unsigned char *b = (unsigned char *)calloc(58, 1), *f = b + 1;
+    if (!b) abort();
+    b[0] = (unsigned char)mode;
+    memcpy(f, magic, 8);
+    fuzz_put_le(f + 8, 1, 4);
+    fuzz_put_le(f + 12, sizeof(ad_real), 4);
+    fuzz_put_le(f + 16, 57, 8);
+    fuzz_put_le(f + 24, 1, 4);
+    fuzz_put_le(f + 32, 1, 4);
+    f[36] = 'w';
+    fuzz_put_le(f + 37, 2, 4);
+    fuzz_put_le(f + 41, 65536, 4);
+    fuzz_put_le(f + 45, 8192, 4);
+    fuzz_put_le(f + 49, fuzz_hash(f, 49), 8);
+    *size = 58;
+    return b;
+}
+
+/* The committed corpus: the seeds with and without the reseal bit, the hostile file with each
+   optimizer, and cut and bit-flipped copies of the seeds. */
+static int fuzz_write_corpus(const char *dir)
+{
+    int s, bad = 0;
+    ad_rng r;
+    ad_rng_seed(&r, 31);
+    for (s = 0; s < 4; s++) {
+        char name[64];
+        size_t size, at;
+        unsigned char *seed = fuzz_seed(s, s, &size), *huge;
+        snprintf(name, sizeof name, "ok_optim%d", s);
+        bad |= fuzz_write_file(dir, name, seed, size);
+        seed[0] |= 4;
+        snprintf(name, sizeof name, "ok_optim%d_resealed", s);
+        bad |= fuzz_write_file(dir, name, seed, size);
+        seed[0] = (unsigned char)s;
+        snprintf(name, sizeof name, "cut_optim%d", s);
+        bad |= fuzz_write_file(dir, name, seed, size * 3 / 5);
+        at = 1 + 32 + (size_t)ad_rng_below(&r, size - 41); /* two statements: a fixed order of draws */
+        seed[at] ^= (unsigned char)(1u << ad_rng_below(&r, 8));
+        snprintf(name, sizeof name, "flip_optim%d", s);
+        bad |= fuzz_write_file(dir, name, seed, size);
+        seed[0] |= 4;
+        snprintf(name, sizeof name, "flip_optim%d_resealed", s);
+        bad |= fuzz_write_file(dir, name, seed, size);
+        free(seed);
+        huge = fuzz_huge_shape(s, &size);
+        snprintf(name, sizeof name, "bad_v1_shape_65536x8192_optim%d", s);
+        bad |= fuzz_write_file(dir, name, huge, size);
+        free(huge);
     }
     return bad;
 }
@@ -235,9 +327,13 @@ int main(int argc, char **argv)
 {
     int i, bad = 0;
     if (argc == 3 && strcmp(argv[1], "--write-seeds") == 0) return fuzz_write_seeds(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--write-corpus") == 0) return fuzz_write_corpus(argv[2]);
     if (argc == 1) {
-        long runs = fuzz_builtin(getenv("TH_QUICK") ? 500 : 5000);
-        printf("checkpoint_fuzz: %ld inputs, %ld loaded, no crash\n", runs, ckpt_fuzz_accepted);
+        long runs = fuzz_builtin(getenv("TH_QUICK") ? 500 : 5000), files;
+        files = fuzz_run_corpus("checkpoint_fuzz", LLVMFuzzerTestOneInput);
+        if (files < 0) return 1;
+        printf("checkpoint_fuzz: %ld inputs and %ld corpus files, %ld loaded, no crash\n", runs, files,
+               ckpt_fuzz_accepted);
         return 0;
     }
     for (i = 1; i < argc; i++) bad |= fuzz_file(argv[i]);
