@@ -8963,14 +8963,16 @@ AD__PRIVATE void ad__pixels_to_planes(const unsigned char *pix, int channels, in
    stb_image itself reads: where it reads past the end of the data it sees zeros. */
 
 /* The Huffman tables of a DHT segment at p (its length field first; end is the end of the
-   data), read as stb_image reads them. Returns 0 when a table declares more than 256 codes:
-   stb_image writes such a table's code lengths and symbols past its arrays. */
-AD__PRIVATE int ad__jpeg_dht_ok(const unsigned char *p, const unsigned char *end)
+   data), read as stb_image reads them; defined[class][index] is set for each. Returns 0 when a
+   table declares more than 256 codes: stb_image writes such a table's code lengths and symbols
+   past its arrays. */
+AD__PRIVATE int ad__jpeg_dht_ok(const unsigned char *p, const unsigned char *end, unsigned char defined[2][4])
 {
     long left = end - p >= 2 ? (long)(p[0] << 8 | p[1]) - 2 : 0;
     int i, n;
     p += 2;
     while (left > 0 && p < end) {
+        if (p[0] >> 4 <= 1 && (p[0] & 15) <= 3) defined[p[0] >> 4][p[0] & 15] = 1;
         for (i = 1, n = 0; i <= 16; i++) n += p + i < end ? p[i] : 0;
         if (n > 256) return 0;
         if (end - p <= 17 + n) break;
@@ -8980,13 +8982,39 @@ AD__PRIVATE int ad__jpeg_dht_ok(const unsigned char *p, const unsigned char *end
     return 1;
 }
 
-/* Whether every Huffman table of a JPEG is one stb_image can hold. stb_image takes a file that
+/* Whether the scan whose SOS segment is at p (its length field first) decodes only with
+   Huffman tables that a DHT defined before it: stb_image leaves the others uninitialised and
+   indexes its arrays with what they hold. A scan of DC coefficients (Ss 0) reads DC tables,
+   unless it refines (Ah > 0) a progressive one, and a scan that reaches AC coefficients
+   (Se > 0) reads AC tables. */
+AD__PRIVATE int ad__jpeg_scan_ok(const unsigned char *p, const unsigned char *end, unsigned char defined[2][4],
+                                 int progressive)
+{
+    int ns = end - p > 2 ? p[2] : 0, i, ss, se, ah;
+    if (ns < 1 || ns > 4 || end - p < 6 + 2 * ns) return 1; /* stb_image refuses it */
+    ss = p[3 + 2 * ns];
+    se = p[4 + 2 * ns];
+    ah = p[5 + 2 * ns] >> 4;
+    for (i = 0; i < ns; i++) {
+        int dc = p[4 + 2 * i] >> 4, ac = p[4 + 2 * i] & 15;
+        if (dc > 3 || ac > 3) return 1; /* refused by stb_image */
+        if (ss == 0 && !(progressive && ah > 0) && !defined[0][dc]) return 0;
+        if (se > 0 && !defined[1][ac]) return 0;
+    }
+    return 1;
+}
+
+/* Whether every Huffman table of a JPEG is one stb_image can hold, and defined before a scan
+   uses it. stb_image takes a file that
    starts with 0xFF bytes and then 0xD8 for a JPEG, and reads a DHT marker wherever it finds one
    between segments, skipping padding, and after a scan at the first 0xFF that the
    entropy-coded data does not escape; this walk checks every such place. */
 AD__PRIVATE int ad__jpeg_tables_ok(const unsigned char *p, size_t len)
 {
     const unsigned char *end = p + len, *q = p;
+    unsigned char defined[2][4];
+    int progressive = 0;
+    memset(defined, 0, sizeof defined);
     while (q < end && *q == 0xFF) q++;
     if (q == p || q >= end || *q != 0xD8) return 1; /* not a JPEG */
     q++;
@@ -8998,7 +9026,9 @@ AD__PRIVATE int ad__jpeg_tables_ok(const unsigned char *p, size_t len)
         if (q >= end) break;
         m = *q++;
         if (m == 0x00 || (m >= 0xD0 && m <= 0xD9) || m == 0x01) continue; /* no length field */
-        if (m == 0xC4 && !ad__jpeg_dht_ok(q, end)) return 0;
+        if (m == 0xC4 && !ad__jpeg_dht_ok(q, end, defined)) return 0;
+        if (m == 0xC2) progressive = 1;
+        if (m == 0xDA && !ad__jpeg_scan_ok(q, end, defined, progressive)) return 0;
         if (end - q < 2) break;
         seg = (size_t)(q[0] << 8 | q[1]);
         q = (size_t)(end - q) < seg ? end : q + seg; /* after SOS: the scan's data, walked on */
@@ -9080,7 +9110,8 @@ AD__PRIVATE const char *ad__stb_refusal(const unsigned char *p, size_t len, int 
     if ((len >= 4 && memcmp(p, "8BPS", 4) == 0) || (len >= 2 && memcmp(p, "#?", 2) == 0) ||
         (len >= 4 && memcmp(p, "\x53\x80\xF6\x34", 4) == 0))
         return "PSD, HDR and PIC files are not read (formats: PNG, JPEG, BMP, GIF, TGA, PGM, PPM)";
-    if (!ad__jpeg_tables_ok(p, len)) return "corrupt JPEG: a Huffman table declares more than 256 codes";
+    if (!ad__jpeg_tables_ok(p, len))
+        return "corrupt JPEG: a Huffman table declares more than 256 codes, or a scan uses one not defined";
     if (!ad__pnm_ok(p, len))
         return "PGM/PPM: a malformed header, 16-bit samples (not read), or fewer pixels than it declares";
     if (!ad__png_chunks_ok(p, len, empty_idat)) return "corrupt PNG: a chunk is longer than the file";
