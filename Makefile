@@ -1,10 +1,17 @@
 # autodiff.h - build, test, train, benchmark.
-#   make test      every test, the compile matrix, the examples, a sanitizer build
-#                  (tests on the real MNIST run when MNIST_DIR names its folder)
+#   make test      every test, the compile matrix, the examples, the fuzz corpora and sanitizer
+#                  builds with gcc and clang (tests on the real MNIST run when MNIST_DIR names its
+#                  folder); needs gcc, g++, clang, libclang-rt-14-dev and libstb-dev
 #   make mnist     find or fetch MNIST (MNIST_DIR, default data/mnist), train the MLP, report
 #   make mnist-cnn the same with the convolutional network
 #   make fashion   the MLP on Fashion-MNIST (Debian: apt-get install dataset-fashion-mnist)
+#   make predict   build/predict, which classifies image files with a saved checkpoint
+#   make examples  every example program into build/
+#   make fuzz      libFuzzer on each fuzz target of tests/fuzz for FUZZ_SECONDS (default 60);
+#                  FUZZ_TARGETS="idx_fuzz ..." runs only those; needs clang and libclang-rt-14-dev
 #   make bench     benchmarks side by side with OpenBLAS and PyTorch where installed
+#   make clean     removes build/
+# The example programs are rebuilt only when their sources or autodiff.h changed.
 
 CC ?= cc
 CFLAGS ?= -O2
@@ -12,7 +19,7 @@ LDLIBS = -lm -lpthread
 BUILD = build
 MNIST_DIR ?= data/mnist
 
-.PHONY: all test examples clean
+.PHONY: all test examples predict fuzz clean
 
 all: examples
 
@@ -21,12 +28,22 @@ test:
 
 examples: $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 
+predict: $(BUILD)/predict
+
 $(BUILD)/%: examples/%.c autodiff.h
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
 clean:
 	rm -rf $(BUILD)
+
+# Fuzzing: tests/fuzz/run_libfuzzer.sh [SECONDS] [TARGET...] builds the targets with
+# clang -fsanitize=fuzzer and runs them; `make test` runs only their built-in corpora.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+
+fuzz:
+	bash tests/fuzz/run_libfuzzer.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # Benchmarks (bench/run.sh): GEMM, tape overhead, optimizer steps, elementwise functions, MLP
 # and CNN epochs against OpenBLAS and PyTorch where installed; prints one table and writes it to
@@ -42,17 +59,28 @@ FASHION_DIR ?= /usr/share/datasets/fashion-mnist
 
 .PHONY: data mnist mnist-cnn fashion
 
+# The training programs are built with plain cc and -lm only, as a user would build them.
+MNIST_DEPS = examples/mnist_model.h examples/mnist_train.h autodiff.h
+
+$(BUILD)/mnist: examples/mnist.c $(MNIST_DEPS)
+	@mkdir -p $(BUILD)
+	$(CC) -O2 examples/mnist.c -o $(BUILD)/mnist -lm
+
+$(BUILD)/mnist_cnn: examples/mnist_cnn.c $(MNIST_DEPS)
+	@mkdir -p $(BUILD)
+	$(CC) -O2 examples/mnist_cnn.c -o $(BUILD)/mnist_cnn -lm
+
+$(BUILD)/predict: examples/predict.c examples/mnist_model.h autodiff.h
+	@mkdir -p $(BUILD)
+	$(CC) -O2 examples/predict.c -o $(BUILD)/predict -lm
+
 data:
 	bash scripts/fetch_mnist.sh "$(MNIST_DIR)"
 
-mnist: data
-	@mkdir -p $(BUILD)
-	$(CC) -O2 examples/mnist.c -o $(BUILD)/mnist -lm
+mnist: data $(BUILD)/mnist
 	$(BUILD)/mnist --data "$(MNIST_DIR)" --checkpoint $(BUILD)/mnist.ckpt --plot $(BUILD)/mnist.svg
 
-mnist-cnn: data
-	@mkdir -p $(BUILD)
-	$(CC) -O2 examples/mnist_cnn.c -o $(BUILD)/mnist_cnn -lm
+mnist-cnn: data $(BUILD)/mnist_cnn
 	$(BUILD)/mnist_cnn --data "$(MNIST_DIR)" --checkpoint $(BUILD)/mnist_cnn.ckpt --plot $(BUILD)/mnist_cnn.svg
 
 fashion:
@@ -60,6 +88,5 @@ fashion:
 	    echo "Fashion-MNIST is not in $(FASHION_DIR). On Debian or Ubuntu: apt-get install dataset-fashion-mnist"; \
 	    echo "(it installs /usr/share/datasets/fashion-mnist), or set FASHION_DIR to a folder with its four files."; \
 	    exit 1; }
-	@mkdir -p $(BUILD)
-	$(CC) -O2 examples/mnist.c -o $(BUILD)/mnist -lm
-	$(BUILD)/mnist --data "$(FASHION_DIR)" --checkpoint $(BUILD)/fashion.ckpt --plot $(BUILD)/fashion.svg
+	@$(MAKE) --no-print-directory $(BUILD)/mnist
+	$(BUILD)/mnist --data "$(FASHION_DIR)" --fashion --checkpoint $(BUILD)/fashion.ckpt --plot $(BUILD)/fashion.svg

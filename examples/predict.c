@@ -1,8 +1,11 @@
 /* predict.c - classifies image files with a network trained by examples/mnist.c or
    examples/mnist_cnn.c.
 
-   Build:  cc -O2 examples/predict.c -o predict -lm
-   Run:    ./predict --checkpoint mnist.ckpt digit.png photo.jpg ...
+   Build:  cc -O2 examples/predict.c -o predict -lm     (or: make predict, which writes build/predict)
+   Run:    ./predict --checkpoint build/mnist.ckpt digit.png photo.jpg ...
+
+   Without --checkpoint it takes mnist.ckpt in the current folder, else build/mnist.ckpt (where
+   `make mnist` saves it), and says which one it used.
 
    Any image stb_image reads (PNG, JPEG, BMP, ...) of any size: it is converted to gray, resized
    to 28x28 when it has another size, and inverted when its background is light (MNIST digits are
@@ -18,6 +21,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+/* The checkpoints tried, in this order, when no --checkpoint is given: one saved by
+   `./mnist` in the current folder, then the one `make mnist` writes. */
+static const char *const default_checkpoints[] = {"mnist.ckpt", "build/mnist.ckpt"};
+
+static int is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG;
+}
+
+static int is_folder(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR;
+}
 
 
 /* The digit named by the folder that holds path ("x/7/a.png" -> 7), or -1. */
@@ -58,7 +78,7 @@ static int load_digit(const char *path, ad_real *pixels)
 
 int main(int argc, char **argv)
 {
-    const char *checkpoint = "mnist.ckpt";
+    const char *checkpoint = NULL;
     mnist_model model;
     ad_params *P;
     ad_tape *T;
@@ -71,7 +91,11 @@ int main(int argc, char **argv)
             checkpoint = argv[++i];
         } else {
             printf("usage: %s [--checkpoint PATH] image...\n"
-                   "  --checkpoint PATH  a model saved by examples/mnist.c or mnist_cnn.c (default mnist.ckpt)\n",
+                   "  --checkpoint PATH  a model saved by examples/mnist.c or mnist_cnn.c (make mnist saves\n"
+                   "                     build/mnist.ckpt, make mnist-cnn build/mnist_cnn.ckpt); without it,\n"
+                   "                     mnist.ckpt in the current folder, else build/mnist.ckpt\n"
+                   "  image...           PNG, JPEG, BMP, ... files of any size, e.g. mnist-png/7/*.png; a file\n"
+                   "                     in a folder named after a digit counts towards the accuracy\n",
                    argv[0]);
             return strcmp(argv[i], "--help") ? 2 : 0;
         }
@@ -79,6 +103,26 @@ int main(int argc, char **argv)
     if (i == argc) {
         fprintf(stderr, "%s: no image files given (see --help)\n", argv[0]);
         return 2;
+    }
+    if (!checkpoint) {
+        size_t k;
+        for (k = 0; k < sizeof default_checkpoints / sizeof *default_checkpoints && !checkpoint; k++)
+            if (is_file(default_checkpoints[k])) checkpoint = default_checkpoints[k];
+        if (!checkpoint) {
+            fprintf(stderr, "%s: no checkpoint: neither mnist.ckpt nor build/mnist.ckpt exists; train one with\n"
+                            "`make mnist` (it saves build/mnist.ckpt) or give --checkpoint PATH\n", argv[0]);
+            return 1;
+        }
+        fprintf(stderr, "using the checkpoint %s (no --checkpoint given)\n", checkpoint);
+    }
+    if (is_folder(checkpoint)) {
+        char inside[1024];
+        size_t n = strlen(checkpoint);
+        while (n > 1 && checkpoint[n - 1] == '/') n--;
+        snprintf(inside, sizeof inside, "%.*s/mnist.ckpt", (int)(n < 1000 ? n : 1000), checkpoint);
+        fprintf(stderr, "%s: %s is a folder; give the checkpoint file, e.g. %s\n", argv[0], checkpoint,
+                is_file(inside) ? inside : "build/mnist.ckpt");
+        return 1;
     }
     P = ad_params_load(checkpoint, err, sizeof err);
     if (!P) {
@@ -96,6 +140,11 @@ int main(int argc, char **argv)
         ad_tensor *probs;
         int best, j, truth = label_from_path(argv[i]);
         files++;
+        if (is_folder(argv[i])) {
+            fprintf(stderr, "%s is a folder; give the image files in it, e.g. %s/*.png\n", argv[i], argv[i]);
+            failed++;
+            continue;
+        }
         if (load_digit(argv[i], pixels) != 0) {
             failed++;
             continue;

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # Builds and runs every test program (the float ones also without vector functions and without
-# threads), the compile matrix, the examples and a sanitizer build, then prints one line
-# "N passed, N failed". Exits non-zero when anything failed.
-# Environment: CC (default cc), MNIST_DIR (tests that need MNIST skip themselves without it).
+# threads), the compile matrix, the test programs and fuzz corpora under AddressSanitizer +
+# UBSan with gcc and with clang, the examples and tests/resume.sh, then prints one line
+# "N passed, N failed". Exits non-zero when anything failed. Says which stage it is in as it goes
+# ("== NAME"), and each stage's count and time when it ends.
+# Builds run in the background, JOBS at a time, while the tests already built run.
+# Environment: CC (default cc) for the optimised test programs and the examples; JOBS (default:
+# the number of processors); SANITIZE (default 1: gcc and clang; 0: no sanitizer builds; or the
+# compilers to use, e.g. SANITIZE=clang); MNIST_DIR (tests that need MNIST skip themselves
+# without it).
 set -u
 cd "$(dirname "$0")/.."
 CC=${CC:-cc}
+JOBS=${JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}
 OUT=build/tests
 mkdir -p "$OUT"
 passed=0
@@ -14,12 +21,21 @@ failures=()
 
 pass() { passed=$((passed + 1)); }
 fail() { failed=$((failed + 1)); failures+=("$1"); echo "FAIL $1"; }
+slug() { echo "$1" | tr ' /=' '___'; }
+
+# show LOG: the part of a log that says what went wrong: a sanitizer's report from its first
+# line, else the first lines (a compiler's first error)
+show() {
+    local at
+    at=$(grep -n -m1 -E 'runtime error|ERROR: (Address|Leak)Sanitizer' "$1" | cut -d: -f1)
+    if [ -n "$at" ]; then sed -n "${at},$((at + 12))p" "$1"; else sed -n '1,30p' "$1"; fi
+}
 
 # check NAME COMMAND...: one check that passes when the command succeeds
 check() {
     local name=$1; shift
-    local log="$OUT/$(echo "$name" | tr ' /' '__').log"
-    if "$@" >"$log" 2>&1; then pass; else fail "$name"; sed -n '1,40p' "$log"; fi
+    local log="$OUT/$(slug "$name").log"
+    if "$@" >"$log" 2>&1; then pass; else fail "$name"; show "$log"; return 1; fi
 }
 
 # run_counted NAME BINARY: runs a test program and adds its own "N passed, N failed" line
@@ -40,80 +56,179 @@ run_counted() {
     echo "$name: ${line:-no summary}"
 }
 
+# Builds: `queue NAME COMMAND...` adds one, start_builds runs them all in the background in the
+# order queued, JOBS at a time, and `built NAME` waits for one and succeeds when it did (its
+# output is in $OUT/NAME.build.log).
+build_names=()
+build_cmds=()
+builder=
+queue() {
+    local name=$1; shift
+    build_names+=("$name")
+    build_cmds+=("$(printf '%q ' "$@")")
+    rm -f "$OUT/$name.build.log" "$OUT/$name.build.rc"
+}
+start_builds() {
+    (
+        trap 'kill $(jobs -pr) 2>/dev/null; exit 1' TERM
+        for i in "${!build_names[@]}"; do
+            while [ "$(jobs -pr | wc -l)" -ge "$JOBS" ]; do wait -n; done
+            (
+                eval "${build_cmds[$i]}" >"$OUT/${build_names[$i]}.build.log" 2>&1
+                echo $? >"$OUT/${build_names[$i]}.build.rc.tmp"
+                mv "$OUT/${build_names[$i]}.build.rc.tmp" "$OUT/${build_names[$i]}.build.rc"
+            ) &
+        done
+        wait
+    ) &
+    builder=$!
+}
+built() {
+    local rc="$OUT/$1.build.rc"
+    while [ ! -e "$rc" ] && kill -0 "$builder" 2>/dev/null; do sleep 0.2; done
+    [ "$(cat "$rc" 2>/dev/null)" = 0 ]
+}
+trap '[ -n "$builder" ] && kill "$builder" 2>/dev/null' EXIT
+
+# stage NAME: announces a stage and ends the one before with its count and time
+stage_name=
+stage() {
+    if [ -n "$stage_name" ]; then
+        echo "   $stage_name: $((passed - stage_passed)) passed, $((failed - stage_failed)) failed, $((SECONDS - stage_start)) s"
+    fi
+    stage_name=$1; stage_passed=$passed; stage_failed=$failed; stage_start=$SECONDS
+    [ -n "$1" ] && echo "== $1"
+}
+
 WARN="-Wall -Wextra -pedantic -Werror"
 LIBS="-lm -lpthread"
+SAN="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all"
+have() { command -v "$1" >/dev/null; }
+case ${SANITIZE:-1} in 0) wanted=() ;; 1) wanted=(gcc clang) ;; *) read -ra wanted <<<"$SANITIZE" ;; esac
+sanitizers=()
+for cc in "${wanted[@]}"; do have "$cc" && sanitizers+=("$cc"); done
+tests=(); for src in tests/test_*.c; do [ -e "$src" ] && tests+=("$(basename "$src" .c)"); done
+fuzzers=(); for src in tests/fuzz/*.c; do [ -e "$src" ] && fuzzers+=("$(basename "$src" .c)"); done
+examples=(); for src in examples/*.c; do [ -e "$src" ] && examples+=("$(basename "$src" .c)"); done
 
 # 1. the header alone, in every configuration it promises to compile in
 printf '#define AUTODIFF_IMPLEMENTATION\n#include "autodiff.h"\nint main(void){ad_tape *T = ad_tape_new(); ad_tape_free(T); return 0;}\n' > "$OUT/impl.c"
+matrix=()
 for cc in gcc clang; do
-    command -v $cc >/dev/null || continue
+    have $cc || continue
     for std in c99 c11; do
-        check "compile $cc -std=$std" $cc -std=$std $WARN -I. "$OUT/impl.c" -o "$OUT/impl_${cc}_$std" $LIBS
-        check "compile $cc -std=$std double" $cc -std=$std $WARN -DAUTODIFF_DOUBLE -I. "$OUT/impl.c" -o "$OUT/impl_${cc}_${std}_d" $LIBS
+        matrix+=("compile $cc -std=$std")
+        queue "compile_${cc}_$std" $cc -std=$std $WARN -I. "$OUT/impl.c" -o "$OUT/impl_${cc}_$std" $LIBS
+        matrix+=("compile $cc -std=$std double")
+        queue "compile_${cc}_${std}_double" $cc -std=$std $WARN -DAUTODIFF_DOUBLE -I. "$OUT/impl.c" -o "$OUT/impl_${cc}_${std}_d" $LIBS
+    done
+    for opt in AUTODIFF_NO_THREADS AUTODIFF_NO_DISPATCH AUTODIFF_NO_STDIO; do
+        matrix+=("compile $cc -D$opt")
+        queue "compile_${cc}_$opt" $cc -std=c99 $WARN -D$opt -I. "$OUT/impl.c" -o "$OUT/impl_${cc}_$opt" $LIBS
     done
 done
-command -v g++ >/dev/null && check "compile g++ -fno-exceptions" g++ -x c++ -std=c++11 $WARN -fno-exceptions -I. "$OUT/impl.c" -o "$OUT/impl_cxx" $LIBS
-command -v clang++ >/dev/null && check "compile clang++" clang++ -x c++ -std=c++11 $WARN -I. "$OUT/impl.c" -o "$OUT/impl_clangxx" $LIBS
+if have g++; then
+    matrix+=("compile g++ -fno-exceptions")
+    queue "compile_gxx" g++ -x c++ -std=c++11 $WARN -fno-exceptions -I. "$OUT/impl.c" -o "$OUT/impl_cxx" $LIBS
+fi
+if have clang++; then
+    matrix+=("compile clang++")
+    queue "compile_clangxx" clang++ -x c++ -std=c++11 $WARN -I. "$OUT/impl.c" -o "$OUT/impl_clangxx" $LIBS
+fi
 for f in tests/compile/*.sh; do
     [ -e "$f" ] || continue
-    check "$(basename "$f" .sh)" bash "$f" "$OUT"
+    matrix+=("$(basename "$f" .sh)")
+    queue "compile_$(basename "$f" .sh)" bash "$f" "$OUT"
 done
 
-# 2. test programs, optimised, then under AddressSanitizer + UBSan
-for src in tests/test_*.c; do
-    name=$(basename "$src" .c)
-    if $CC -O2 -g -std=c99 -Wall -Wextra -I. "$src" -o "$OUT/$name" $LIBS >"$OUT/$name.build.log" 2>&1; then
+# the builds of the later stages, queued in the order they run
+for name in "${tests[@]}"; do
+    queue "$name" $CC -O2 -g -std=c99 -Wall -Wextra -I. "tests/$name.c" -o "$OUT/$name" $LIBS
+done
+for opt in AUTODIFF_NO_DISPATCH AUTODIFF_NO_THREADS; do
+    queue "test_tape_$opt" $CC -O2 -g -std=c99 -Wall -Wextra -D$opt -I. tests/test_tape.c -o "$OUT/test_tape_$opt" $LIBS
+done
+for cc in "${sanitizers[@]}"; do
+    for name in "${tests[@]}"; do
+        grep -q 'no-sanitizer-run' "tests/$name.c" && continue
+        queue "$name.san_$cc" $cc $SAN -std=c99 -I. "tests/$name.c" -o "$OUT/$name.san_$cc" $LIBS
+    done
+done
+for cc in "${sanitizers[@]}"; do
+    for name in "${fuzzers[@]}"; do
+        queue "$name.san_$cc" $cc $SAN -I. "tests/fuzz/$name.c" -o "$OUT/$name.san_$cc" $LIBS
+    done
+done
+for name in "${examples[@]}"; do
+    grep -q 'MPI_Init' "examples/$name.c" && continue
+    queue "example_$name" $CC -O2 -Wall -Wextra -I. "examples/$name.c" -o "$OUT/example_$name" $LIBS
+done
+start_builds
+
+stage "compile matrix"
+i=0
+for name in "${build_names[@]}"; do
+    case $name in compile_*) ;; *) continue ;; esac
+    if built "$name"; then pass; else fail "${matrix[$i]}"; show "$OUT/$name.build.log"; fi
+    i=$((i + 1))
+done
+
+# 2. test programs, optimised; the float tests again with the C library's functions in place of
+#    the vector ones, and without threads
+stage "test programs ($CC -O2)"
+for name in "${tests[@]}" test_tape_AUTODIFF_NO_DISPATCH test_tape_AUTODIFF_NO_THREADS; do
+    if built "$name"; then
         run_counted "$name" "$OUT/$name"
     else
-        fail "build $name"; sed -n '1,30p' "$OUT/$name.build.log"
+        fail "build $name"; show "$OUT/$name.build.log"
     fi
 done
-# the float tests again with the C library's functions in place of the vector ones, and
-# without threads
-for opt in AUTODIFF_NO_DISPATCH AUTODIFF_NO_THREADS; do
-    if $CC -O2 -g -std=c99 -Wall -Wextra -D$opt -I. tests/test_tape.c -o "$OUT/test_tape_$opt" $LIBS \
-        >"$OUT/test_tape_$opt.build.log" 2>&1; then
-        run_counted "test_tape_$opt" "$OUT/test_tape_$opt"
-    else
-        fail "build test_tape -D$opt"; sed -n '1,30p' "$OUT/test_tape_$opt.build.log"
-    fi
-done
-if [ "${SANITIZE:-1}" = 1 ]; then
-    for src in tests/test_*.c; do
-        name=$(basename "$src" .c)
-        grep -q 'no-sanitizer-run' "$src" && continue
-        if $CC -O1 -g -std=c99 -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-            -I. "$src" -o "$OUT/$name.asan" $LIBS >"$OUT/$name.asan.build.log" 2>&1; then
-            check "asan+ubsan $name" env ASAN_OPTIONS=detect_leaks=1 TH_QUICK=1 "$OUT/$name.asan"
+
+# 3. the same under AddressSanitizer + UBSan, with each compiler, the dispatching kernels on
+for cc in "${wanted[@]}"; do
+    stage "sanitizers ($cc)"
+    if ! have "$cc"; then echo "no $cc: skipped"; continue; fi
+    for name in "${tests[@]}"; do
+        grep -q 'no-sanitizer-run' "tests/$name.c" && continue
+        if built "$name.san_$cc"; then
+            check "asan+ubsan $cc $name" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+                TH_QUICK=1 "$OUT/$name.san_$cc" && echo "$name: ok"
         else
-            fail "build asan $name"; sed -n '1,30p' "$OUT/$name.asan.build.log"
+            fail "build asan+ubsan $cc $name"; show "$OUT/$name.san_$cc.build.log"
         fi
     done
-fi
-
-# 3. fuzz targets: each file builds standalone (its own main runs a built-in corpus of valid and
-#    mutated inputs) and must get through it without a sanitizer report
-for src in tests/fuzz/*.c; do
-    [ -e "$src" ] || continue
-    name=$(basename "$src" .c)
-    if $CC -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -I. "$src" \
-        -o "$OUT/$name" $LIBS >"$OUT/$name.build.log" 2>&1; then
-        check "fuzz corpus $name" "$OUT/$name"
-    else
-        fail "build $name"; sed -n '1,30p' "$OUT/$name.build.log"
-    fi
 done
 
-# 4. examples: each builds with plain cc; the quick ones run
-for src in examples/*.c; do
-    [ -e "$src" ] || continue
-    name=$(basename "$src" .c)
-    grep -q 'MPI_Init' "$src" && continue
-    check "build example $name" $CC -O2 -Wall -Wextra -I. "$src" -o "$OUT/example_$name" $LIBS
+# 4. fuzz targets: each file builds standalone (its own main runs a built-in corpus of valid and
+#    mutated inputs) and must get through it without a sanitizer report, with each compiler
+stage "fuzz corpora"
+[ ${#sanitizers[@]} -gt 0 ] || echo "no sanitizer build (SANITIZE=${SANITIZE:-}): skipped"
+for cc in "${sanitizers[@]}"; do
+    for name in "${fuzzers[@]}"; do
+        if built "$name.san_$cc"; then
+            check "fuzz corpus $cc $name" env UBSAN_OPTIONS=print_stacktrace=1 "$OUT/$name.san_$cc"
+        else
+            fail "build $cc $name"; show "$OUT/$name.san_$cc.build.log"
+        fi
+    done
+done
+
+# 5. examples: each builds with plain cc; the quick ones run
+stage "examples"
+for name in "${examples[@]}"; do
+    grep -q 'MPI_Init' "examples/$name.c" && continue
+    if built "example_$name"; then pass; else fail "build example $name"; show "$OUT/example_$name.build.log"; fi
 done
 for name in scalar sigmoid hessian; do
     [ -x "$OUT/example_$name" ] && check "run example $name" "$OUT/example_$name"
 done
+
+# 6. training stopped and resumed from its checkpoint (skips itself without MNIST_DIR)
+if [ -e tests/resume.sh ]; then
+    stage "resume (tests/resume.sh)"
+    check "resume" bash tests/resume.sh && tail -1 "$OUT/resume.log"
+fi
+stage ""
 
 if [ ${#failures[@]} -gt 0 ]; then
     echo "failures:"; printf '  %s\n' "${failures[@]}"
