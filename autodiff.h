@@ -347,6 +347,21 @@ AUTODIFF_API ad_tensor *ad_abs(ad_tape *T, ad_tensor *a);
 AUTODIFF_API ad_tensor *ad_square(ad_tape *T, ad_tensor *a);
 /* x^p for a constant p. */
 AUTODIFF_API ad_tensor *ad_pow(ad_tape *T, ad_tensor *a, ad_real p);
+/* log(1 + x) and e^x - 1, accurate near 0. */
+AUTODIFF_API ad_tensor *ad_log1p(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_expm1(ad_tape *T, ad_tensor *a);
+/* log(1 + e^x), without overflow for any x (PyTorch's softplus with beta 1 and no threshold). */
+AUTODIFF_API ad_tensor *ad_softplus(ad_tape *T, ad_tensor *a);
+/* x * sigmoid(x) (SiLU, swish). */
+AUTODIFF_API ad_tensor *ad_silu(ad_tape *T, ad_tensor *a);
+/* The error function, and the arctangent. */
+AUTODIFF_API ad_tensor *ad_erf(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_atan(ad_tape *T, ad_tensor *a);
+/* 1 / x, and 1 / sqrt(x). */
+AUTODIFF_API ad_tensor *ad_reciprocal(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_rsqrt(ad_tape *T, ad_tensor *a);
+/* x for x > 0, alpha (e^x - 1) otherwise (alpha 1 is PyTorch's default). */
+AUTODIFF_API ad_tensor *ad_elu(ad_tape *T, ad_tensor *a, ad_real alpha);
 /* min(max(x, lo), hi); the gradient is 1 inside [lo, hi] and 0 outside. */
 AUTODIFF_API ad_tensor *ad_clamp(ad_tape *T, ad_tensor *a, ad_real lo, ad_real hi);
 /* scale * x + shift: the scalar forms below are all this one op. */
@@ -3488,21 +3503,79 @@ AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const 
 }
 
 /* >>ops:elementwise -------------------------------------------------------------------------- */
-/* One table of unary functions. Each kind has its forward loop in ad__unary_kernel and its
-   derivative, written with the library's own ops, in ad__unary_backward. */
-enum ad__unary_kind {
-    AD__U_NEG, AD__U_EXP, AD__U_LOG, AD__U_SIN, AD__U_COS, AD__U_TANH, AD__U_SIGMOID, AD__U_RELU,
-    AD__U_LEAKY_RELU, AD__U_GELU, AD__U_GELU_GRAD, AD__U_SQRT, AD__U_ABS, AD__U_SQUARE, AD__U_POW,
-    AD__U_CLAMP, AD__U_AFFINE
-};
-static const char *const ad__unary_names[] = {
-    "ad_neg", "ad_exp", "ad_log", "ad_sin", "ad_cos", "ad_tanh", "ad_sigmoid", "ad_relu",
-    "ad_leaky_relu", "ad_gelu", "ad_gelu (derivative)", "ad_sqrt", "ad_abs", "ad_square", "ad_pow",
-    "ad_clamp", "ad_affine"
-};
-
+/* Unary functions: one row each, and nothing else to write to add one (but its public function
+   and a row in tests/test_ops.c).
+       ID       the kind, AD__U_<ID>
+       NAME     the public function, for errors
+       SPLIT    LIGHT (a compare or a multiply a value) or HEAVY (a series or a library call):
+                from how many values its loops are split over threads (AD__SPLIT_*)
+       FORWARD  y from the value x and the parameters p0, p1, as an expression
+       DERIV    dy/dx in the small language of AD__X, AD__Y, AD__P0, AD__P1, AD__C(v), AD__ADD,
+                AD__SUB, AD__MUL, AD__DIV, AD__NEG, AD__EXP, AD__SIN, AD__COS, AD__ERF,
+                AD__SIGM, AD__POW(a, e), AD__STEP (1 where the argument is > 0, else 0),
+                AD__SIGN, AD__INSIDE (1 where p0 <= argument <= p1) and AD__SEL(a, b, c) (b
+                where a > 0, else c). It is expanded twice: on values, inside the fused loop of
+                a plain backward sweep (ad__unary_grad_range), and on tensors with the library's
+                ops, for sweeps that record (ad__unary_backward), so higher derivatives come from
+                the same formula. STEP, SIGN and INSIDE are constants there: no gradient flows
+                through them.
+   exp, log, sigmoid, tanh, sin and cos of floats also have vector versions below; the rest of
+   the forward and every fused derivative is the row's expression in a plain loop, which the
+   compiler vectorises where the expression allows. */
 #define AD__INV_SQRT2 0.70710678118654752440
 #define AD__INV_SQRT_2PI 0.39894228040143267794
+#define AD__TWO_INV_SQRT_PI 1.12837916709551257390
+
+#define AD__UNARY_OPS(X)                                                                                   \
+    X(NEG, "ad_neg", LIGHT, -x, AD__NEG(AD__C(1)))                                                         \
+    X(EXP, "ad_exp", HEAVY, AD__F(exp)(x), AD__Y)                                                          \
+    X(LOG, "ad_log", HEAVY, AD__F(log)(x), AD__DIV(AD__C(1), AD__X))                                       \
+    X(SIN, "ad_sin", HEAVY, AD__F(sin)(x), AD__COS(AD__X))                                                 \
+    X(COS, "ad_cos", HEAVY, AD__F(cos)(x), AD__NEG(AD__SIN(AD__X)))                                        \
+    X(TANH, "ad_tanh", HEAVY, AD__F(tanh)(x), AD__SUB(AD__C(1), AD__MUL(AD__Y, AD__Y)))                    \
+    X(SIGMOID, "ad_sigmoid", HEAVY, ad__sigmoid1(x), AD__MUL(AD__Y, AD__SUB(AD__C(1), AD__Y)))             \
+    X(RELU, "ad_relu", LIGHT, x > 0 ? x : 0, AD__STEP(AD__X))                                              \
+    X(LEAKY_RELU, "ad_leaky_relu", LIGHT, x > 0 ? x : p0 * x, AD__SEL(AD__X, AD__C(1), AD__P0))           \
+    X(GELU, "ad_gelu", HEAVY, (ad_real)0.5 * x * (1 + AD__F(erf)(x * (ad_real)AD__INV_SQRT2)),            \
+      AD__ADD(AD__MUL(AD__C(0.5), AD__ADD(AD__C(1), AD__ERF(AD__MUL(AD__X, AD__C(AD__INV_SQRT2))))),       \
+              AD__MUL(AD__X, AD__MUL(AD__C(AD__INV_SQRT_2PI),                                              \
+                                     AD__EXP(AD__MUL(AD__C(-0.5), AD__MUL(AD__X, AD__X)))))))              \
+    X(SQRT, "ad_sqrt", HEAVY, AD__F(sqrt)(x), AD__DIV(AD__C(0.5), AD__Y))                                  \
+    X(ABS, "ad_abs", LIGHT, AD__F(fabs)(x), AD__SIGN(AD__X))                                               \
+    X(SQUARE, "ad_square", LIGHT, x * x, AD__MUL(AD__C(2), AD__X))                                         \
+    X(POW, "ad_pow", HEAVY, AD__F(pow)(x, p0), AD__MUL(AD__P0, AD__POW(AD__X, p0 - 1)))                    \
+    X(CLAMP, "ad_clamp", LIGHT, x < p0 ? p0 : (x > p1 ? p1 : x), AD__INSIDE(AD__X))                        \
+    X(AFFINE, "ad_affine", LIGHT, p0 * x + p1, AD__P0)                                                     \
+    X(LOG1P, "ad_log1p", HEAVY, AD__F(log1p)(x), AD__DIV(AD__C(1), AD__ADD(AD__C(1), AD__X)))              \
+    X(EXPM1, "ad_expm1", HEAVY, AD__F(expm1)(x), AD__ADD(AD__Y, AD__C(1)))                                 \
+    X(SOFTPLUS, "ad_softplus", HEAVY, ad__softplus1(x), AD__SIGM(AD__X))                                   \
+    X(SILU, "ad_silu", HEAVY, x * ad__sigmoid1(x),                                                         \
+      AD__MUL(AD__SIGM(AD__X), AD__ADD(AD__C(1), AD__MUL(AD__X, AD__SUB(AD__C(1), AD__SIGM(AD__X))))))     \
+    X(ERF, "ad_erf", HEAVY, AD__F(erf)(x),                                                                 \
+      AD__MUL(AD__C(AD__TWO_INV_SQRT_PI), AD__EXP(AD__NEG(AD__MUL(AD__X, AD__X)))))                        \
+    X(ATAN, "ad_atan", HEAVY, AD__F(atan)(x), AD__DIV(AD__C(1), AD__ADD(AD__C(1), AD__MUL(AD__X, AD__X)))) \
+    X(RECIPROCAL, "ad_reciprocal", LIGHT, 1 / x, AD__NEG(AD__MUL(AD__Y, AD__Y)))                           \
+    X(RSQRT, "ad_rsqrt", HEAVY, 1 / AD__F(sqrt)(x), AD__MUL(AD__C(-0.5), AD__MUL(AD__Y, AD__MUL(AD__Y, AD__Y)))) \
+    X(ELU, "ad_elu", HEAVY, x > 0 ? x : p0 * AD__F(expm1)(x), AD__SEL(AD__X, AD__C(1), AD__ADD(AD__Y, AD__P0)))
+
+#define AD__UNARY_ENUM(ID, NAME, SPLIT, FORWARD, DERIV) AD__U_##ID,
+enum ad__unary_kind { AD__UNARY_OPS(AD__UNARY_ENUM) AD__U_COUNT };
+#undef AD__UNARY_ENUM
+#define AD__UNARY_NAME(ID, NAME, SPLIT, FORWARD, DERIV) NAME,
+static const char *const ad__unary_names[] = {AD__UNARY_OPS(AD__UNARY_NAME) ""};
+#undef AD__UNARY_NAME
+
+/* 1 / (1 + e^-x), and log(1 + e^x), written so that exp never overflows */
+AD__INLINE ad_real ad__sigmoid1(ad_real x)
+{
+    ad_real e = AD__F(exp)(-AD__F(fabs)(x));
+    return x >= 0 ? 1 / (1 + e) : e / (1 + e);
+}
+
+AD__INLINE ad_real ad__softplus1(ad_real x)
+{
+    return (x > 0 ? x : 0) + AD__F(log1p)(AD__F(exp)(-AD__F(fabs)(x)));
+}
 
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
 /* exp, log, sigmoid, tanh, sin and cos of floats on whole vectors. The C library computes one
@@ -3792,44 +3865,22 @@ AD__PRIVATE int ad__unary_vectorised(int kind, const ad_real *x, ad_real *y, siz
     return 0;
 }
 
-AD__PRIVATE void ad__unary_kernel(int kind, const ad_real *AD__RESTRICT x, ad_real *AD__RESTRICT y,
+AD__PRIVATE void ad__unary_kernel(int kind, const ad_real *AD__RESTRICT xs, ad_real *AD__RESTRICT y,
                                   size_t n, ad_real p0, ad_real p1)
 {
     size_t i;
-    if (ad__unary_vectorised(kind, x, y, n)) return;
+    (void)p1;
+    if (ad__unary_vectorised(kind, xs, y, n)) return;
     switch (kind) {
-    case AD__U_NEG: for (i = 0; i < n; i++) y[i] = -x[i]; break;
-    case AD__U_EXP: for (i = 0; i < n; i++) y[i] = AD__F(exp)(x[i]); break;
-    case AD__U_LOG: for (i = 0; i < n; i++) y[i] = AD__F(log)(x[i]); break;
-    case AD__U_SIN: for (i = 0; i < n; i++) y[i] = AD__F(sin)(x[i]); break;
-    case AD__U_COS: for (i = 0; i < n; i++) y[i] = AD__F(cos)(x[i]); break;
-    case AD__U_TANH: for (i = 0; i < n; i++) y[i] = AD__F(tanh)(x[i]); break;
-    case AD__U_SIGMOID:
-        /* written so that exp never overflows */
-        for (i = 0; i < n; i++) {
-            ad_real e = AD__F(exp)(-AD__F(fabs)(x[i]));
-            y[i] = x[i] >= 0 ? 1 / (1 + e) : e / (1 + e);
-        }
+#define AD__UNARY_FORWARD(ID, NAME, SPLIT, FORWARD, DERIV)                                           \
+    case AD__U_##ID:                                                                                 \
+        for (i = 0; i < n; i++) {                                                                    \
+            ad_real x = xs[i];                                                                       \
+            y[i] = (FORWARD);                                                                        \
+        }                                                                                            \
         break;
-    case AD__U_RELU: for (i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
-    case AD__U_LEAKY_RELU: for (i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : p0 * x[i]; break;
-    case AD__U_GELU:
-        for (i = 0; i < n; i++)
-            y[i] = (ad_real)0.5 * x[i] * (1 + AD__F(erf)(x[i] * (ad_real)AD__INV_SQRT2));
-        break;
-    case AD__U_GELU_GRAD: /* Phi(x) + x phi(x) */
-        for (i = 0; i < n; i++)
-            y[i] = (ad_real)0.5 * (1 + AD__F(erf)(x[i] * (ad_real)AD__INV_SQRT2)) +
-                   x[i] * (ad_real)AD__INV_SQRT_2PI * AD__F(exp)((ad_real)-0.5 * x[i] * x[i]);
-        break;
-    case AD__U_SQRT: for (i = 0; i < n; i++) y[i] = AD__F(sqrt)(x[i]); break;
-    case AD__U_ABS: for (i = 0; i < n; i++) y[i] = AD__F(fabs)(x[i]); break;
-    case AD__U_SQUARE: for (i = 0; i < n; i++) y[i] = x[i] * x[i]; break;
-    case AD__U_POW: for (i = 0; i < n; i++) y[i] = AD__F(pow)(x[i], p0); break;
-    case AD__U_CLAMP:
-        for (i = 0; i < n; i++) y[i] = x[i] < p0 ? p0 : (x[i] > p1 ? p1 : x[i]);
-        break;
-    case AD__U_AFFINE: for (i = 0; i < n; i++) y[i] = p0 * x[i] + p1; break;
+        AD__UNARY_OPS(AD__UNARY_FORWARD)
+#undef AD__UNARY_FORWARD
     default: AUTODIFF_ASSERT(0);
     }
 }
@@ -3854,13 +3905,10 @@ AD__INLINE void ad__parallel_items(ad_tape *T, ad__range_fn fn, const void *ctx,
 /* The size from which a unary function's forward or backward loop is split over threads. */
 AD__INLINE size_t ad__unary_split(int kind)
 {
-    switch (kind) {
-    case AD__U_NEG: case AD__U_RELU: case AD__U_LEAKY_RELU: case AD__U_ABS: case AD__U_SQUARE:
-    case AD__U_CLAMP: case AD__U_AFFINE:
-        return AD__SPLIT_LIGHT;
-    default:
-        return AD__SPLIT_HEAVY;
-    }
+#define AD__UNARY_SPLIT(ID, NAME, SPLIT, FORWARD, DERIV) AD__SPLIT_##SPLIT,
+    static const size_t split[] = {AD__UNARY_OPS(AD__UNARY_SPLIT) 0};
+#undef AD__UNARY_SPLIT
+    return split[kind];
 }
 
 typedef struct ad__unary_job {
@@ -3877,8 +3925,6 @@ AD__PRIVATE void ad__unary_range(const void *ctx, size_t lo, size_t hi)
 }
 
 AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g);
-AD__PRIVATE ad_tensor *ad__mask_grad(ad_tape *T, ad_tensor *g, ad_tensor *x, int kind, ad_real p0,
-                                     ad_real p1);
 
 /* kind(a) with its parameters; errors name op, the function the caller called. */
 AD__PRIVATE ad_tensor *ad__unary_as(ad_tape *T, const char *op, ad_tensor *a, int kind, ad_real p0, ad_real p1)
@@ -3907,36 +3953,6 @@ AD__PRIVATE ad_tensor *ad__unary_as(ad_tape *T, const char *op, ad_tensor *a, in
 AD__PRIVATE ad_tensor *ad__unary(ad_tape *T, ad_tensor *a, int kind, ad_real p0, ad_real p1)
 {
     return ad__unary_as(T, ad__unary_names[kind], a, kind, p0, p1);
-}
-
-/* d y / d x of one element, from x and y = f(x): the local derivative that the fused backward
-   multiplies into g when the gradient is not recorded. ad__unary_backward below writes the
-   same derivatives with ops for recorded (create_graph) sweeps; the second-order tests compare
-   the two. */
-AD__PRIVATE ad_real ad__unary_local(int kind, ad_real x, ad_real y, ad_real p0, ad_real p1)
-{
-    switch (kind) {
-    case AD__U_NEG: return -1;
-    case AD__U_EXP: return y;
-    case AD__U_LOG: return 1 / x;
-    case AD__U_SIN: return AD__F(cos)(x);
-    case AD__U_COS: return -AD__F(sin)(x);
-    case AD__U_TANH: return 1 - y * y;
-    case AD__U_SIGMOID: return y * (1 - y);
-    case AD__U_RELU: return x > 0 ? (ad_real)1 : (ad_real)0;
-    case AD__U_LEAKY_RELU: return x > 0 ? (ad_real)1 : p0;
-    case AD__U_GELU:
-        return (ad_real)0.5 * (1 + AD__F(erf)(x * (ad_real)AD__INV_SQRT2)) +
-               x * (ad_real)AD__INV_SQRT_2PI * AD__F(exp)((ad_real)-0.5 * x * x);
-    case AD__U_GELU_GRAD: return (ad_real)AD__INV_SQRT_2PI * AD__F(exp)((ad_real)-0.5 * x * x) * (2 - x * x);
-    case AD__U_SQRT: return (ad_real)0.5 / y;
-    case AD__U_ABS: return x > 0 ? (ad_real)1 : (x < 0 ? (ad_real)-1 : (ad_real)0);
-    case AD__U_SQUARE: return 2 * x;
-    case AD__U_POW: return p0 * AD__F(pow)(x, p0 - 1);
-    case AD__U_CLAMP: return x >= p0 && x <= p1 ? (ad_real)1 : (ad_real)0;
-    case AD__U_AFFINE: return p0;
-    default: AUTODIFF_ASSERT(0); return 0;
-    }
 }
 
 /* dx (+)= g * f'(x) over the values [lo, hi), for sweeps that do not record. */
@@ -3971,9 +3987,31 @@ AD__PRIVATE int ad__sincos_grad_vectorised(int kind, const ad_real *AD__RESTRICT
     return 1;
 }
 
-/* Kinds whose derivative needs no call into the C library get loops of their own so that they
-   vectorise (each factor is the same expression as in ad__unary_local); sin and cos use the
-   vector functions where they are; the rest go through the table. */
+/* The rows' derivatives on values: the factor of each element in the fused backward. */
+#define AD__X xv[i]
+#define AD__Y yv[i]
+#define AD__P0 p0
+#define AD__P1 p1
+#define AD__C(v) ((ad_real)(v))
+#define AD__ADD(a, b) ((a) + (b))
+#define AD__SUB(a, b) ((a) - (b))
+#define AD__MUL(a, b) ((a) * (b))
+#define AD__DIV(a, b) ((a) / (b))
+#define AD__NEG(a) (-(a))
+#define AD__EXP(a) AD__F(exp)(a)
+#define AD__SIN(a) AD__F(sin)(a)
+#define AD__COS(a) AD__F(cos)(a)
+#define AD__ERF(a) AD__F(erf)(a)
+#define AD__SIGM(a) ad__sigmoid1(a)
+#define AD__POW(a, e) AD__F(pow)(a, e)
+#define AD__STEP(a) ((a) > 0 ? (ad_real)1 : (ad_real)0)
+#define AD__SIGN(a) ((a) > 0 ? (ad_real)1 : ((a) < 0 ? (ad_real)-1 : (ad_real)0))
+#define AD__INSIDE(a) ((a) >= p0 && (a) <= p1 ? (ad_real)1 : (ad_real)0)
+#define AD__SEL(a, b, c) ((a) > 0 ? (b) : (c))
+
+/* The fused loops: sin and cos take the vector functions where they are; the factor gets a
+   statement of its own, since GCC if-converts (and vectorises) a conditional factor only then;
+   one element (scalar tapes) gets no loop. */
 AD__PRIVATE void ad__unary_grad_range(const void *ctx, size_t lo, size_t hi)
 {
     const ad__unary_grad_job *j = (const ad__unary_grad_job *)ctx;
@@ -3981,30 +4019,48 @@ AD__PRIVATE void ad__unary_grad_range(const void *ctx, size_t lo, size_t hi)
     ad_real p0 = j->p0, p1 = j->p1, *AD__RESTRICT d = j->d + lo;
     size_t i, size = hi - lo;
     int add = j->add, kind = j->kind;
+    (void)p1;
+    (void)yv;
     if ((kind == AD__U_SIN || kind == AD__U_COS) && ad__sincos_grad_vectorised(kind, xv, g, d, size, add)) return;
-/* the factor gets a statement of its own: GCC if-converts (and vectorises) a conditional
-   factor only then; one element (scalar tapes) gets no loop */
-#define AD__FUSED(EXPR)                                                                       \
-    if (size == 1) { ad_real f_; i = 0; f_ = (EXPR); if (add) d[0] += g[0] * f_; else d[0] = g[0] * f_; } \
-    else if (add) for (i = 0; i < size; i++) { ad_real f_ = (EXPR); d[i] += g[i] * f_; }     \
-    else for (i = 0; i < size; i++) { ad_real f_ = (EXPR); d[i] = g[i] * f_; }
     switch (kind) {
-    case AD__U_NEG: AD__FUSED((ad_real)-1) break;
-    case AD__U_EXP: AD__FUSED(yv[i]) break;
-    case AD__U_LOG: AD__FUSED(1 / xv[i]) break;
-    case AD__U_TANH: AD__FUSED(1 - yv[i] * yv[i]) break;
-    case AD__U_SIGMOID: AD__FUSED(yv[i] * (1 - yv[i])) break;
-    case AD__U_RELU: AD__FUSED(xv[i] > 0 ? (ad_real)1 : (ad_real)0) break;
-    case AD__U_LEAKY_RELU: AD__FUSED(xv[i] > 0 ? (ad_real)1 : p0) break;
-    case AD__U_SQRT: AD__FUSED((ad_real)0.5 / yv[i]) break;
-    case AD__U_ABS: AD__FUSED(xv[i] > 0 ? (ad_real)1 : (xv[i] < 0 ? (ad_real)-1 : (ad_real)0)) break;
-    case AD__U_SQUARE: AD__FUSED(2 * xv[i]) break;
-    case AD__U_CLAMP: AD__FUSED(xv[i] >= p0 && xv[i] <= p1 ? (ad_real)1 : (ad_real)0) break;
-    case AD__U_AFFINE: AD__FUSED(p0) break;
-    default: AD__FUSED(ad__unary_local(kind, xv[i], yv[i], p0, p1)) break;
+#define AD__UNARY_FUSED(ID, NAME, SPLIT, FORWARD, DERIV)                                             \
+    case AD__U_##ID:                                                                                 \
+        if (size == 1) {                                                                             \
+            ad_real f_;                                                                              \
+            i = 0;                                                                                   \
+            f_ = (DERIV);                                                                            \
+            if (add) d[0] += g[0] * f_; else d[0] = g[0] * f_;                                       \
+        } else if (add) {                                                                            \
+            for (i = 0; i < size; i++) { ad_real f_ = (DERIV); d[i] += g[i] * f_; }                  \
+        } else {                                                                                     \
+            for (i = 0; i < size; i++) { ad_real f_ = (DERIV); d[i] = g[i] * f_; }                   \
+        }                                                                                            \
+        break;
+        AD__UNARY_OPS(AD__UNARY_FUSED)
+#undef AD__UNARY_FUSED
+    default: AUTODIFF_ASSERT(0);
     }
-#undef AD__FUSED
 }
+#undef AD__X
+#undef AD__Y
+#undef AD__P0
+#undef AD__P1
+#undef AD__C
+#undef AD__ADD
+#undef AD__SUB
+#undef AD__MUL
+#undef AD__DIV
+#undef AD__NEG
+#undef AD__EXP
+#undef AD__SIN
+#undef AD__COS
+#undef AD__ERF
+#undef AD__SIGM
+#undef AD__POW
+#undef AD__STEP
+#undef AD__SIGN
+#undef AD__INSIDE
+#undef AD__SEL
 
 /* dx (+)= g * f'(x) in one pass, for sweeps that do not record. A shift (affine with scale 1)
    passes g on: x shares its buffer until a second contribution arrives. */
@@ -4027,89 +4083,101 @@ AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *
                        AD__STORE_BLOCK);
 }
 
+/* The constant factors of piecewise-linear derivatives: 1 where x > 0 (else 0), the sign of
+   x, or 1 where p0 <= x <= p1; recorded as nothing, so no gradient flows through them. */
+enum { AD__MASK_STEP, AD__MASK_SIGN, AD__MASK_INSIDE };
+
+AD__PRIVATE ad_tensor *ad__mask(ad_tape *T, ad_tensor *x, int kind, ad_real p0, ad_real p1)
+{
+    ad_tensor *y;
+    const ad_real *AD__RESTRICT xv;
+    ad_real *AD__RESTRICT yv;
+    size_t i;
+    if (!x || !(y = ad__like(T, "ad_backward", x))) return NULL;
+    xv = x->data;
+    yv = y->data;
+    for (i = 0; i < x->size; i++) {
+        ad_real v = xv[i];
+        yv[i] = kind == AD__MASK_STEP ? (v > 0 ? (ad_real)1 : (ad_real)0)
+                : kind == AD__MASK_SIGN ? (v > 0 ? (ad_real)1 : (v < 0 ? (ad_real)-1 : (ad_real)0))
+                                        : (v >= p0 && v <= p1 ? (ad_real)1 : (ad_real)0);
+    }
+    return y;
+}
+
+/* b where a > 0, else c: b step(a) + c (1 - step(a)) with the step a constant */
+AD__PRIVATE ad_tensor *ad__select_positive(ad_tape *T, ad_tensor *a, ad_tensor *b, ad_tensor *c)
+{
+    ad_tensor *step = ad__mask(T, a, AD__MASK_STEP, 0, 0);
+    return ad_add(T, ad_mul(T, b, step), ad_mul(T, c, ad_rsub_scalar(T, 1, step)));
+}
+
+/* The rows' derivatives on tensors, recorded: dy/dx as a tensor of x's shape. */
+#define AD__X x
+#define AD__Y y
+#define AD__P0 ad_scalar(T, p0)
+#define AD__P1 ad_scalar(T, p1)
+#define AD__C(v) ad_scalar(T, (ad_real)(v))
+#define AD__ADD(a, b) ad_add(T, a, b)
+#define AD__SUB(a, b) ad_sub(T, a, b)
+#define AD__MUL(a, b) ad_mul(T, a, b)
+#define AD__DIV(a, b) ad_div(T, a, b)
+#define AD__NEG(a) ad_neg(T, a)
+#define AD__EXP(a) ad_exp(T, a)
+#define AD__SIN(a) ad_sin(T, a)
+#define AD__COS(a) ad_cos(T, a)
+#define AD__ERF(a) ad_erf(T, a)
+#define AD__SIGM(a) ad_sigmoid(T, a)
+#define AD__POW(a, e) ad_pow(T, a, (ad_real)(e))
+#define AD__STEP(a) ad__mask(T, a, AD__MASK_STEP, p0, p1)
+#define AD__SIGN(a) ad__mask(T, a, AD__MASK_SIGN, p0, p1)
+#define AD__INSIDE(a) ad__mask(T, a, AD__MASK_INSIDE, p0, p1)
+#define AD__SEL(a, b, c) ad__select_positive(T, a, b, c)
+
+AD__PRIVATE ad_tensor *ad__unary_derivative(ad_tape *T, int kind, ad_tensor *x, ad_tensor *y, ad_real p0, ad_real p1)
+{
+    (void)y;
+    switch (kind) {
+#define AD__UNARY_RECORDED(ID, NAME, SPLIT, FORWARD, DERIV) case AD__U_##ID: return DERIV;
+        AD__UNARY_OPS(AD__UNARY_RECORDED)
+#undef AD__UNARY_RECORDED
+    default: AUTODIFF_ASSERT(0); return NULL;
+    }
+}
+#undef AD__X
+#undef AD__Y
+#undef AD__P0
+#undef AD__P1
+#undef AD__C
+#undef AD__ADD
+#undef AD__SUB
+#undef AD__MUL
+#undef AD__DIV
+#undef AD__NEG
+#undef AD__EXP
+#undef AD__SIN
+#undef AD__COS
+#undef AD__ERF
+#undef AD__SIGM
+#undef AD__POW
+#undef AD__STEP
+#undef AD__SIGN
+#undef AD__INSIDE
+#undef AD__SEL
+
 AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
-    ad_tape *T = S->T;
-    ad_tensor *x = n->in[0], *y = n->out, *d = NULL, *x2;
-    ad_real p0 = n->rv[0], p1 = n->rv[1];
+    ad_tensor *x = n->in[0];
+    int kind = n->iv[0];
     if (!S->create_graph) {
         ad__unary_backward_fused(S, n, g);
         return;
     }
-    switch (n->iv[0]) {
-    case AD__U_NEG: d = ad_neg(T, g); break;
-    case AD__U_EXP: d = ad_mul(T, g, y); break;
-    case AD__U_LOG: d = ad_div(T, g, x); break;
-    case AD__U_SIN: d = ad_mul(T, g, ad_cos(T, x)); break;
-    case AD__U_COS: d = ad_mul(T, g, ad_neg(T, ad_sin(T, x))); break;
-    case AD__U_TANH: d = ad_mul(T, g, ad_rsub_scalar(T, 1, ad_square(T, y))); break;
-    case AD__U_SIGMOID: d = ad_mul(T, g, ad_mul(T, y, ad_rsub_scalar(T, 1, y))); break;
-    case AD__U_RELU:
-    case AD__U_LEAKY_RELU:
-    case AD__U_ABS:
-    case AD__U_CLAMP: d = ad__mask_grad(T, g, x, n->iv[0], p0, p1); break;
-    case AD__U_GELU: d = ad_mul(T, g, ad__unary(T, x, AD__U_GELU_GRAD, 0, 0)); break;
-    case AD__U_GELU_GRAD: /* d/dx [Phi(x) + x phi(x)] = phi(x) (2 - x^2) */
-        x2 = ad_square(T, x);
-        d = ad_mul(T, g, ad_mul(T, ad_exp(T, ad_affine(T, x2, (ad_real)-0.5,
-                                                        (ad_real)log(AD__INV_SQRT_2PI))),
-                                ad_rsub_scalar(T, 2, x2)));
-        break;
-    case AD__U_SQRT: d = ad_div(T, g, ad_mul_scalar(T, y, 2)); break;
-    case AD__U_SQUARE: d = ad_mul(T, g, ad_mul_scalar(T, x, 2)); break;
-    case AD__U_POW: d = ad_mul(T, g, ad_mul_scalar(T, ad_pow(T, x, p0 - 1), p0)); break;
-    case AD__U_AFFINE:
-        if (p0 == 1) { ad__accum(S, x, g, 0); return; }
-        d = ad_mul_scalar(T, g, p0);
-        break;
-    default: AUTODIFF_ASSERT(0);
+    if (kind == AD__U_AFFINE && n->rv[0] == 1) {
+        ad__accum(S, x, g, 0);
+        return;
     }
-    ad__accum(S, x, d, 1);
-}
-
-/* g times the derivative of a piecewise-linear function at x (relu, leaky_relu, abs, clamp).
-   The derivative is constant between kinks, so this op's own gradient reaches g only. */
-AD__PRIVATE void ad__mask_grad_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
-{
-    ad__accum(S, n->in[0], ad__mask_grad(S->T, g, n->in[1], n->iv[0], n->rv[0], n->rv[1]), 1);
-}
-
-AD__PRIVATE ad_tensor *ad__mask_grad(ad_tape *T, ad_tensor *g, ad_tensor *x, int kind, ad_real p0,
-                                     ad_real p1)
-{
-    ad_tensor *y;
-    ad__node *n;
-    const ad_real *AD__RESTRICT xv, *AD__RESTRICT gv;
-    ad_real *AD__RESTRICT yv;
-    size_t i, size;
-    if (!g || !x) return NULL;
-    y = ad__like(T, ad__unary_names[kind], x);
-    if (!y) return NULL;
-    xv = x->data;
-    gv = g->data;
-    yv = y->data;
-    size = x->size;
-    switch (kind) {
-    case AD__U_RELU:
-        for (i = 0; i < size; i++) { ad_real gi = gv[i]; yv[i] = xv[i] > 0 ? gi : 0; }
-        break;
-    case AD__U_LEAKY_RELU:
-        for (i = 0; i < size; i++) { ad_real f = xv[i] > 0 ? (ad_real)1 : p0; yv[i] = gv[i] * f; }
-        break;
-    case AD__U_ABS:
-        for (i = 0; i < size; i++) yv[i] = xv[i] > 0 ? gv[i] : (xv[i] < 0 ? -gv[i] : 0);
-        break;
-    case AD__U_CLAMP:
-        for (i = 0; i < size; i++) yv[i] = xv[i] >= p0 && xv[i] <= p1 ? gv[i] : 0;
-        break;
-    default: AUTODIFF_ASSERT(0);
-    }
-    n = ad__record2(T, ad__unary_names[kind], y, ad__mask_grad_backward, g, x);
-    if (!n) return NULL;
-    n->iv[0] = kind;
-    n->rv[0] = p0;
-    n->rv[1] = p1;
-    return y;
+    ad__accum(S, x, ad_mul(S->T, g, ad__unary_derivative(S->T, kind, x, n->out, n->rv[0], n->rv[1])), 1);
 }
 
 AUTODIFF_API ad_tensor *ad_neg(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_NEG, 0, 0); }
@@ -4129,6 +4197,15 @@ AUTODIFF_API ad_tensor *ad_sqrt(ad_tape *T, ad_tensor *a) { return ad__unary(T, 
 AUTODIFF_API ad_tensor *ad_abs(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_ABS, 0, 0); }
 AUTODIFF_API ad_tensor *ad_square(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_SQUARE, 0, 0); }
 AUTODIFF_API ad_tensor *ad_pow(ad_tape *T, ad_tensor *a, ad_real p) { return ad__unary(T, a, AD__U_POW, p, 0); }
+AUTODIFF_API ad_tensor *ad_log1p(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_LOG1P, 0, 0); }
+AUTODIFF_API ad_tensor *ad_expm1(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_EXPM1, 0, 0); }
+AUTODIFF_API ad_tensor *ad_softplus(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_SOFTPLUS, 0, 0); }
+AUTODIFF_API ad_tensor *ad_silu(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_SILU, 0, 0); }
+AUTODIFF_API ad_tensor *ad_erf(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_ERF, 0, 0); }
+AUTODIFF_API ad_tensor *ad_atan(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_ATAN, 0, 0); }
+AUTODIFF_API ad_tensor *ad_reciprocal(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_RECIPROCAL, 0, 0); }
+AUTODIFF_API ad_tensor *ad_rsqrt(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_RSQRT, 0, 0); }
+AUTODIFF_API ad_tensor *ad_elu(ad_tape *T, ad_tensor *a, ad_real alpha) { return ad__unary(T, a, AD__U_ELU, alpha, 0); }
 AUTODIFF_API ad_tensor *ad_clamp(ad_tape *T, ad_tensor *a, ad_real lo, ad_real hi)
 {
     if (T && a && !(lo <= hi)) {

@@ -105,6 +105,16 @@ FN(f_mul_scalar, ad_mul_scalar(T, x[0], -1.7))
 FN(f_div_scalar, ad_div_scalar(T, x[0], 3))
 FN(f_maximum_scalar, ad_maximum_scalar(T, spread(T, x[0]), 1))
 FN(f_minimum_scalar, ad_minimum_scalar(T, spread(T, x[0]), -1))
+FN(f_log1p, ad_log1p(T, x[0]))
+FN(f_expm1, ad_expm1(T, x[0]))
+FN(f_softplus, ad_softplus(T, x[0]))
+FN(f_silu, ad_silu(T, x[0]))
+FN(f_erf, ad_erf(T, x[0]))
+FN(f_atan, ad_atan(T, x[0]))
+FN(f_reciprocal, ad_reciprocal(T, x[0]))
+FN(f_rsqrt, ad_rsqrt(T, x[0]))
+FN(f_elu, ad_elu(T, x[0], 1))
+FN(f_elu_alpha, ad_elu(T, x[0], 0.3))
 /* nonlinear compositions, so that second derivatives of the piecewise ops meet curvature */
 FN(f_relu_sq, ad_square(T, ad_relu(T, x[0])))
 FN(f_abs_exp, ad_exp(T, ad_abs(T, x[0])))
@@ -149,6 +159,17 @@ static void test_elementwise(void)
     check1("div_scalar", f_div_scalar, NULL, x);
     check1("maximum_scalar", f_maximum_scalar, NULL, grouped);
     check1("minimum_scalar", f_minimum_scalar, NULL, grouped);
+    check1("log1p", f_log1p, NULL, S("3,5,7", -0.7, 3, 0));
+    check1("expm1", f_expm1, NULL, x);
+    check1("softplus", f_softplus, NULL, S("3,5,7", -6, 6, 0));
+    check1("silu", f_silu, NULL, S("3,5,7", -5, 5, 0));
+    check1("erf", f_erf, NULL, S("3,5,7", -2.5, 2.5, 0));
+    check1("atan", f_atan, NULL, S("3,5,7", -3, 3, 0));
+    check1("reciprocal", f_reciprocal, NULL, S("3,5,7", 0.3, 2, 0));
+    check1("reciprocal of negatives", f_reciprocal, NULL, S("3,5,7", -2, -0.3, 0));
+    check1("rsqrt", f_rsqrt, NULL, pos);
+    check1("elu", f_elu, NULL, kink);
+    check1("elu alpha 0.3", f_elu_alpha, NULL, kink);
     check1("relu then square", f_relu_sq, NULL, kink);
     check1("abs then exp", f_abs_exp, NULL, kink);
     check1("clamp times x", f_clamp_sq, NULL, grouped);
@@ -161,6 +182,8 @@ static void test_elementwise(void)
     check1("square of a scalar", f_square, NULL, S("", -2, 2, 0));
     check1("affine of a scalar", f_affine, NULL, S("", -2, 2, 0));
     check1("log of a scalar", f_log, NULL, S("", 0.2, 3, 0));
+    check1("silu of a scalar", f_silu, NULL, S("", -2, 2, 0));
+    check1("elu of a scalar", f_elu, NULL, S("", -2, 2, 0.05));
     check1("shared gradient, a scalar", f_shift_shared, NULL, S("", -2, 2, 0));
 }
 
@@ -856,6 +879,30 @@ static void test_forward_values(void)
         }
         TH_CHECK(worst < 1e-15, "elementwise values: error %g", worst);
     }
+    /* the functions added through the table, against the C library's definitions */
+    {
+        static const double gx[] = {-40, -3, -1, -0.5, -1e-9, 0, 1e-9, 0.5, 1, 2, 3, 40};
+        int s12[] = {12};
+        ad_tensor *x = ad_tensor_new(T, 1, s12, gx, 0), *pos = ad_abs(T, x);
+        ad_tensor *l1 = ad_log1p(T, pos), *em = ad_expm1(T, x), *sp = ad_softplus(T, x), *si = ad_silu(T, x);
+        ad_tensor *ef = ad_erf(T, x), *at = ad_atan(T, x), *el = ad_elu(T, x, 0.7);
+        ad_tensor *rc = ad_reciprocal(T, x), *rs = ad_rsqrt(T, pos);
+        double worst = 0;
+        for (i = 0; i < 12; i++) {
+            double v = gx[i], a = fabs(v);
+            worst = fmax(worst, fabs(l1->data[i] - log1p(a)) / fmax(1e-300, fabs(log1p(a))) * (a > 0));
+            worst = fmax(worst, fabs(em->data[i] - expm1(v)) / fmax(1e-300, fabs(expm1(v))) * (v != 0));
+            worst = fmax(worst, fabs(sp->data[i] - (v > 30 ? v : log1p(exp(v)))) / (v > 30 ? v : log1p(exp(v))));
+            worst = fmax(worst, fabs(si->data[i] - v / (1 + exp(-v))));
+            worst = fmax(worst, fabs(ef->data[i] - erf(v)));
+            worst = fmax(worst, fabs(at->data[i] - atan(v)));
+            worst = fmax(worst, fabs(el->data[i] - (v > 0 ? v : 0.7 * (exp(v) - 1))));
+            if (v != 0) worst = fmax(worst, fabs(rc->data[i] - 1 / v) * fabs(v));
+            if (a > 0) worst = fmax(worst, fabs(rs->data[i] - 1 / sqrt(a)) * sqrt(a));
+        }
+        TH_CHECK(worst < 1e-14, "log1p, expm1, softplus, silu, erf, atan, elu, reciprocal, rsqrt: error %g", worst);
+        TH_CHECK(isinf(rc->data[5]) && rc->data[5] > 0 && isinf(rs->data[5]), "1 / 0 and 1 / sqrt(0) are infinite");
+    }
     ad_tape_free(T);
 }
 
@@ -877,6 +924,12 @@ static void test_stability(void)
              "softmax at +-1000: %g %g %g", sm->data[0], sm->data[1], sm->data[3]);
     TH_CHECK(fabs(ls->data[1] - (-2000 - log(1 + e1))) < 1e-12, "log_softmax at -1000: %.17g", ls->data[1]);
     TH_CHECK(sg->data[0] == 1 && sg->data[1] == 0 && sg->data[2] == 0.5, "sigmoid at +-1000");
+    {
+        ad_tensor *sp = ad_softplus(T, x), *si = ad_silu(T, x);
+        TH_CHECK(sp->data[0] == 1000 && sp->data[1] == 0 && fabs(sp->data[2] - log(2.0)) < 1e-15 && si->data[0] == 1000 &&
+                     si->data[1] == 0,
+                 "softplus and silu at +-1000: %g %g %g %g", sp->data[0], sp->data[1], si->data[0], si->data[1]);
+    }
 
     /* rows [1000, -1000] label 1 and [-1000, 1000] label 0: loss 2000 each */
     {
