@@ -382,6 +382,10 @@ AUTODIFF_API ad_tensor *ad_div(ad_tape *T, ad_tensor *a, ad_tensor *b);
 /* Elementwise max / min; at ties the gradient is split evenly between a and b. */
 AUTODIFF_API ad_tensor *ad_maximum(ad_tape *T, ad_tensor *a, ad_tensor *b);
 AUTODIFF_API ad_tensor *ad_minimum(ad_tape *T, ad_tensor *a, ad_tensor *b);
+/* a^b elementwise. A negative base with an exponent that is not a whole number gives NaN. The
+   gradient with respect to b is g a^b log a, taken as 0 where a is 0 (PyTorch's choice where
+   b >= 0; where b < 0 the value is infinite anyway). */
+AUTODIFF_API ad_tensor *ad_pow_tensor(ad_tape *T, ad_tensor *a, ad_tensor *b);
 
 /* >>api:reduce: axis may be negative (-1 is the last); keepdim keeps the axis with size 1 ---- */
 AUTODIFF_API ad_tensor *ad_sum(ad_tape *T, ad_tensor *a);     /* over everything: a scalar */
@@ -2441,74 +2445,6 @@ AD__PRIVATE void ad__walk_next(const ad__walk *w, size_t *idx, size_t *oa, size_
     }
 }
 
-enum ad__binary_kind {
-    AD__B_ADD, AD__B_SUB, AD__B_MUL, AD__B_DIV, AD__B_MAX, AD__B_MIN,
-    AD__B_GT_MASK, /* 1 where a > b, 0.5 where equal, 0 elsewhere: maximum's gradient share */
-    AD__B_LT_MASK  /* the same for minimum */
-};
-
-/* One element of a binary op: the formulas that the rows below are made of. */
-AD__INLINE ad_real ad__binary_op(int kind, ad_real x, ad_real z)
-{
-    switch (kind) {
-    case AD__B_ADD: return x + z;
-    case AD__B_SUB: return x - z;
-    case AD__B_MUL: return x * z;
-    case AD__B_DIV: return x / z;
-    case AD__B_MAX: return x >= z ? x : z;
-    case AD__B_MIN: return x <= z ? x : z;
-    case AD__B_GT_MASK: return x > z ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0);
-    case AD__B_LT_MASK: return x < z ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0);
-    default: AUTODIFF_ASSERT(0); return 0;
-    }
-}
-
-/* One row of a binary op. The strides are 1 (a contiguous row) or 0 (a broadcast value); each
-   combination of strides and kind gets its own loop so that the compiler vectorises all of them. */
-AD__PRIVATE void ad__binary_row(int kind, const ad_real *AD__RESTRICT a, size_t ia,
-                                const ad_real *AD__RESTRICT b, size_t ib, ad_real *AD__RESTRICT y,
-                                size_t n)
-{
-    size_t i;
-#define AD__ROW(KIND)                                                                             \
-    if (ia && ib) {                                                                               \
-        for (i = 0; i < n; i++) y[i] = ad__binary_op(KIND, a[i], b[i]);                           \
-    } else if (ia) {                                                                              \
-        ad_real z = b[0];                                                                         \
-        for (i = 0; i < n; i++) y[i] = ad__binary_op(KIND, a[i], z);                              \
-    } else if (ib) {                                                                              \
-        ad_real x = a[0];                                                                         \
-        for (i = 0; i < n; i++) y[i] = ad__binary_op(KIND, x, b[i]);                              \
-    } else {                                                                                      \
-        ad_real v = ad__binary_op(KIND, a[0], b[0]);                                              \
-        for (i = 0; i < n; i++) y[i] = v;                                                         \
-    }
-    switch (kind) {
-    case AD__B_ADD: AD__ROW(AD__B_ADD) break;
-    case AD__B_SUB: AD__ROW(AD__B_SUB) break;
-    case AD__B_MUL: AD__ROW(AD__B_MUL) break;
-    case AD__B_DIV: AD__ROW(AD__B_DIV) break;
-    case AD__B_MAX: AD__ROW(AD__B_MAX) break;
-    case AD__B_MIN: AD__ROW(AD__B_MIN) break;
-    case AD__B_GT_MASK: AD__ROW(AD__B_GT_MASK) break;
-    case AD__B_LT_MASK: AD__ROW(AD__B_LT_MASK) break;
-    default: AUTODIFF_ASSERT(0);
-    }
-#undef AD__ROW
-}
-
-AD__PRIVATE void ad__binary_kernel(int kind, const ad__walk *w, const ad_real *a, const ad_real *b,
-                                   ad_real *y)
-{
-    size_t idx[AD_MAX_DIMS] = {0}, oa = 0, ob = 0, o;
-    size_t inner = w->shape[w->ndim - 1], outer = w->total / inner;
-    size_t ia = w->sa[w->ndim - 1], ib = w->sb[w->ndim - 1];
-    for (o = 0; o < outer; o++) {
-        ad__binary_row(kind, a + oa, ia, b + ob, ib, y + o * inner, inner);
-        ad__walk_next(w, idx, &oa, &ob);
-    }
-}
-
 /* y (output shape) = x broadcast: walk over y's shape reading x with stride sa. */
 AD__PRIVATE void ad__broadcast_kernel(const ad__walk *w, const ad_real *AD__RESTRICT x,
                                       ad_real *AD__RESTRICT y)
@@ -4084,8 +4020,9 @@ AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *
 }
 
 /* The constant factors of piecewise-linear derivatives: 1 where x > 0 (else 0), the sign of
-   x, or 1 where p0 <= x <= p1; recorded as nothing, so no gradient flows through them. */
-enum { AD__MASK_STEP, AD__MASK_SIGN, AD__MASK_INSIDE };
+   x, 1 where p0 <= x <= p1, or 1 where x is 0; recorded as nothing, so no gradient flows
+   through them. */
+enum { AD__MASK_STEP, AD__MASK_SIGN, AD__MASK_INSIDE, AD__MASK_ZERO };
 
 AD__PRIVATE ad_tensor *ad__mask(ad_tape *T, ad_tensor *x, int kind, ad_real p0, ad_real p1)
 {
@@ -4100,6 +4037,7 @@ AD__PRIVATE ad_tensor *ad__mask(ad_tape *T, ad_tensor *x, int kind, ad_real p0, 
         ad_real v = xv[i];
         yv[i] = kind == AD__MASK_STEP ? (v > 0 ? (ad_real)1 : (ad_real)0)
                 : kind == AD__MASK_SIGN ? (v > 0 ? (ad_real)1 : (v < 0 ? (ad_real)-1 : (ad_real)0))
+                : kind == AD__MASK_ZERO ? (v == 0 ? (ad_real)1 : (ad_real)0)
                                         : (v >= p0 && v <= p1 ? (ad_real)1 : (ad_real)0);
     }
     return y;
@@ -4252,9 +4190,104 @@ AUTODIFF_API ad_tensor *ad_minimum_scalar(ad_tape *T, ad_tensor *a, ad_real s)
 }
 
 /* >>ops:binary ------------------------------------------------------------------------------- */
-static const char *const ad__binary_names[] = {
-    "ad_add", "ad_sub", "ad_mul", "ad_div", "ad_maximum", "ad_minimum", "ad_maximum", "ad_minimum"
-};
+/* Ops of two tensors with NumPy broadcasting: one row each.
+       ID       the kind, AD__B_<ID>
+       NAME     the public function, for errors
+       SPLIT    as the unary rows' (ad__unary_split)
+       FORWARD  y from the values x (of a) and z (of b), as an expression
+       GRAD_A   what a's gradient receives, and GRAD_B b's, in the unary rows' language (see
+                >>ops:elementwise) with AD__A, AD__B, AD__Y and the incoming gradient AD__G, and
+                the constant masks AD__SHARE_GT(a, b) (1 where a > b, 0.5 where a == b, else 0),
+                AD__SHARE_LT and AD__NONZERO_LOG(a) (log a, 0 where a is 0). Expanded on values
+                in the fused backward and the one-element backward, and on tensors for sweeps
+                that record (where broadcast inputs are summed back to their shapes). A side
+                whose formula is AD__G alone passes the gradient on without a copy.
+   The two mask rows are the shares of maximum and minimum: never recorded, no gradient. */
+#define AD__BINARY_OPS(X)                                                                                  \
+    X(ADD, "ad_add", LIGHT, x + z, AD__G, AD__G)                                                           \
+    X(SUB, "ad_sub", LIGHT, x - z, AD__G, AD__NEG(AD__G))                                                  \
+    X(MUL, "ad_mul", LIGHT, x * z, AD__MUL(AD__G, AD__B), AD__MUL(AD__G, AD__A))                           \
+    X(DIV, "ad_div", LIGHT, x / z, AD__DIV(AD__G, AD__B), AD__NEG(AD__DIV(AD__MUL(AD__G, AD__Y), AD__B)))  \
+    X(MAX, "ad_maximum", LIGHT, x >= z ? x : z, AD__MUL(AD__G, AD__SHARE_GT(AD__A, AD__B)),                \
+      AD__SUB(AD__G, AD__MUL(AD__G, AD__SHARE_GT(AD__A, AD__B))))                                          \
+    X(MIN, "ad_minimum", LIGHT, x <= z ? x : z, AD__MUL(AD__G, AD__SHARE_LT(AD__A, AD__B)),                \
+      AD__SUB(AD__G, AD__MUL(AD__G, AD__SHARE_LT(AD__A, AD__B))))                                          \
+    X(POW, "ad_pow_tensor", HEAVY, AD__F(pow)(x, z),                                                       \
+      AD__MUL(AD__G, AD__MUL(AD__B, AD__POWT(AD__A, AD__SUB(AD__B, AD__C(1))))),                           \
+      AD__MUL(AD__G, AD__MUL(AD__Y, AD__NONZERO_LOG(AD__A))))                                              \
+    X(GT_MASK, "ad_maximum", LIGHT, x > z ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0), AD__C(0),   \
+      AD__C(0))                                                                                            \
+    X(LT_MASK, "ad_minimum", LIGHT, x < z ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0), AD__C(0),   \
+      AD__C(0))
+
+#define AD__BINARY_ENUM(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B) AD__B_##ID,
+enum ad__binary_kind { AD__BINARY_OPS(AD__BINARY_ENUM) AD__B_COUNT };
+#undef AD__BINARY_ENUM
+#define AD__BINARY_NAME(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B) NAME,
+static const char *const ad__binary_names[] = {AD__BINARY_OPS(AD__BINARY_NAME) ""};
+#undef AD__BINARY_NAME
+
+/* One element of a binary op. */
+AD__INLINE ad_real ad__binary_op(int kind, ad_real x, ad_real z)
+{
+    switch (kind) {
+#define AD__BINARY_CASE(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B) case AD__B_##ID: return (FORWARD);
+        AD__BINARY_OPS(AD__BINARY_CASE)
+#undef AD__BINARY_CASE
+    default: AUTODIFF_ASSERT(0); return 0;
+    }
+}
+
+/* One row of a binary op. The strides are 1 (a contiguous row) or 0 (a broadcast value); each
+   combination of strides and kind gets its own loop so that the compiler vectorises all of them. */
+AD__PRIVATE void ad__binary_row(int kind, const ad_real *AD__RESTRICT a, size_t ia,
+                                const ad_real *AD__RESTRICT b, size_t ib, ad_real *AD__RESTRICT y,
+                                size_t n)
+{
+    size_t i;
+    switch (kind) {
+#define AD__BINARY_ROW(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B)                                     \
+    case AD__B_##ID:                                                                                 \
+        if (ia && ib) {                                                                              \
+            for (i = 0; i < n; i++) y[i] = ad__binary_op(AD__B_##ID, a[i], b[i]);                    \
+        } else if (ia) {                                                                             \
+            ad_real z = b[0];                                                                        \
+            for (i = 0; i < n; i++) y[i] = ad__binary_op(AD__B_##ID, a[i], z);                       \
+        } else if (ib) {                                                                             \
+            ad_real x = a[0];                                                                        \
+            for (i = 0; i < n; i++) y[i] = ad__binary_op(AD__B_##ID, x, b[i]);                       \
+        } else {                                                                                     \
+            ad_real v = ad__binary_op(AD__B_##ID, a[0], b[0]);                                       \
+            for (i = 0; i < n; i++) y[i] = v;                                                        \
+        }                                                                                            \
+        break;
+        AD__BINARY_OPS(AD__BINARY_ROW)
+#undef AD__BINARY_ROW
+    default: AUTODIFF_ASSERT(0);
+    }
+}
+
+AD__PRIVATE void ad__binary_kernel(int kind, const ad__walk *w, const ad_real *a, const ad_real *b,
+                                   ad_real *y)
+{
+    size_t idx[AD_MAX_DIMS] = {0}, oa = 0, ob = 0, o;
+    size_t inner = w->shape[w->ndim - 1], outer = w->total / inner;
+    size_t ia = w->sa[w->ndim - 1], ib = w->sb[w->ndim - 1];
+    for (o = 0; o < outer; o++) {
+        ad__binary_row(kind, a + oa, ia, b + ob, ib, y + o * inner, inner);
+        ad__walk_next(w, idx, &oa, &ob);
+    }
+}
+
+
+/* The size from which a binary op's loops are split over threads. */
+AD__INLINE size_t ad__binary_split(int kind)
+{
+#define AD__BINARY_SPLIT(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B) AD__SPLIT_##SPLIT,
+    static const size_t split[] = {AD__BINARY_OPS(AD__BINARY_SPLIT) 0};
+#undef AD__BINARY_SPLIT
+    return split[kind];
+}
 
 /* NumPy broadcasting of two shapes into out; 0 with the tape's error set when they clash. */
 AD__PRIVATE int ad__broadcast_shape(ad_tape *T, const char *op, const ad_tensor *a, const ad_tensor *b,
@@ -4290,60 +4323,133 @@ AD__HOT int ad__check_pair(ad_tape *T, const char *op, const ad_tensor *a, const
 /* Computes kind(a, b) with broadcasting; records it when record is set. */
 AD__HOT ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record);
 
-/* Local derivatives of one element: d y / d a and d y / d b at a = x, b = z, y = x op z. */
-AD__PRIVATE void ad__binary_local(int kind, ad_real x, ad_real z, ad_real y, ad_real *da, ad_real *db)
-{
-    ad_real m;
-    switch (kind) {
-    case AD__B_ADD: *da = 1; *db = 1; break;
-    case AD__B_SUB: *da = 1; *db = -1; break;
-    case AD__B_MUL: *da = z; *db = x; break;
-    case AD__B_DIV: *da = 1 / z; *db = -y / z; break;
-    case AD__B_MAX:
-    case AD__B_MIN:
-        m = (kind == AD__B_MAX ? x > z : x < z) ? (ad_real)1 : (x == z ? (ad_real)0.5 : (ad_real)0);
-        *da = m;
-        *db = 1 - m;
-        break;
-    default: AUTODIFF_ASSERT(0); *da = *db = 0;
-    }
-}
-
-/* d (+)= g * d kind(a, b) / d a (which 0) or / d b (which 1) over the values [lo, hi), for
-   operands and result of one shape in sweeps that do not record. */
+/* d (+)= what side `which` (0: a, 1: b) receives, over the values [lo, hi), for operands and
+   result of one shape in sweeps that do not record. */
 typedef struct ad__binary_grad_job {
     int kind, which, add;
     const ad_real *a, *b, *y, *g;
     ad_real *d;
 } ad__binary_grad_job;
 
+/* the rows' gradient formulas on values: AD__A etc. are the elements at i */
+#define AD__A av[i]
+#define AD__B bv[i]
+#define AD__Y yv[i]
+#define AD__G g[i]
+#define AD__C(v) ((ad_real)(v))
+#define AD__ADD(a, b) ((a) + (b))
+#define AD__SUB(a, b) ((a) - (b))
+#define AD__MUL(a, b) ((a) * (b))
+#define AD__DIV(a, b) ((a) / (b))
+#define AD__NEG(a) (-(a))
+#define AD__POWT(a, e) AD__F(pow)(a, e)
+#define AD__NONZERO_LOG(a) ((a) != 0 ? AD__F(log)(a) : (ad_real)0)
+#define AD__SHARE_GT(a, b) ad__binary_op(AD__B_GT_MASK, a, b)
+#define AD__SHARE_LT(a, b) ad__binary_op(AD__B_LT_MASK, a, b)
+
 AD__PRIVATE void ad__binary_grad_range(const void *ctx, size_t lo, size_t hi)
 {
     const ad__binary_grad_job *j = (const ad__binary_grad_job *)ctx;
     const ad_real *AD__RESTRICT av = j->a + lo, *AD__RESTRICT bv = j->b + lo;
     const ad_real *AD__RESTRICT yv = j->y + lo, *AD__RESTRICT g = j->g + lo;
-    ad_real *AD__RESTRICT d = j->d + lo, da, db;
+    ad_real *AD__RESTRICT d = j->d + lo;
     size_t i, size = hi - lo;
-    int add = j->add, which = j->which;
+    int add = j->add;
+    (void)av;
+    (void)bv;
+    (void)yv;
 /* one element (scalar tapes) gets no loop */
-#define AD__FUSED(EXPR)                                                    \
-    if (size == 1) { i = 0; if (add) d[0] += (EXPR); else d[0] = (EXPR); } \
-    else if (add) for (i = 0; i < size; i++) d[i] += (EXPR);              \
+#define AD__BINARY_FUSED_SIDE(EXPR)                                                                  \
+    if (size == 1) { i = 0; if (add) d[0] += (EXPR); else d[0] = (EXPR); }                           \
+    else if (add) for (i = 0; i < size; i++) d[i] += (EXPR);                                         \
     else for (i = 0; i < size; i++) d[i] = (EXPR);
-    switch (j->kind * 2 + which) {
-    case AD__B_SUB * 2 + 1: AD__FUSED(-g[i]) break;
-    case AD__B_MUL * 2: AD__FUSED(g[i] * bv[i]) break;
-    case AD__B_MUL * 2 + 1: AD__FUSED(g[i] * av[i]) break;
-    case AD__B_DIV * 2: AD__FUSED(g[i] / bv[i]) break;
-    case AD__B_DIV * 2 + 1: AD__FUSED(-g[i] * yv[i] / bv[i]) break;
-    default:
-        for (i = 0; i < size; i++) {
-            ad__binary_local(j->kind, av[i], bv[i], yv[i], &da, &db);
-            d[i] = (add ? d[i] : 0) + g[i] * (which ? db : da);
-        }
+#define AD__BINARY_FUSED(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B)                                   \
+    case AD__B_##ID * 2: AD__BINARY_FUSED_SIDE(GRAD_A) break;                                        \
+    case AD__B_##ID * 2 + 1: AD__BINARY_FUSED_SIDE(GRAD_B) break;
+    switch (j->kind * 2 + j->which) {
+        AD__BINARY_OPS(AD__BINARY_FUSED)
+    default: AUTODIFF_ASSERT(0);
     }
-#undef AD__FUSED
+#undef AD__BINARY_FUSED
+#undef AD__BINARY_FUSED_SIDE
 }
+
+/* One-element operands of the same shape (scalar tapes): the output and its entry are one block,
+   and the backward goes straight to the inputs' gradient values with the same formulas. */
+AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g);
+
+/* Adds da and db, the contributions of a one-element entry, to its inputs' gradients. */
+AD__HOT void ad__binary_one_accum(ad__sweep *S, ad__node *n, ad_tensor *g, ad_real da, ad_real db)
+{
+    ad_tensor *a = n->in[0], *b = n->in[1];
+    ad_tensor *spare = S->reuse && S->owned[n->out->id] ? g : NULL; /* dead once read: see ad__sweep */
+    /* (the inputs' ids are below S->n: the entry was recorded before the sweep began) */
+    if (a->requires_grad) ad__accum_one(S, a, da, &spare);
+    if (b->requires_grad) ad__accum_one(S, b, db, &spare);
+}
+
+#define AD__BINARY_ONE(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B)                                     \
+    AD__PRIVATE void ad__binary_backward_one_##ID(ad__sweep *S, ad__node *n, ad_tensor *gt)          \
+    {                                                                                                \
+        const ad_real *av = n->in[0]->data, *bv = n->in[1]->data, *yv = n->out->data, *g = gt->data; \
+        size_t i = 0;                                                                                \
+        (void)av;                                                                                    \
+        (void)bv;                                                                                    \
+        (void)yv;                                                                                    \
+        (void)g;                                                                                     \
+        (void)i;                                                                                     \
+        if (S->create_graph) ad__binary_backward(S, n, gt);                                          \
+        else ad__binary_one_accum(S, n, gt, (GRAD_A), (GRAD_B));                                     \
+    }
+AD__BINARY_OPS(AD__BINARY_ONE)
+#undef AD__BINARY_ONE
+#define AD__BINARY_ONE_FN(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B) ad__binary_backward_one_##ID,
+static const ad__backward_fn ad__binary_backward_one[] = {AD__BINARY_OPS(AD__BINARY_ONE_FN) NULL};
+#undef AD__BINARY_ONE_FN
+
+#undef AD__A
+#undef AD__B
+#undef AD__Y
+#undef AD__G
+#undef AD__C
+#undef AD__ADD
+#undef AD__SUB
+#undef AD__MUL
+#undef AD__DIV
+#undef AD__NEG
+#undef AD__POWT
+#undef AD__NONZERO_LOG
+#undef AD__SHARE_GT
+#undef AD__SHARE_LT
+
+/* Whether a side's formula is AD__G alone: every other construct reads as 0 here. */
+#define AD__G 1
+#define AD__A 0
+#define AD__B 0
+#define AD__Y 0
+#define AD__C(v) 0
+#define AD__ADD(a, b) 0
+#define AD__SUB(a, b) 0
+#define AD__MUL(a, b) 0
+#define AD__DIV(a, b) 0
+#define AD__NEG(a) 0
+AD__INLINE int ad__binary_passes_g(int kind, int which)
+{
+#define AD__BINARY_PASSES(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B) {GRAD_A, GRAD_B},
+    static const unsigned char passes[][2] = {AD__BINARY_OPS(AD__BINARY_PASSES) {0, 0}};
+#undef AD__BINARY_PASSES
+    return passes[kind][which];
+}
+#undef AD__G
+#undef AD__A
+#undef AD__B
+#undef AD__Y
+#undef AD__C
+#undef AD__ADD
+#undef AD__SUB
+#undef AD__MUL
+#undef AD__DIV
+#undef AD__NEG
 
 /* The inputs' gradients (those wanted: wa, wb) in one pass each when nothing was broadcast;
    for sweeps that do not record. Where the gradient is g itself (a sum, the left side of a
@@ -4358,101 +4464,82 @@ AD__PRIVATE void ad__binary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor 
     job.g = gt->data;
     for (job.which = 0; job.which < 2; job.which++) {
         if (!(job.which ? wb : wa)) continue;
-        if (job.kind == AD__B_ADD || (job.kind == AD__B_SUB && job.which == 0)) {
+        if (ad__binary_passes_g(job.kind, job.which)) {
             ad__accum(S, n->in[job.which], gt, 0);
             continue;
         }
         job.d = ad__grad_target(S, n->in[job.which], &job.add);
         if (!job.d) return;
-        ad__parallel_range(S->T, ad__binary_grad_range, &job, n->out->size, AD__SPLIT_LIGHT, AD__STORE_BLOCK);
+        ad__parallel_range(S->T, ad__binary_grad_range, &job, n->out->size, ad__binary_split(job.kind),
+                           AD__STORE_BLOCK);
     }
 }
+
+/* the rows' gradient formulas on tensors, recorded */
+#define AD__A a
+#define AD__B b
+#define AD__Y y
+#define AD__G g
+#define AD__C(v) ad_scalar(T, (ad_real)(v))
+#define AD__ADD(a, b) ad_add(T, a, b)
+#define AD__SUB(a, b) ad_sub(T, a, b)
+#define AD__MUL(a, b) ad_mul(T, a, b)
+#define AD__DIV(a, b) ad_div(T, a, b)
+#define AD__NEG(a) ad_neg(T, a)
+#define AD__POWT(a, e) ad_pow_tensor(T, a, e)
+#define AD__NONZERO_LOG(a) ad_log(T, ad_add(T, a, ad__mask(T, a, AD__MASK_ZERO, 0, 0)))
+#define AD__SHARE_GT(a, b) ad__binary(T, a, b, AD__B_GT_MASK, 0)
+#define AD__SHARE_LT(a, b) ad__binary(T, a, b, AD__B_LT_MASK, 0)
+
+/* What side `which` of kind(a, b) receives from g, recorded. */
+AD__PRIVATE ad_tensor *ad__binary_grad_recorded(ad_tape *T, int kind, int which, ad_tensor *a, ad_tensor *b,
+                                                ad_tensor *y, ad_tensor *g)
+{
+    (void)a;
+    (void)b;
+    (void)y;
+    switch (kind * 2 + which) {
+#define AD__BINARY_RECORDED(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B)                                \
+    case AD__B_##ID * 2: return GRAD_A;                                                              \
+    case AD__B_##ID * 2 + 1: return GRAD_B;
+        AD__BINARY_OPS(AD__BINARY_RECORDED)
+#undef AD__BINARY_RECORDED
+    default: AUTODIFF_ASSERT(0); return NULL;
+    }
+}
+#undef AD__A
+#undef AD__B
+#undef AD__Y
+#undef AD__G
+#undef AD__C
+#undef AD__ADD
+#undef AD__SUB
+#undef AD__MUL
+#undef AD__DIV
+#undef AD__NEG
+#undef AD__POWT
+#undef AD__NONZERO_LOG
+#undef AD__SHARE_GT
+#undef AD__SHARE_LT
 
 AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
-    ad_tape *T = S->T;
-    ad_tensor *a = n->in[0], *b = n->in[1], *y = n->out, *m;
-    int wa = ad__wants(S, a), wb = ad__wants(S, b);
-    if (!S->create_graph && a->size == y->size && b->size == y->size) {
-        ad__binary_backward_fused(S, n, g, wa, wb);
+    ad_tensor *in[2];
+    int want[2], which, kind = n->iv[0];
+    in[0] = n->in[0];
+    in[1] = n->in[1];
+    want[0] = ad__wants(S, in[0]);
+    want[1] = ad__wants(S, in[1]);
+    if (!S->create_graph && in[0]->size == n->out->size && in[1]->size == n->out->size) {
+        ad__binary_backward_fused(S, n, g, want[0], want[1]);
         return;
     }
-    switch (n->iv[0]) {
-    case AD__B_ADD:
-        if (wa) ad__accum_to(S, a, g, 0);
-        if (wb) ad__accum_to(S, b, g, 0);
-        break;
-    case AD__B_SUB:
-        if (wa) ad__accum_to(S, a, g, 0);
-        if (wb) ad__accum_to(S, b, ad_neg(T, g), 1);
-        break;
-    case AD__B_MUL:
-        if (wa) ad__accum_to(S, a, ad_mul(T, g, b), 1);
-        if (wb) ad__accum_to(S, b, ad_mul(T, g, a), 1);
-        break;
-    case AD__B_DIV: /* d(a/b)/db = -a/b^2 = -y/b */
-        if (wa) ad__accum_to(S, a, ad_div(T, g, b), 1);
-        if (wb) ad__accum_to(S, b, ad_neg(T, ad_div(T, ad_mul(T, g, y), b)), 1);
-        break;
-    case AD__B_MAX:
-    case AD__B_MIN:
-        /* the share of a is a constant mask; b gets the rest */
-        m = ad__binary(T, a, b, n->iv[0] == AD__B_MAX ? AD__B_GT_MASK : AD__B_LT_MASK, 0);
-        if (wa) ad__accum_to(S, a, ad_mul(T, g, m), 1);
-        if (wb) ad__accum_to(S, b, ad_sub(T, g, ad_mul(T, g, m)), 1);
-        break;
-    default: AUTODIFF_ASSERT(0);
+    for (which = 0; which < 2; which++) {
+        if (!want[which]) continue;
+        if (ad__binary_passes_g(kind, which)) ad__accum_to(S, in[which], g, 0);
+        else ad__accum_to(S, in[which], ad__binary_grad_recorded(S->T, kind, which, in[0], in[1], n->out, g), 1);
     }
 }
-
-/* One-element operands of the same shape (scalar tapes): the output and its entry are one arena
-   block, and the backward, one function per kind, goes straight to the inputs' gradient values
-   with the expressions of ad__binary_backward_fused (so results are bitwise the same). Sweeps
-   that record, and max and min, take the general backward. */
-
-/* Adds da and db, the contributions of a one-element entry, to its inputs' gradients. */
-AD__HOT void ad__binary_one_accum(ad__sweep *S, ad__node *n, ad_tensor *g, ad_real da, ad_real db)
-{
-    ad_tensor *a = n->in[0], *b = n->in[1];
-    ad_tensor *spare = S->reuse && S->owned[n->out->id] ? g : NULL; /* dead once read: see ad__sweep */
-    /* (the inputs' ids are below S->n: the entry was recorded before the sweep began) */
-    if (a->requires_grad) ad__accum_one(S, a, da, &spare);
-    if (b->requires_grad) ad__accum_one(S, b, db, &spare);
-}
-
-AD__PRIVATE void ad__add_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
-{
-    ad_real gv = g->data[0];
-    if (S->create_graph) ad__binary_backward(S, n, g);
-    else ad__binary_one_accum(S, n, g, gv, gv);
-}
-
-AD__PRIVATE void ad__sub_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
-{
-    ad_real gv = g->data[0];
-    if (S->create_graph) ad__binary_backward(S, n, g);
-    else ad__binary_one_accum(S, n, g, gv, -gv);
-}
-
-AD__PRIVATE void ad__mul_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
-{
-    ad_real gv = g->data[0];
-    if (S->create_graph) ad__binary_backward(S, n, g);
-    else ad__binary_one_accum(S, n, g, gv * n->in[1]->data[0], gv * n->in[0]->data[0]);
-}
-
-AD__PRIVATE void ad__div_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
-{
-    ad_real gv = g->data[0], bv = n->in[1]->data[0];
-    if (S->create_graph) ad__binary_backward(S, n, g);
-    else ad__binary_one_accum(S, n, g, gv / bv, -gv * n->out->data[0] / bv);
-}
-
-/* by kind (enum ad__binary_kind); the masks are never recorded */
-static const ad__backward_fn ad__binary_backward_one[] = {
-    ad__add_backward_one, ad__sub_backward_one, ad__mul_backward_one, ad__div_backward_one,
-    ad__binary_backward, ad__binary_backward
-};
 
 /* The block of a one-element result: the tensor, its value, then its entry when it is recorded. */
 #define AD__ONE_ENTRY_OFFSET ((AD__ONE_BYTES + 15) & ~(size_t)15)
@@ -4569,6 +4656,7 @@ AUTODIFF_API ad_tensor *ad_mul(ad_tape *T, ad_tensor *a, ad_tensor *b) { return 
 AUTODIFF_API ad_tensor *ad_div(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_DIV, 1); }
 AUTODIFF_API ad_tensor *ad_maximum(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_MAX, 1); }
 AUTODIFF_API ad_tensor *ad_minimum(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_MIN, 1); }
+AUTODIFF_API ad_tensor *ad_pow_tensor(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_POW, 1); }
 
 /* >>ops:reduce ------------------------------------------------------------------------------- */
 enum ad__reduce_kind { AD__R_SUM, AD__R_MAX };

@@ -198,6 +198,7 @@ FN(f_minimum, ad_minimum(T, x[0], spread(T, x[1])))
 FN(f_maximum_rev, ad_maximum(T, spread(T, x[1]), x[0]))
 FN(f_minimum_rev, ad_minimum(T, spread(T, x[1]), x[0]))
 FN(f_maximum_sq, ad_square(T, ad_maximum(T, x[0], spread(T, x[1]))))
+FN(f_pow_tensor, ad_pow_tensor(T, x[0], x[1]))
 
 static void test_binary(void)
 {
@@ -211,7 +212,7 @@ static void test_binary(void)
     for (i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         const char *a = pairs[i][0], *b = pairs[i][1];
         th_input sa = S(a, -2, 2, 0), sb = S(b, -2, 2, 0), den = S(b, 0.5, 2, 0);
-        th_input sep = S(a, -0.9, 0.9, 0.5), grouped = S(b, -0.4, 0.4, 0);
+        th_input sep = S(a, -0.9, 0.9, 0.5), grouped = S(b, -0.4, 0.4, 0), base = S(a, 0.3, 2, 0);
         snprintf(name, sizeof name, "add [%s] [%s]", a, b);
         check2(name, f_add, NULL, sa, sb);
         snprintf(name, sizeof name, "sub [%s] [%s]", a, b);
@@ -230,6 +231,8 @@ static void test_binary(void)
         check2(name, f_minimum_rev, NULL, sep, grouped);
         snprintf(name, sizeof name, "maximum squared [%s] [%s]", a, b);
         check2(name, f_maximum_sq, NULL, sep, grouped);
+        snprintf(name, sizeof name, "pow_tensor [%s] [%s]", a, b);
+        check2(name, f_pow_tensor, NULL, base, sb);
     }
 }
 
@@ -902,6 +905,28 @@ static void test_forward_values(void)
         }
         TH_CHECK(worst < 1e-14, "log1p, expm1, softplus, silu, erf, atan, elu, reciprocal, rsqrt: error %g", worst);
         TH_CHECK(isinf(rc->data[5]) && rc->data[5] > 0 && isinf(rs->data[5]), "1 / 0 and 1 / sqrt(0) are infinite");
+    }
+    /* pow_tensor against pow, broadcast, and its gradient at a zero base */
+    {
+        static const double base[] = {0, 0.5, 2, 3}, ex[] = {2, -1, 0.5};
+        int s41[] = {4, 1}, s3[] = {3};
+        ad_tensor *a = ad_tensor_new(T, 2, s41, base, 1), *e = ad_tensor_new(T, 1, s3, ex, 1);
+        ad_tensor *p = ad_pow_tensor(T, a, e);
+        double worst = 0;
+        int j;
+        for (i = 0; i < 4; i++)
+            for (j = 0; j < 3; j++) worst = fmax(worst, fabs(p->data[i * 3 + j] - pow(base[i], ex[j])) * (i > 0));
+        TH_CHECK(p->ndim == 2 && p->shape[0] == 4 && p->shape[1] == 3 && worst < 1e-15 && p->data[0] == 0 &&
+                     isinf(p->data[1]),
+                 "pow_tensor values: error %g", worst);
+        TH_CHECK(ad_backward(T, ad_sum(T, ad_mul(T, p, ad_scalar(T, 0)))) == 0, "pow_tensor backward: %s",
+                 ad_tape_error(T) ? ad_tape_error(T) : "");
+        ad_tape_reset(T);
+        a = ad_tensor_new(T, 1, s41, base, 1);
+        e = ad_scalar(T, 2);
+        ad_set_requires_grad(e, 1);
+        TH_CHECK(ad_backward(T, ad_sum(T, ad_pow_tensor(T, a, e))) == 0 && a->grad[0] == 0 && isfinite(e->grad[0]),
+                 "pow_tensor at a zero base with exponent 2: da %g, de %g", a->grad[0], e->grad[0]);
     }
     ad_tape_free(T);
 }
