@@ -1037,6 +1037,21 @@ AUTODIFF_API int ad_batcher_set_state(ad_batcher *b, const unsigned char *state,
 #else
 #define AD__X86_DISPATCH 0
 #endif
+/* The vector instruction set that kernels are chosen by: the one probe of the processor (libgcc's,
+   made when the program starts) that every choice reads. AVX-512 counts only with AVX2 and FMA,
+   which its kernels use too. */
+enum { AD__ISA_PLAIN, AD__ISA_AVX2, AD__ISA_AVX512 };
+
+static AD__UNUSED int ad__isa(void)
+{
+#if AD__X86_DISPATCH
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2 && __builtin_cpu_supports("avx512f")) return AD__ISA_AVX512;
+    if (avx2) return AD__ISA_AVX2;
+#endif
+    return AD__ISA_PLAIN;
+}
+
 /* vector shuffles with constant lane lists (clang, GCC 12 and later) */
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_shufflevector)
@@ -2813,7 +2828,7 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
     k.narrow = NULL;
     k.narrow_height = k.narrow_width = 0;
 #if AD__X86_DISPATCH
-    if (__builtin_cpu_supports("avx512f")) {
+    if (ad__isa() == AD__ISA_AVX512) {
         int narrow = N <= 64 / (int)sizeof(ad_real);
         k.fn = narrow ? ad__kernel_avx512_narrow : ad__kernel_avx512;
         k.fn_strided = narrow ? ad__kernel_avx512_narrow_strided : ad__kernel_avx512_strided;
@@ -2827,7 +2842,7 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
         k.narrow_width = 64 / (int)sizeof(ad_real);
         return k;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (ad__isa() == AD__ISA_AVX2) {
         k.fn = ad__kernel_avx2;
         k.fn_strided = ad__kernel_avx2_strided;
         k.mr = 6;
@@ -2974,7 +2989,7 @@ AD__PRIVATE AD__CODE_ALIGN void ad__pack_b(int tb, const ad_real *B, ptrdiff_t l
             }
         } else {
 #if AD__PACK_BT_FAST
-            if (cols == nr && nr % 8 == 0 && __builtin_cpu_supports("avx2")) {
+            if (cols == nr && nr % 8 == 0 && ad__isa() >= AD__ISA_AVX2) {
                 ad__pack_bt_panel(B + (ptrdiff_t)(j0 + p) * ldb + k0, ldb, kc, nr, dst);
                 continue;
             }
@@ -3785,11 +3800,11 @@ AD__PRIVATE int ad__unary_vectorised(int kind, const ad_real *x, ad_real *y, siz
         kind != AD__U_SIN && kind != AD__U_COS)
         return 0;
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
-    if (__builtin_cpu_supports("avx512f")) {
+    if (ad__isa() == AD__ISA_AVX512) {
         ad__vm512_unary(kind, x, y, n);
         return 1;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (ad__isa() == AD__ISA_AVX2) {
         ad__vm256_unary(kind, x, y, n);
         return 1;
     }
@@ -7773,11 +7788,11 @@ ad__adam_avx2(const ad__adam_coefs *c, ad_real *AD__RESTRICT p, ad_real *AD__RES
 AD__PRIVATE void ad__sgd_step(ad_optim *O, size_t lo, size_t n, int zero)
 {
 #if AD__X86_DISPATCH
-    if (__builtin_cpu_supports("avx512f")) {
+    if (ad__isa() == AD__ISA_AVX512) {
         ad__sgd_avx512(O, lo, n, zero);
         return;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (ad__isa() == AD__ISA_AVX2) {
         ad__sgd_avx2(O, lo, n, zero);
         return;
     }
@@ -7792,7 +7807,7 @@ AD__PRIVATE void ad__adam_step(ad_optim *O, size_t lo, size_t n)
     ad_real *p = O->P->value + lo, *m = O->state + lo, *v = O->state + O->n + lo;
     const ad_real *g = O->P->grad + lo;
 #if AD__X86_DISPATCH
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (ad__isa() >= AD__ISA_AVX2) {
         ad__adam_avx2(&c, p, m, v, g, n);
         return;
     }
