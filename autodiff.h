@@ -1004,7 +1004,7 @@ AUTODIFF_API int ad_batcher_set_state(ad_batcher *b, const unsigned char *state,
 #define AD__NOINLINE __attribute__((noinline))
 #define AD__ALWAYS_INLINE __attribute__((always_inline))
 /* on a hot function: its code starts on a cache line, so that its loops do not shift with
-   the code before it (a GEMM micro-kernel was measured 10% slower for such a shift) */
+   the code before it (a shift costs a micro-kernel's loop an extra fetch each iteration) */
 #define AD__CODE_ALIGN __attribute__((aligned(64)))
 #define AD__RESTRICT __restrict__
 #define AD__INLINE_KEYWORD __inline__
@@ -1076,7 +1076,49 @@ static AD__UNUSED int ad__isa(void)
 #endif
 
 #define AD__ALIGN 64
-#define AD__CHUNK_BYTES ((size_t)1 << 20)
+
+/* Tuning: each number trades one cost against another; none changes a result. They are set
+   for machines like the project's test machine (a few cores with 1-2 MiB of cache each);
+   README's speed section and `make bench` hold the measurements.
+   memory */
+#define AD__CHUNK_BYTES ((size_t)1 << 20)       /* an arena's chunk: fewer allocations, against
+                                                   memory a small tape holds */
+#define AD__HEADS_CHUNK_BYTES ((size_t)64 << 10) /* the same for tensor headers */
+#define AD__HEADS_RING 4                         /* generations of headers before their places
+                                                    come back: how long a stale tensor is surely
+                                                    caught, against the cache lines a scalar
+                                                    tape touches (see ad_tape_reset) */
+/* threads: a split must save more than handing the work over, the other core fetching its
+   operands, and the wait at the end cost */
+#define AD__SPINS 16384                          /* rounds a worker spins for the next job before
+                                                    it sleeps: a quick start against burnt cycles */
+#define AD__YIELD_EVERY 64                       /* spin rounds between giving up the processor */
+#define AD__RANGE_TASKS 4                        /* stretches per thread: balance when a thread is
+                                                    held up, against hand-overs */
+#define AD__SPLIT_HEAVY ((size_t)1 << 15)        /* values of an elementwise function that costs a
+                                                    series or a library call each (exp, sin) from
+                                                    which it is split */
+#define AD__SPLIT_LIGHT ((size_t)1 << 18)        /* the same for one that costs a compare or a
+                                                    multiply, whose time goes to moving values */
+#define AD__SPLIT_MACS 524288.0                  /* multiply-adds of a product from which it is
+                                                    split */
+#define AD__SHARE_MACS 33554432.0                /* multiply-adds from which a product's threads
+                                                    share one packed block of B: one hand-over
+                                                    more per block against packing it twice */
+#define AD__KSPLIT_MAX_C 16384.0                 /* largest output, and most blocks, of a product */
+#define AD__KSPLIT_MAX_BLOCKS 16                 /* split along its inner dimension (buffers) */
+#define AD__STORE_SPLIT ((size_t)1 << 16)        /* scalars of a store from which an optimizer step
+                                                    or zero_grad is split */
+/* kernels */
+#define AD__KC 256                               /* GEMM blocking: a KC x NC panel of B in L2/L3, */
+#define AD__MC 144                               /* an MC x KC block of A in L1/L2 */
+#define AD__NC 2048
+#define AD__GATHER_AHEAD 32                      /* rows ahead a gather of long rows asks for each
+                                                    row's first line: latency hidden against
+                                                    lines fetched too early */
+#define AD__ZERO_PIECE 2048                      /* scalars Adam updates before zeroing their
+                                                    gradients (zero_grad), so they are still in
+                                                    the first-level cache */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define AD__PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -1306,12 +1348,10 @@ typedef void (*ad__task_fn)(void *ctx, int task, int thread);
    compare-and-swap that succeeds only while the word is unchanged, so a worker that read a stale
    description never runs it. Before rewriting the description the caller marks the word with the
    new job's number and AD__UNPUBLISHED, which makes every stale claim fail; the description is
-   written with release stores, so a worker that sees any of it also sees that mark. */
-#define AD__SPINS 16384
-/* Spinning threads give up the processor every this many rounds (a few microseconds): when
-   the machine has more runnable threads than cores, a worker spinning on the core of the
-   thread it waits for would otherwise slow that thread down instead of helping it. */
-#define AD__YIELD_EVERY 64
+   written with release stores, so a worker that sees any of it also sees that mark.
+   Spinning threads give up the processor every AD__YIELD_EVERY rounds: when the machine has
+   more runnable threads than cores, a worker spinning on the core of the thread it waits for
+   would otherwise slow that thread down instead of helping it. */
 #define AD__UNPUBLISHED 0xffffffffull
 #define AD__TASK_MASK 0xffffffffull
 
@@ -1553,8 +1593,6 @@ AD__HOT int ad__on_tape(ad_tape *T, const char *op, const char *what, const ad_t
    bytes or more apart, so when a program repeats its steps no new header lands exactly on an
    old one for eight resets. A generation too large for the ring starts 0 or 48 bytes in, by
    turns. */
-#define AD__HEADS_CHUNK_BYTES ((size_t)64 << 10)
-#define AD__HEADS_RING 4
 
 AD__PRIVATE size_t ad__heads_start(ad__arena *H, unsigned gen)
 {
@@ -1729,7 +1767,6 @@ AD__INLINE size_t ad__stretch(size_t n, int tasks, size_t block)
    stretches as they come, so a thread the machine holds up leaves its other stretches to the
    rest. Each item is computed by the same code whatever the split, so results are identical
    for any thread count. */
-#define AD__RANGE_TASKS 4
 typedef void (*ad__range_fn)(const void *ctx, size_t lo, size_t hi);
 
 typedef struct ad__range_job {
@@ -2572,9 +2609,6 @@ AD__PRIVATE void ad__split_axis(const ad_tensor *x, int axis, size_t *outer, siz
    an MR x NR tile of C in registers. The micro-kernel is written with GCC/Clang vector
    extensions; on x86 a version for AVX-512 and one for AVX2 are compiled with target attributes
    and chosen at run time, so plain `cc -O2` gets the machine's widest vectors. */
-#define AD__KC 256
-#define AD__MC 144
-#define AD__NC 2048
 #define AD__NR_MAX (64 / (int)sizeof(ad_real) * 2)
 
 /* The length of a product's K blocks: as few as AD__KC allows, of equal length (the last may be
@@ -3089,8 +3123,8 @@ AD__PRIVATE void ad__gemm_narrow(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
    pb (AD__KC x AD__NC). Packing pays off when a panel is used many times. When op(A) has few
    rows, each element of B is used only a few times: the micro-kernel then reads B's rows in place
    (when B is not transposed). When op(B) has at most four panels of columns, each element of A is
-   used at most four times: the micro-kernel reads A in place (measured faster on the MLP's
-   products). Only a last, partial panel is packed then. Products with few columns and B not
+   used at most four times: the micro-kernel reads A in place, since packing it would cost
+   about as much as the reads it saves. Only a last, partial panel is packed then. Products with few columns and B not
    transposed go to a column kernel (op(A) transposed) or a narrow one, which waste no lanes, or
    fewer, on columns C does not have. */
 /* The block of C at rows ic..ic+mc-1, columns jc..jc+nc-1, from columns pc..pc+kc-1 of op(A) and
@@ -3126,7 +3160,7 @@ AD__PRIVATE void ad__gemm_block(ad__gemm_kernel ker, const ad_real *pa, const ad
 
 /* Rows of a block of C whose A rows are read in place rather than packed: all whole register
    tiles when op(B) has at most four panels of columns, so each element of A is used at most
-   four times (measured faster on the MLP's products); none otherwise. */
+   four times and packing would not pay; none otherwise. */
 AD__INLINE int ad__gemm_a_in_place(ad__gemm_kernel ker, int mc, int nc)
 {
     return ker.fn_strided && nc <= 4 * ker.nr ? mc / ker.mr * ker.mr : 0;
@@ -3216,10 +3250,7 @@ typedef struct ad__gemm_shared_job {
     int rows_per_task;       /* rows of C (whole register tiles, at most AD__MC) per block task */
 } ad__gemm_shared_job;
 
-/* From this many multiply-adds (a 320-cubed product), products with enough rows share B; below
-   it the one more hand-over per block of B costs about what sharing saves. */
-#define AD__SHARE_MACS 33554432.0
-
+/* From AD__SHARE_MACS multiply-adds, products with enough rows share B. */
 AD__PRIVATE int ad__gemm_shares_b(const ad__gemm_job *j, int threads)
 {
     return threads > 1 && j->M > AD__MC && j->N > 2 * j->ker.nr && (double)j->M * j->N * j->K >= AD__SHARE_MACS;
@@ -3282,8 +3313,6 @@ AD__PRIVATE void ad__gemm_shared(ad_tape *T, const ad__gemm_job *j, int threads)
    is taken for a C of at most AD__KSPLIT_MAX_C values and at most AD__KSPLIT_MAX_BLOCKS blocks,
    which bounds the buffers, and at least one block per thread (with fewer, stripes of C keep
    every thread busy). */
-#define AD__KSPLIT_MAX_C 16384.0
-#define AD__KSPLIT_MAX_BLOCKS 16
 
 typedef struct ad__gemm_ksplit_job {
     const ad__gemm_job *j;
@@ -3381,10 +3410,6 @@ AD__PRIVATE int ad__gemm_unpacked(int ta, int tb, int M, int N, int K, const ad_
     }
     return 0;
 }
-
-/* Work is split over threads from this many multiply-adds (about 10 us on one core): each half
-   must outweigh handing it over, the other core fetching its operands and the wait at the end. */
-#define AD__SPLIT_MACS 524288.0
 
 /* The tape's packing buffers for `threads` threads, AD__PACK_PER_THREAD values each, then
    `extra` values more, aligned; NULL when they cannot be allocated. */
@@ -3529,11 +3554,9 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
 }
 
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
-/* exp, log, sigmoid, tanh, sin and cos of floats on whole vectors. The C library computes one
-   value per call (about 4 ns for expf and logf here, 5 for sinf, 18 for tanhf), so these ops
-   took several times PyTorch's time, whose kernels are vectorised. Instantiated for AVX-512
-   and AVX2 and chosen at run time; the double build and other machines keep the C library's
-   functions.
+/* exp, log, sigmoid, tanh, sin and cos of floats on whole vectors: the C library computes one
+   value per call and cannot use the vector units. Instantiated for AVX-512 and AVX2 and chosen
+   at run time; the double build and other machines keep the C library's functions.
    exp: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so r is nearly exact), e^r from its
    Taylor series to r^7 (the remainder is below 2e-9 of it), times 2^n built in the exponent
    bits, in two factors so that results down to the smallest subnormal and up to overflow
@@ -3547,7 +3570,7 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
    sin, cos: in double precision, which makes the reduction x = n pi/2 + r nearly exact for
    |x| <= 2^20 (pi/2 in two parts, n times the first exact), then sin(r) or cos(r) from their
    Taylor series to r^9 and r^10 and the result rounded to float; larger |x| go to the C
-   library. About 1.1 ns a value here.
+   library.
    Largest error over every float, against double precision: exp 1.22 ulp (0.94 where the
    compiler fuses multiplies and adds, as it does in GNU C modes but not with -std=c99), log
    0.95, sigmoid 2.40, tanh 3.26, sin and cos 0.53 (every float of magnitude up to 2^20); the C
@@ -3772,7 +3795,7 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
         enum { VL = VBYTES / 4 };                                                                \
         size_t i = 0;                                                                            \
         PFX##_vf v;                                                                              \
-        /* a loop for each function: with the choice inside, each pass was 10-25% slower */      \
+        /* a loop for each function, so that no choice is made inside the loop */               \
         if (kind == AD__U_EXP) AD__VECTOR_LOOP(PFX##_exp)                                        \
         else if (kind == AD__U_LOG) AD__VECTOR_LOOP(PFX##_log)                                   \
         else if (kind == AD__U_SIGMOID) AD__VECTOR_LOOP(PFX##_sigmoid)                           \
@@ -3835,14 +3858,6 @@ AD__PRIVATE void ad__unary_kernel(int kind, const ad_real *AD__RESTRICT xs, ad_r
     default: AUTODIFF_ASSERT(0);
     }
 }
-
-/* Elementwise work is split over the tape's threads from this many values of a function that
-   costs a series or a C library call per value (exp, log, sin, ...), and from AD__SPLIT_LIGHT
-   values of one that costs a compare or a multiply, whose time goes to moving the values: below,
-   handing half over costs more than it saves. Measured on two cores: exp of 32K floats 12 us on
-   one thread, 7 on two; relu of 128K floats 15 us on one, 20 on two; of 256K, 59 and 31. */
-#define AD__SPLIT_HEAVY ((size_t)1 << 15)
-#define AD__SPLIT_LIGHT ((size_t)1 << 18)
 
 /* Work on n items of `values` values each (softmax rows, pooling planes), split over the tape's
    threads as ad__parallel_range does from AD__SPLIT_HEAVY values on, in runs of `block` items. */
@@ -4293,7 +4308,6 @@ AD__PRIVATE void ad__binary_kernel(int kind, const ad__walk *w, const ad_real *a
         ad__walk_next(w, idx, &oa, &ob);
     }
 }
-
 
 /* The size from which a binary op's loops are split over threads. */
 AD__INLINE size_t ad__binary_split(int kind)
@@ -6330,11 +6344,6 @@ AD__PRIVATE void ad__scatter_backward(ad__sweep *S, ad__node *n, ad_tensor *u)
     ad__accum(S, g, ad__gather(S->T, u, n->labels, n->iv[0], n->iv[1], n->iv[2], g->ndim, g->shape), 1);
 }
 
-/* How many rows ahead a gather of long rows asks for each row's first line: measured on 64
-   rows of 784 floats picked from a 188 MB set, 8 ahead took the copy from 36 to 28 us, 32
-   ahead to 26 us. */
-#define AD__GATHER_AHEAD 32
-
 /* Rows [lo, hi) of the gather's result, counted over all planes. */
 typedef struct ad__gather_job {
     const ad_real *src;
@@ -7466,9 +7475,7 @@ AUTODIFF_API int ad_params_set_trainable(ad_params *P, int id, int trainable)
 }
 
 /* Loops over a whole store (zeroing gradients, optimizer steps) are split over a tape's threads
-   from this many scalars, about 20 us of an optimizer step on one core; below it, handing the
-   work over costs more than it saves. Cuts fall on multiples of AD__STORE_BLOCK scalars. */
-#define AD__STORE_SPLIT ((size_t)1 << 16)
+   from AD__STORE_SPLIT scalars. Cuts fall on multiples of AD__STORE_BLOCK scalars. */
 
 /* The number of tasks for n scalars of work on T's threads. */
 AD__PRIVATE int ad__store_tasks(ad_tape *T, size_t n)
@@ -7849,11 +7856,10 @@ typedef struct ad__optim_job {
     size_t stretch;
 } ad__optim_job;
 
-/* With zero_grad, Adam updates the scalars in pieces of this many (a multiple of
+/* With zero_grad, Adam updates the scalars in pieces of AD__ZERO_PIECE (a multiple of
    AD__STORE_BLOCK, so every scalar still takes the same path), each piece's gradients zeroed
    right after its update while they are still in the first-level cache. SGD zeroes each
    gradient in its own loop, as it reads it. */
-#define AD__ZERO_PIECE 2048
 
 /* Updates the scalars [lo, lo + n) of the store. */
 AD__PRIVATE void ad__optim_update(ad_optim *O, size_t lo, size_t n)
