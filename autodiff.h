@@ -28,14 +28,15 @@
        >>history       version history
        >>api           declarations, grouped as in the implementation:
                        >>api:tape >>api:tensor >>api:elementwise >>api:binary >>api:reduce
-                       >>api:shape >>api:linalg >>api:nn >>api:conv >>api:layers >>api:loss
-                       >>api:backward >>api:rng >>api:params >>api:optim >>api:checkpoint
-                       >>api:data
+                       >>api:shape >>api:index >>api:linalg >>api:nn >>api:conv >>api:layers
+                       >>api:loss >>api:backward >>api:rng >>api:params >>api:optim
+                       >>api:checkpoint >>api:data
        >>impl          implementation: >>impl:platform >>impl:arena >>impl:threads >>impl:tape
                        >>impl:tensor >>impl:rng >>impl:sweep >>impl:kernels >>impl:gemm
-                       >>ops:elementwise >>ops:binary >>ops:reduce >>ops:shape >>ops:linalg
-                       >>ops:nn >>ops:conv >>ops:pool >>ops:dropout >>ops:norm >>ops:embedding
-                       >>ops:loss >>impl:params >>impl:optim >>impl:checkpoint >>impl:data
+                       >>ops:elementwise >>ops:binary >>ops:reduce >>ops:shape >>ops:index
+                       >>ops:linalg >>ops:nn >>ops:conv >>ops:pool >>ops:dropout >>ops:norm
+                       >>ops:embedding >>ops:loss >>impl:params >>impl:optim >>impl:checkpoint
+                       >>impl:data
        >>license
 
    >>quickstart
@@ -395,6 +396,36 @@ AUTODIFF_API ad_tensor *ad_max(ad_tape *T, ad_tensor *a);
 AUTODIFF_API ad_tensor *ad_sum_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim);
 AUTODIFF_API ad_tensor *ad_mean_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim);
 AUTODIFF_API ad_tensor *ad_max_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim);
+/* Smallest element; the gradient goes to the first position holding it. A NaN counts as
+   smaller than every number and the first NaN is returned, as in PyTorch (ad_max passes over
+   a NaN that is not first). */
+AUTODIFF_API ad_tensor *ad_min(ad_tape *T, ad_tensor *a);
+AUTODIFF_API ad_tensor *ad_min_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim);
+/* log(sum(exp(a))) along axis, computed as m + log(sum(exp(a - m))) with m the largest value of
+   each slice, so it is finite wherever the result is (inputs of 1e300 and -1e300 included); a
+   slice whose largest value is infinite gives that infinity, a NaN gives NaN. The gradient is
+   softmax(a) along axis. */
+AUTODIFF_API ad_tensor *ad_logsumexp(ad_tape *T, ad_tensor *a, int axis, int keepdim);
+/* Variance along axis, sum((a - mean)^2) / (N - correction) with N the axis's length, as
+   PyTorch's var(dim, correction=...): 1 gives the unbiased estimate, 0 the mean square
+   deviation. Where N - correction <= 0 the result is infinite or NaN (PyTorch warns and gives
+   the same). */
+AUTODIFF_API ad_tensor *ad_var_axis(ad_tape *T, ad_tensor *a, int axis, int correction, int keepdim);
+/* The square root of ad_var_axis. Its gradient is NaN where the result is 0, as PyTorch's. */
+AUTODIFF_API ad_tensor *ad_std_axis(ad_tape *T, ad_tensor *a, int axis, int correction, int keepdim);
+/* Product along axis. The gradient of an element is the product of the others of its slice,
+   taken without dividing, so it is right for slices that hold one zero or several. Recorded for
+   create_graph, that derivative is a product over an [N, N] arrangement of each slice of length
+   N, so a higher derivative needs N times the memory of the one before. */
+AUTODIFF_API ad_tensor *ad_prod_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim);
+/* Running sum along axis, a's shape: y[.., j, ..] = a[.., 0, ..] + ... + a[.., j, ..]. */
+AUTODIFF_API ad_tensor *ad_cumsum(ad_tape *T, ad_tensor *a, int axis);
+/* The position along axis of the largest element, for every position of the other axes, written
+   row-major into out (a's shape without axis: a->size / a->shape[axis] ints). Ties go to the
+   first position; a NaN counts as the largest, and the first NaN is taken (PyTorch's argmax).
+   Records nothing. Returns 0, or -1 when a is NULL (no message), or with the error on a's tape
+   when out is NULL, axis is out of range (a scalar has no axis) or a is stale. */
+AUTODIFF_API int ad_argmax_axis(const ad_tensor *a, int axis, int *out);
 
 /* >>api:shape ------------------------------------------------------------------------------- */
 /* Same values, new shape (a view: no copy). One entry of shape may be -1: it is inferred. */
@@ -413,6 +444,40 @@ AUTODIFF_API ad_tensor *ad_slice(ad_tape *T, ad_tensor *a, int axis, int start, 
 AUTODIFF_API ad_tensor *ad_broadcast_to(ad_tape *T, ad_tensor *a, int ndim, const int *shape);
 /* Sums a down to shape, the reverse of broadcasting (shape must broadcast to a's shape). */
 AUTODIFF_API ad_tensor *ad_sum_to(ad_tape *T, ad_tensor *a, int ndim, const int *shape);
+/* Removes axis when its size is 1 (a view). As PyTorch's squeeze(dim), an axis of another size
+   leaves a as it is: a itself is returned. A scalar accepts axis 0 or -1 and is returned. */
+AUTODIFF_API ad_tensor *ad_squeeze(ad_tape *T, ad_tensor *a, int axis);
+/* Inserts an axis of size 1 (a view) so that it is axis axis of the result: 0..ndim, or negative
+   counting from the result's end (-1 makes it the new last axis). */
+AUTODIFF_API ad_tensor *ad_unsqueeze(ad_tape *T, ad_tensor *a, int axis);
+/* Joins n tensors of one shape along a new axis, placed as ad_unsqueeze places it: stacking n
+   tensors [3, 4] along 1 gives [3, n, 4]. NULL entries give NULL. */
+AUTODIFF_API ad_tensor *ad_stack(ad_tape *T, ad_tensor *const *xs, int n, int axis);
+/* Pads a with value, as the constant mode of PyTorch's F.pad: pads holds npads / 2 pairs
+   (before, after), the first for the last axis, the next for the axis before it, and so on;
+   npads is even and at most 2 ndim (pads may be NULL when npads is 0). Negative amounts cut
+   values off, as in PyTorch; every resulting dimension must be at least 1. pads is copied. The
+   gradient is the same padding taken back (g cut to a's place, zeros where a was cut off). */
+AUTODIFF_API ad_tensor *ad_pad(ad_tape *T, ad_tensor *a, int npads, const int *pads, ad_real value);
+
+/* >>api:index: picking elements by position or by a mask ------------------------------------ */
+/* The slices index[0..n-1] of a along axis (PyTorch's index_select): a's shape with n at axis.
+   The indices are copied; each is in 0..a->shape[axis]-1 (no negative ones, as in PyTorch). A
+   slice picked twice gets the sum of both gradients. */
+AUTODIFF_API ad_tensor *ad_index_select(ad_tape *T, ad_tensor *a, int axis, const int *index, int n);
+/* torch.gather: index holds, row-major, one position along axis for every element of the result,
+   whose shape (ndim, shape) it has; for axis 1 of a 3-D a, y[i][j][k] = a[i][index[i][j][k]][k].
+   ndim must be a's; along the other axes shape may be smaller than a's, never larger. index is
+   copied, its values are in 0..a->shape[axis]-1, and repeated positions add their gradients. */
+AUTODIFF_API ad_tensor *ad_gather(ad_tape *T, ad_tensor *a, int axis, const int *index, int ndim,
+                                  const int *shape);
+/* a where cond is non-zero, b elsewhere; cond, a and b broadcast together (NumPy rules). cond is
+   a mask and gets no gradient; a and b get the output's gradient where they were chosen (0
+   elsewhere, without multiplying, so an infinite branch does not turn the gradient to NaN),
+   summed back to their shapes. */
+AUTODIFF_API ad_tensor *ad_where(ad_tape *T, ad_tensor *cond, ad_tensor *a, ad_tensor *b);
+/* a with value wherever mask, broadcast to a's shape, is non-zero; a's gradient is 0 there. */
+AUTODIFF_API ad_tensor *ad_masked_fill(ad_tape *T, ad_tensor *a, ad_tensor *mask, ad_real value);
 
 /* >>api:linalg ------------------------------------------------------------------------------ */
 /* Matrix product of the last two axes. 2-D x 2-D, or batched: [..., m, k] x [..., k, n] with
@@ -533,6 +598,22 @@ AUTODIFF_API ad_tensor *ad_cross_entropy(ad_tape *T, ad_tensor *logits, const in
 AUTODIFF_API ad_tensor *ad_mse(ad_tape *T, ad_tensor *pred, ad_tensor *target);
 /* mean(softplus(x) - x * t), stable for any logits x; targets t in [0, 1], same shape. */
 AUTODIFF_API ad_tensor *ad_bce_with_logits(ad_tape *T, ad_tensor *logits, ad_tensor *targets);
+/* Negative log-likelihood of log-probabilities logp [N, C] (ad_log_softmax's output) at
+   labels[N] in 0..C-1: -mean(logp[i, labels[i]]); labels are copied. ad_nll_loss of
+   ad_log_softmax is ad_cross_entropy. PyTorch's class weights, ignore_index and inputs of more
+   than two dimensions are not offered. */
+AUTODIFF_API ad_tensor *ad_nll_loss(ad_tape *T, ad_tensor *logp, const int *labels);
+/* mean(|pred - target|); the shapes must be equal (PyTorch broadcasts them, with a warning).
+   The gradient where pred equals target is 0. */
+AUTODIFF_API ad_tensor *ad_l1_loss(ad_tape *T, ad_tensor *pred, ad_tensor *target);
+/* Huber loss: the mean of d^2 / 2 where |d| < delta and delta (|d| - delta / 2) elsewhere, with
+   d = pred - target; delta > 0 and equal shapes, as PyTorch's huber_loss (which broadcasts). */
+AUTODIFF_API ad_tensor *ad_huber_loss(ad_tape *T, ad_tensor *pred, ad_tensor *target, ad_real delta);
+/* Kullback-Leibler divergence sum(target (log(target) - logp)) / N, N = logp->shape[0] (1 for a
+   scalar): PyTorch's kl_div(logp, target, reduction='batchmean') with log-probabilities logp
+   and probabilities target, of equal shapes. Where target is 0 the term is 0 and target's
+   gradient 0, as in PyTorch; both inputs get gradients. */
+AUTODIFF_API ad_tensor *ad_kl_div(ad_tape *T, ad_tensor *logp, ad_tensor *target);
 
 /* >>api:backward ---------------------------------------------------------------------------- */
 /* Adds d y / d x into x->grad for every leaf x on the tape that requires grad and that y depends
@@ -4845,6 +4926,565 @@ AUTODIFF_API ad_tensor *ad_max_axis(ad_tape *T, ad_tensor *a, int axis, int keep
     return ad__reduce_axis(T, a, AD__R_MAX, axis, keepdim, 0, "ad_max_axis");
 }
 
+/* ---- min, logsumexp, variance, product, running sum ------------------------------------------
+   Each keeps what its backward needs in a struct of its own on the tape (node->saved). The
+   kernels view the input as [outer, n, inner] around the axis and go through panels of up to
+   AD__PANEL neighbouring columns at once, keeping a running value per column, so a reduction
+   over a middle axis still reads whole rows. The planes (outer) are split over the tape's
+   threads; every value is computed by the same code in the same order whatever the split. */
+#define AD__PANEL 64
+
+AD__INLINE size_t ad__plane_block(size_t values); /* >>ops:pool */
+typedef struct ad__take ad__take;                 /* >>ops:index */
+AD__PRIVATE ad__take *ad__take_new(ad_tape *T, const char *op, size_t planes, size_t src_size, size_t out_size,
+                                   size_t nindex);
+AD__PRIVATE size_t *ad__take_offsets(ad__take *t);
+AD__PRIVATE ad_tensor *ad__take_op(ad_tape *T, const ad__take *t, ad_tensor *x, int ndim, const int *shape);
+
+/* The shape of a reduced along axis: without it, or with it as 1 when keepdim is set. */
+AD__PRIVATE int ad__reduced_shape(const ad_tensor *a, int axis, int keepdim, int *shape)
+{
+    int i, ndim = 0;
+    for (i = 0; i < a->ndim; i++) {
+        if (i != axis) shape[ndim++] = a->shape[i];
+        else if (keepdim) shape[ndim++] = 1;
+    }
+    return ndim;
+}
+
+/* A reduction's gradient is read in a's shape with the axis kept as 1, where it broadcasts. */
+AD__PRIVATE ad_tensor *ad__kept(ad_tape *T, ad_tensor *g, const ad_tensor *a, int axis)
+{
+    int shape[AD_MAX_DIMS];
+    ad__reduced_shape(a, axis, 1, shape);
+    return ad_reshape(T, g, a->ndim, shape);
+}
+
+/* One run of a kernel over x viewed as [outer, n, inner]: y and g are a reduction's result and
+   its gradient ([outer, inner]); d is where the kernel writes (the result, or x's gradient),
+   adding into it when add is set. */
+typedef struct ad__axis_job {
+    const ad_real *x, *y, *g;
+    ad_real *d;
+    size_t n, inner;
+    ad_real divisor; /* ad_var_axis, ad_std_axis: N - correction, or 0 */
+    int flag;        /* ad_std_axis: 1 (ad_var_axis 0); ad_cumsum: 1 sums from the end */
+    int add;
+} ad__axis_job;
+
+/* Runs fn over the `outer` planes of job on the tape's threads from `split` values on
+   (AD__SPLIT_HEAVY for an exp per value, AD__SPLIT_LIGHT for less), in runs of planes whose
+   `written` values each make whole blocks. */
+AD__PRIVATE void ad__axis_split(ad_tape *T, ad__range_fn fn, const ad__axis_job *job, size_t outer, size_t split,
+                                size_t written)
+{
+    size_t values = job->n * job->inner;
+    ad__parallel_range(T, fn, job, outer, (split + values - 1) / values, ad__plane_block(written));
+}
+
+/* Reduces a (on T, axis resolved) along axis with kernel fn, and records the result with
+   backward fn bw and a copy of the op's saved state (bytes of it). */
+AD__PRIVATE ad_tensor *ad__reduce_with(ad_tape *T, ad_tensor *a, int axis, int keepdim, const char *op,
+                                       ad__range_fn fn, size_t split, ad__axis_job *job, ad__backward_fn bw,
+                                       const void *state, size_t bytes)
+{
+    int shape[AD_MAX_DIMS], ndim = ad__reduced_shape(a, axis, keepdim, shape);
+    size_t outer;
+    void *saved = NULL;
+    ad_tensor *y;
+    ad__node *node;
+    /* made before the entry, so that an entry never lacks its state */
+    if (T->grad_enabled && a->requires_grad && !(saved = ad__alloc_aligned(T, bytes, 16, op))) return NULL;
+    y = ad__tensor(T, op, ndim, shape, 1);
+    if (!y) return NULL;
+    ad__split_axis(a, axis, &outer, &job->n, &job->inner);
+    job->x = a->data;
+    job->d = y->data;
+    ad__axis_split(T, fn, job, outer, split, job->inner);
+    node = ad__record1(T, op, y, bw, a);
+    if (!node) return NULL;
+    if (saved) {
+        memcpy(saved, state, bytes);
+        node->saved = saved;
+    }
+    return y;
+}
+
+/* Checks a and resolves axis for op; -1 (error set) when either is wrong. */
+AD__PRIVATE int ad__axis_of(ad_tape *T, const char *op, const ad_tensor *a, int axis)
+{
+    if (!ad__on_tape(T, op, "the input", a)) return -1;
+    return ad__axis(T, op, a, axis);
+}
+
+/* For each (o, i) of x viewed as [outer, n, inner], the first k at which x[o, k, i] is the
+   largest (largest set) or the smallest: a NaN beats every number and the first NaN wins, as
+   in PyTorch's argmax and min. Written as an int into arg and as the flat offset
+   (o n + k) inner + i into offset, where these are not NULL. */
+AD__PRIVATE void ad__arg_extreme(const ad_real *x, size_t outer, size_t n, size_t inner, int largest, int *arg,
+                                 size_t *offset)
+{
+    ad_real best[AD__PANEL];
+    size_t at[AD__PANEL], o, i0, i, k, w;
+    for (o = 0; o < outer; o++)
+        for (i0 = 0; i0 < inner; i0 += w) {
+            const ad_real *src = x + o * n * inner + i0;
+            w = inner - i0 < AD__PANEL ? inner - i0 : AD__PANEL;
+            for (i = 0; i < w; i++) {
+                best[i] = src[i];
+                at[i] = 0;
+            }
+            for (k = 1; k < n; k++)
+                for (i = 0; i < w; i++) {
+                    ad_real v = src[k * inner + i];
+                    if ((largest ? v > best[i] : v < best[i]) || (v != v && best[i] == best[i])) {
+                        best[i] = v;
+                        at[i] = k;
+                    }
+                }
+            for (i = 0; i < w; i++) {
+                if (arg) arg[o * inner + i0 + i] = (int)at[i];
+                if (offset) offset[o * inner + i0 + i] = (o * n + at[i]) * inner + i0 + i;
+            }
+        }
+}
+
+/* ad_min and ad_min_axis pick the first smallest element of each slice with a take (>>ops:index),
+   whose gradient puts g back at the positions taken. axis < 0: everything. */
+AD__PRIVATE ad_tensor *ad__min(ad_tape *T, ad_tensor *a, int axis, int keepdim, const char *op)
+{
+    int shape[AD_MAX_DIMS] = {0}, ndim = 0;
+    size_t outer = 1, n = a->size, inner = 1;
+    ad__take *t;
+    if (axis >= 0) {
+        ad__split_axis(a, axis, &outer, &n, &inner);
+        ndim = ad__reduced_shape(a, axis, keepdim, shape);
+    }
+    t = ad__take_new(T, op, outer, a->size, outer * inner, 0);
+    if (!t) return NULL;
+    ad__arg_extreme(a->data, outer, n, inner, 0, NULL, ad__take_offsets(t));
+    return ad__take_op(T, t, a, ndim, shape);
+}
+
+AUTODIFF_API ad_tensor *ad_min(ad_tape *T, ad_tensor *a)
+{
+    if (!T || !a) return NULL;
+    if (!ad__on_tape(T, "ad_min", "the input", a)) return NULL;
+    return ad__min(T, a, -1, 0, "ad_min");
+}
+
+AUTODIFF_API ad_tensor *ad_min_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim)
+{
+    if (!T || !a) return NULL;
+    axis = ad__axis_of(T, "ad_min_axis", a, axis);
+    return axis < 0 ? NULL : ad__min(T, a, axis, keepdim, "ad_min_axis");
+}
+
+AUTODIFF_API int ad_argmax_axis(const ad_tensor *a, int axis, int *out)
+{
+    size_t outer, n, inner;
+    char s[96];
+    if (!a) return -1;
+    axis = ad__axis_of(a->tape, "ad_argmax_axis", a, axis);
+    if (axis < 0) return -1;
+    if (!out) {
+        ad__fail(a->tape, "ad_argmax_axis: shape %s: out is NULL", ad_shape_str(a, s, sizeof s));
+        return -1;
+    }
+    ad__split_axis(a, axis, &outer, &n, &inner);
+    ad__arg_extreme(a->data, outer, n, inner, 1, out, NULL);
+    return 0;
+}
+
+/* logsumexp: y = m + log(sum(exp(x - m))), m the slice's largest value, or 0 where that is
+   infinite (or NaN), so that an infinite slice gives its infinity rather than inf - inf. */
+typedef struct ad__logsumexp_saved {
+    int axis;
+} ad__logsumexp_saved;
+
+/* The largest value m of each of w columns of x (columns inner apart), 0 where it is not
+   finite, and the sum s of exp(x - m) down each column. */
+AD__PRIVATE void ad__panel_shifted_sum(const ad_real *x, size_t n, size_t inner, size_t w, ad_real *m, ad_real *s)
+{
+    size_t i, k;
+    for (i = 0; i < w; i++) m[i] = x[i];
+    for (k = 1; k < n; k++)
+        for (i = 0; i < w; i++) m[i] = x[k * inner + i] > m[i] ? x[k * inner + i] : m[i];
+    for (i = 0; i < w; i++) {
+        if (!(m[i] - m[i] == 0)) m[i] = 0;
+        s[i] = 0;
+    }
+    for (k = 0; k < n; k++)
+        for (i = 0; i < w; i++) s[i] += AD__F(exp)(x[k * inner + i] - m[i]);
+}
+
+AD__PRIVATE void ad__logsumexp_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__axis_job *j = (const ad__axis_job *)ctx;
+    size_t n = j->n, inner = j->inner, o, i0, i, w;
+    ad_real m[AD__PANEL], s[AD__PANEL];
+    for (o = lo; o < hi; o++)
+        for (i0 = 0; i0 < inner; i0 += w) {
+            const ad_real *x = j->x + o * n * inner + i0;
+            ad_real *y = j->d + o * inner + i0;
+            w = inner - i0 < AD__PANEL ? inner - i0 : AD__PANEL;
+            ad__panel_shifted_sum(x, n, inner, w, m, s);
+            for (i = 0; i < w; i++) y[i] = m[i] + AD__F(log)(s[i]);
+        }
+}
+
+/* d (+)= g exp(x - m) / s: the softmax along the axis, times the result's gradient. From m and
+   s rather than as exp(x - y), which is wrong where y = m + log(s) rounds to m (x near 1e300). */
+AD__PRIVATE void ad__logsumexp_grad_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__axis_job *j = (const ad__axis_job *)ctx;
+    size_t n = j->n, inner = j->inner, o, i0, i, k, w;
+    ad_real m[AD__PANEL], s[AD__PANEL], c[AD__PANEL];
+    for (o = lo; o < hi; o++)
+        for (i0 = 0; i0 < inner; i0 += w) {
+            const ad_real *x = j->x + o * n * inner + i0, *g = j->g + o * inner + i0;
+            ad_real *d = j->d + o * n * inner + i0;
+            w = inner - i0 < AD__PANEL ? inner - i0 : AD__PANEL;
+            ad__panel_shifted_sum(x, n, inner, w, m, s);
+            for (i = 0; i < w; i++) c[i] = g[i] / s[i];
+            for (k = 0; k < n; k++)
+                for (i = 0; i < w; i++) {
+                    ad_real v = c[i] * AD__F(exp)(x[k * inner + i] - m[i]);
+                    d[k * inner + i] = j->add ? d[k * inner + i] + v : v;
+                }
+        }
+}
+
+AD__PRIVATE void ad__logsumexp_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    const ad__logsumexp_saved *st = (const ad__logsumexp_saved *)n->saved;
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0];
+    size_t outer;
+    ad__axis_job job;
+    if (!ad__wants(S, x)) return;
+    if (S->create_graph) {
+        ad__accum(S, x, ad_mul(T, ad__kept(T, g, x, st->axis), ad_softmax(T, x, st->axis)), 1);
+        return;
+    }
+    memset(&job, 0, sizeof job);
+    ad__split_axis(x, st->axis, &outer, &job.n, &job.inner);
+    job.x = x->data;
+    job.y = n->out->data;
+    job.g = g->data;
+    if (!(job.d = ad__grad_target(S, x, &job.add))) return;
+    ad__axis_split(T, ad__logsumexp_grad_range, &job, outer, AD__SPLIT_HEAVY, job.n * job.inner);
+}
+
+AUTODIFF_API ad_tensor *ad_logsumexp(ad_tape *T, ad_tensor *a, int axis, int keepdim)
+{
+    ad__logsumexp_saved st;
+    ad__axis_job job;
+    if (!T || !a) return NULL;
+    st.axis = ad__axis_of(T, "ad_logsumexp", a, axis);
+    if (st.axis < 0) return NULL;
+    memset(&job, 0, sizeof job);
+    return ad__reduce_with(T, a, st.axis, keepdim, "ad_logsumexp", ad__logsumexp_range, AD__SPLIT_HEAVY, &job,
+                           ad__logsumexp_backward, &st, sizeof st);
+}
+
+/* Variance and standard deviation: the mean first, then the squared deviations from it (two
+   passes, which keep the precision that one pass of sums and sums of squares loses). The
+   gradient is 2 (x - mean) / divisor times g for the variance, (x - mean) / (divisor y) times g
+   for the deviation. */
+typedef struct ad__var_saved {
+    int axis;
+    int root;        /* 1: ad_std_axis */
+    ad_real divisor; /* N - correction, or 0 where that is not positive */
+} ad__var_saved;
+
+/* the mean of each of w columns of x, columns inner apart */
+AD__PRIVATE void ad__panel_mean(const ad_real *x, size_t n, size_t inner, size_t w, ad_real *mean)
+{
+    size_t i, k;
+    for (i = 0; i < w; i++) mean[i] = 0;
+    for (k = 0; k < n; k++)
+        for (i = 0; i < w; i++) mean[i] += x[k * inner + i];
+    for (i = 0; i < w; i++) mean[i] /= (ad_real)n;
+}
+
+AD__PRIVATE void ad__var_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__axis_job *j = (const ad__axis_job *)ctx;
+    size_t n = j->n, inner = j->inner, o, i0, i, k, w;
+    ad_real mean[AD__PANEL], ss[AD__PANEL];
+    for (o = lo; o < hi; o++)
+        for (i0 = 0; i0 < inner; i0 += w) {
+            const ad_real *x = j->x + o * n * inner + i0;
+            ad_real *y = j->d + o * inner + i0;
+            w = inner - i0 < AD__PANEL ? inner - i0 : AD__PANEL;
+            ad__panel_mean(x, n, inner, w, mean);
+            for (i = 0; i < w; i++) ss[i] = 0;
+            for (k = 0; k < n; k++)
+                for (i = 0; i < w; i++) {
+                    ad_real dv = x[k * inner + i] - mean[i];
+                    ss[i] += dv * dv;
+                }
+            for (i = 0; i < w; i++) y[i] = j->flag ? AD__F(sqrt)(ss[i] / j->divisor) : ss[i] / j->divisor;
+        }
+}
+
+AD__PRIVATE void ad__var_grad_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__axis_job *j = (const ad__axis_job *)ctx;
+    size_t n = j->n, inner = j->inner, o, i0, i, k, w;
+    ad_real mean[AD__PANEL], c[AD__PANEL], two = 2 / j->divisor;
+    for (o = lo; o < hi; o++)
+        for (i0 = 0; i0 < inner; i0 += w) {
+            const ad_real *x = j->x + o * n * inner + i0, *g = j->g + o * inner + i0, *y = j->y + o * inner + i0;
+            ad_real *d = j->d + o * n * inner + i0;
+            w = inner - i0 < AD__PANEL ? inner - i0 : AD__PANEL;
+            ad__panel_mean(x, n, inner, w, mean);
+            for (i = 0; i < w; i++) c[i] = j->flag ? g[i] / (y[i] * j->divisor) : g[i] * two;
+            for (k = 0; k < n; k++)
+                for (i = 0; i < w; i++) {
+                    ad_real v = c[i] * (x[k * inner + i] - mean[i]);
+                    d[k * inner + i] = j->add ? d[k * inner + i] + v : v;
+                }
+        }
+}
+
+AD__PRIVATE void ad__var_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    const ad__var_saved *st = (const ad__var_saved *)n->saved;
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0], *gk, *c;
+    size_t outer;
+    ad__axis_job job;
+    if (!ad__wants(S, x)) return;
+    if (S->create_graph) {
+        gk = ad__kept(T, g, x, st->axis);
+        if (st->root) c = ad_div(T, gk, ad_mul_scalar(T, ad__kept(T, n->out, x, st->axis), st->divisor));
+        else c = ad_mul_scalar(T, gk, 2 / st->divisor);
+        ad__accum(S, x, ad_mul(T, ad_sub(T, x, ad_mean_axis(T, x, st->axis, 1)), c), 1);
+        return;
+    }
+    memset(&job, 0, sizeof job);
+    ad__split_axis(x, st->axis, &outer, &job.n, &job.inner);
+    job.x = x->data;
+    job.y = n->out->data;
+    job.g = g->data;
+    job.divisor = st->divisor;
+    job.flag = st->root;
+    if (!(job.d = ad__grad_target(S, x, &job.add))) return;
+    ad__axis_split(T, ad__var_grad_range, &job, outer, AD__SPLIT_LIGHT, job.n * job.inner);
+}
+
+AD__PRIVATE ad_tensor *ad__var(ad_tape *T, ad_tensor *a, int axis, int correction, int keepdim, int root)
+{
+    const char *op = root ? "ad_std_axis" : "ad_var_axis";
+    long long dof;
+    ad__var_saved st;
+    ad__axis_job job;
+    if (!T || !a) return NULL;
+    st.axis = ad__axis_of(T, op, a, axis);
+    if (st.axis < 0) return NULL;
+    dof = (long long)a->shape[st.axis] - correction;
+    st.root = root;
+    st.divisor = dof > 0 ? (ad_real)dof : 0;
+    memset(&job, 0, sizeof job);
+    job.divisor = st.divisor;
+    job.flag = root;
+    return ad__reduce_with(T, a, st.axis, keepdim, op, ad__var_range, AD__SPLIT_LIGHT, &job, ad__var_backward, &st,
+                           sizeof st);
+}
+
+AUTODIFF_API ad_tensor *ad_var_axis(ad_tape *T, ad_tensor *a, int axis, int correction, int keepdim)
+{
+    return ad__var(T, a, axis, correction, keepdim, 0);
+}
+
+AUTODIFF_API ad_tensor *ad_std_axis(ad_tape *T, ad_tensor *a, int axis, int correction, int keepdim)
+{
+    return ad__var(T, a, axis, correction, keepdim, 1);
+}
+
+/* Product: the gradient of x[k] is g times the product of the values before k and the product
+   of those after it, each a running product, so zeros need no special case. Recorded for
+   create_graph it is built from ops: each slice x of length N spread to an [N, N] matrix whose
+   row k is x with 1 at position k (ad_where), whose products along rows are those same
+   products, and so a product again, which can be differentiated once more. */
+typedef struct ad__prod_saved {
+    int axis;
+} ad__prod_saved;
+
+AD__PRIVATE void ad__prod_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__axis_job *j = (const ad__axis_job *)ctx;
+    size_t n = j->n, inner = j->inner, o, i0, i, k, w;
+    ad_real p[AD__PANEL];
+    for (o = lo; o < hi; o++)
+        for (i0 = 0; i0 < inner; i0 += w) {
+            const ad_real *x = j->x + o * n * inner + i0;
+            ad_real *y = j->d + o * inner + i0;
+            w = inner - i0 < AD__PANEL ? inner - i0 : AD__PANEL;
+            for (i = 0; i < w; i++) p[i] = x[i];
+            for (k = 1; k < n; k++)
+                for (i = 0; i < w; i++) p[i] *= x[k * inner + i];
+            for (i = 0; i < w; i++) y[i] = p[i];
+        }
+}
+
+/* d = (the product before k) (g times the product after k), assigned */
+AD__PRIVATE void ad__prod_grad_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__axis_job *j = (const ad__axis_job *)ctx;
+    size_t n = j->n, inner = j->inner, o, i0, i, k, w;
+    ad_real run[AD__PANEL];
+    for (o = lo; o < hi; o++)
+        for (i0 = 0; i0 < inner; i0 += w) {
+            const ad_real *x = j->x + o * n * inner + i0, *g = j->g + o * inner + i0;
+            ad_real *d = j->d + o * n * inner + i0;
+            w = inner - i0 < AD__PANEL ? inner - i0 : AD__PANEL;
+            for (i = 0; i < w; i++) run[i] = 1;
+            for (k = 0; k < n; k++)
+                for (i = 0; i < w; i++) {
+                    d[k * inner + i] = run[i];
+                    run[i] *= x[k * inner + i];
+                }
+            for (i = 0; i < w; i++) run[i] = g[i];
+            for (k = n; k-- > 0;)
+                for (i = 0; i < w; i++) {
+                    d[k * inner + i] *= run[i];
+                    run[i] *= x[k * inner + i];
+                }
+        }
+}
+
+AD__PRIVATE void ad__prod_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    const ad__prod_saved *st = (const ad__prod_saved *)n->saved;
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0], *d;
+    size_t outer, len, inner;
+    ad__axis_job job;
+    if (!ad__wants(S, x)) return;
+    ad__split_axis(x, st->axis, &outer, &len, &inner);
+    if (S->create_graph) {
+        /* x as [outer, N, inner]; the matrix [outer, N, N, inner], row k of each slice x with 1 at k */
+        int s3[3], e4[4], k, m, N = x->shape[st->axis];
+        ad_tensor *eye, *rows, *x3;
+        s3[0] = (int)outer;
+        s3[1] = N;
+        s3[2] = (int)inner;
+        e4[0] = e4[3] = 1;
+        e4[1] = e4[2] = N;
+        if (outer > INT_MAX || inner > INT_MAX) {
+            ad__fail(T, "ad_prod_axis: the recorded derivative of a product over %zu slices of %zu values is too large",
+                     outer * inner, len);
+            S->failed = 1;
+            return;
+        }
+        eye = ad__tensor(T, "ad_prod_axis", 4, e4, 1);
+        if (!eye) { S->failed = 1; return; }
+        for (k = 0; k < N; k++)
+            for (m = 0; m < N; m++) eye->data[(size_t)k * (size_t)N + (size_t)m] = k == m;
+        x3 = ad_reshape(T, x, 3, s3);
+        rows = ad_where(T, eye, ad__scalar(T, "ad_prod_axis", 1), ad_unsqueeze(T, x3, 1));
+        s3[1] = 1;
+        d = ad_mul(T, ad_reshape(T, g, 3, s3), ad_prod_axis(T, rows, 2, 0));
+        ad__accum(S, x, d ? ad_reshape(T, d, x->ndim, x->shape) : NULL, 1);
+        return;
+    }
+    d = ad__like(T, "ad_backward", x);
+    if (d) {
+        memset(&job, 0, sizeof job);
+        job.x = x->data;
+        job.g = g->data;
+        job.d = d->data;
+        job.n = len;
+        job.inner = inner;
+        ad__axis_split(T, ad__prod_grad_range, &job, outer, AD__SPLIT_LIGHT, len * inner);
+    }
+    ad__accum(S, x, d, 1);
+}
+
+AUTODIFF_API ad_tensor *ad_prod_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim)
+{
+    ad__prod_saved st;
+    ad__axis_job job;
+    if (!T || !a) return NULL;
+    st.axis = ad__axis_of(T, "ad_prod_axis", a, axis);
+    if (st.axis < 0) return NULL;
+    memset(&job, 0, sizeof job);
+    return ad__reduce_with(T, a, st.axis, keepdim, "ad_prod_axis", ad__prod_range, AD__SPLIT_LIGHT, &job,
+                           ad__prod_backward, &st, sizeof st);
+}
+
+/* Running sum and its adjoint, the running sum from the end: each one's gradient is the other. */
+typedef struct ad__cumsum_saved {
+    int axis;
+    int reverse;
+} ad__cumsum_saved;
+
+AD__PRIVATE void ad__cumsum_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__axis_job *j = (const ad__axis_job *)ctx;
+    size_t n = j->n, inner = j->inner, o, i, k;
+    for (o = lo; o < hi; o++) {
+        const ad_real *x = j->x + o * n * inner;
+        ad_real *y = j->d + o * n * inner;
+        if (!j->flag) {
+            memcpy(y, x, inner * sizeof(ad_real));
+            for (k = 1; k < n; k++)
+                for (i = 0; i < inner; i++) y[k * inner + i] = y[(k - 1) * inner + i] + x[k * inner + i];
+        } else {
+            memcpy(y + (n - 1) * inner, x + (n - 1) * inner, inner * sizeof(ad_real));
+            for (k = n - 1; k-- > 0;)
+                for (i = 0; i < inner; i++) y[k * inner + i] = y[(k + 1) * inner + i] + x[k * inner + i];
+        }
+    }
+}
+
+AD__PRIVATE ad_tensor *ad__cumsum(ad_tape *T, ad_tensor *a, int axis, int reverse);
+
+AD__PRIVATE void ad__cumsum_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    const ad__cumsum_saved *st = (const ad__cumsum_saved *)n->saved;
+    ad__accum(S, n->in[0], ad__cumsum(S->T, g, st->axis, !st->reverse), 1);
+}
+
+AD__PRIVATE ad_tensor *ad__cumsum(ad_tape *T, ad_tensor *a, int axis, int reverse)
+{
+    ad__cumsum_saved *st = NULL;
+    ad__axis_job job;
+    ad_tensor *y;
+    ad__node *node;
+    size_t outer;
+    if (!a) return NULL;
+    if (T->grad_enabled && a->requires_grad &&
+        !(st = (ad__cumsum_saved *)ad__alloc_aligned(T, sizeof *st, 16, "ad_cumsum")))
+        return NULL;
+    y = ad__like(T, "ad_cumsum", a);
+    if (!y) return NULL;
+    memset(&job, 0, sizeof job);
+    ad__split_axis(a, axis, &outer, &job.n, &job.inner);
+    job.x = a->data;
+    job.d = y->data;
+    job.flag = reverse;
+    ad__axis_split(T, ad__cumsum_range, &job, outer, AD__SPLIT_LIGHT, job.n * job.inner);
+    node = ad__record1(T, "ad_cumsum", y, ad__cumsum_backward, a);
+    if (!node) return NULL;
+    if (st) {
+        st->axis = axis;
+        st->reverse = reverse;
+        node->saved = st;
+    }
+    return y;
+}
+
+AUTODIFF_API ad_tensor *ad_cumsum(ad_tape *T, ad_tensor *a, int axis)
+{
+    if (!T || !a) return NULL;
+    axis = ad__axis_of(T, "ad_cumsum", a, axis);
+    return axis < 0 ? NULL : ad__cumsum(T, a, axis, 0);
+}
+
 /* >>ops:shape -------------------------------------------------------------------------------- */
 AD__PRIVATE void ad__reshape_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
@@ -5200,6 +5840,678 @@ AUTODIFF_API ad_tensor *ad_broadcast_to(ad_tape *T, ad_tensor *a, int ndim, cons
 AUTODIFF_API ad_tensor *ad_sum_to(ad_tape *T, ad_tensor *a, int ndim, const int *shape)
 {
     return ad__broadcast_op(T, a, ndim, shape, 1);
+}
+
+/* ---- squeeze, unsqueeze, stack, pad ------------------------------------------------------ */
+/* a with another shape of its size: a view, recorded as a reshape; errors name op */
+AD__PRIVATE ad_tensor *ad__view(ad_tape *T, const char *op, ad_tensor *a, int ndim, const int *shape)
+{
+    ad_tensor *y = ad__tensor(T, op, ndim, shape, 0);
+    if (!y) return NULL;
+    y->data = a->data;
+    if (!ad__record1(T, op, y, ad__reshape_backward, a)) return NULL;
+    return y;
+}
+
+AUTODIFF_API ad_tensor *ad_squeeze(ad_tape *T, ad_tensor *a, int axis)
+{
+    int shape[AD_MAX_DIMS], i, ax, ndim = 0;
+    if (!T || !a) return NULL;
+    if (!ad__on_tape(T, "ad_squeeze", "the input", a)) return NULL;
+    if (a->ndim == 0 && (axis == 0 || axis == -1)) return a; /* PyTorch's rule for a scalar */
+    ax = ad__axis(T, "ad_squeeze", a, axis);
+    if (ax < 0) return NULL;
+    if (a->shape[ax] != 1) return a;
+    for (i = 0; i < a->ndim; i++)
+        if (i != ax) shape[ndim++] = a->shape[i];
+    return ad__view(T, "ad_squeeze", a, ndim, shape);
+}
+
+/* The position of a new axis among ndim + 1 (negative: from the end); -1 with the tape's error
+   naming op when it is out of range or there is no room for another axis. */
+AD__PRIVATE int ad__new_axis(ad_tape *T, const char *op, const ad_tensor *a, int axis)
+{
+    int ax = axis < 0 ? axis + a->ndim + 1 : axis;
+    char s[96];
+    if (ax < 0 || ax > a->ndim) {
+        ad__fail(T, "%s: axis %d is out of range for a new axis beside shape %s (-%d..%d)", op, axis,
+                 ad_shape_str(a, s, sizeof s), a->ndim + 1, a->ndim);
+        return -1;
+    }
+    if (a->ndim == AD_MAX_DIMS) {
+        ad__fail(T, "%s: shape %s has %d dimensions, the most supported (AD_MAX_DIMS): no room for a new one", op,
+                 ad_shape_str(a, s, sizeof s), AD_MAX_DIMS);
+        return -1;
+    }
+    return ax;
+}
+
+AUTODIFF_API ad_tensor *ad_unsqueeze(ad_tape *T, ad_tensor *a, int axis)
+{
+    int shape[AD_MAX_DIMS], i, ax;
+    if (!T || !a) return NULL;
+    if (!ad__on_tape(T, "ad_unsqueeze", "the input", a)) return NULL;
+    ax = ad__new_axis(T, "ad_unsqueeze", a, axis);
+    if (ax < 0) return NULL;
+    for (i = 0; i <= a->ndim; i++) shape[i] = i < ax ? a->shape[i] : (i == ax ? 1 : a->shape[i - 1]);
+    return ad__view(T, "ad_unsqueeze", a, a->ndim + 1, shape);
+}
+
+/* Stack: input i is slice i of the new axis; its gradient is that slice of g. */
+typedef struct ad__stack_saved {
+    int axis;
+} ad__stack_saved;
+
+AD__PRIVATE void ad__stack_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    const ad__stack_saved *st = (const ad__stack_saved *)n->saved;
+    int i;
+    for (i = 0; i < n->nin; i++) {
+        ad_tensor *x = n->in[i];
+        if (ad__wants(S, x))
+            ad__accum(S, x, ad_reshape(S->T, ad_slice(S->T, g, st->axis, i, i + 1), x->ndim, x->shape), 1);
+    }
+}
+
+AUTODIFF_API ad_tensor *ad_stack(ad_tape *T, ad_tensor *const *xs, int n, int axis)
+{
+    int shape[AD_MAX_DIMS], i, d, ax, rec = 0;
+    size_t outer = 1, inner, o;
+    ad__stack_saved *st = NULL;
+    ad_tensor *y;
+    ad__node *node;
+    char s0[96], si[96], what[32];
+    if (!T) return NULL;
+    if (!xs || n < 1) {
+        ad__fail(T, "ad_stack: no tensors given (%s, n = %d)", xs ? "xs" : "xs NULL", n);
+        return NULL;
+    }
+    for (i = 0; i < n; i++)
+        if (!xs[i]) return NULL;
+    for (i = 0; i < n; i++) {
+        snprintf(what, sizeof what, "tensor %d", i);
+        if (!ad__on_tape(T, "ad_stack", what, xs[i])) return NULL;
+        if (!ad__same_shape(xs[i], xs[0])) {
+            ad__fail(T, "ad_stack: tensor %d has shape %s, which differs from tensor 0's %s", i,
+                     ad_shape_str(xs[i], si, sizeof si), ad_shape_str(xs[0], s0, sizeof s0));
+            return NULL;
+        }
+        rec |= xs[i]->requires_grad;
+    }
+    ax = ad__new_axis(T, "ad_stack", xs[0], axis);
+    if (ax < 0) return NULL;
+    for (d = 0; d <= xs[0]->ndim; d++) shape[d] = d < ax ? xs[0]->shape[d] : (d == ax ? n : xs[0]->shape[d - 1]);
+    for (d = 0; d < ax; d++) outer *= (size_t)shape[d];
+    if (T->grad_enabled && rec && !(st = (ad__stack_saved *)ad__alloc_aligned(T, sizeof *st, 16, "ad_stack")))
+        return NULL;
+    y = ad__tensor(T, "ad_stack", xs[0]->ndim + 1, shape, 1);
+    if (!y) return NULL;
+    inner = xs[0]->size / outer;
+    for (o = 0; o < outer; o++)
+        for (i = 0; i < n; i++)
+            memcpy(y->data + (o * (size_t)n + (size_t)i) * inner, xs[i]->data + o * inner, inner * sizeof(ad_real));
+    node = ad__record(T, "ad_stack", y, ad__stack_backward, xs, n);
+    if (!node) return NULL;
+    if (st) {
+        st->axis = ax;
+        node->saved = st;
+    }
+    return y;
+}
+
+/* Pad: y[p] = x[p - before] where that is inside x, else value, over every dimension; the
+   pads of the dimensions before the padded ones are 0. Its adjoint is the same op with the pads
+   negated and 0 as the value, so each one's gradient is the other. */
+typedef struct ad__const_pad_saved {
+    int npads;
+    int pads[2 * AD_MAX_DIMS];
+} ad__const_pad_saved;
+
+typedef struct ad__const_pad_job {
+    const ad_real *x;
+    ad_real *y;
+    ad_real value;
+    int ndim;
+    int xs[AD_MAX_DIMS], ys[AD_MAX_DIMS], before[AD_MAX_DIMS];
+} ad__const_pad_job;
+
+/* rows [lo, hi) of y (its last dimension) */
+AD__PRIVATE void ad__const_pad_rows(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__const_pad_job *j = (const ad__const_pad_job *)ctx;
+    int nd = j->ndim, d;
+    long long b = j->before[nd - 1], xw = j->xs[nd - 1], yw = j->ys[nd - 1], first, end, k;
+    size_t r;
+    first = b > 0 ? b : 0;                 /* the part of each row that x covers: [first, end) */
+    end = b + xw < yw ? b + xw : yw;
+    for (r = lo; r < hi; r++) {
+        ad_real *dst = j->y + r * (size_t)yw;
+        size_t rem = r, src = 0, stride = (size_t)xw;
+        long long a = first, e = end;
+        for (d = nd - 2; d >= 0; d--) {
+            long long q = (long long)(rem % (size_t)j->ys[d]) - j->before[d];
+            rem /= (size_t)j->ys[d];
+            if (q < 0 || q >= j->xs[d]) { a = e = 0; break; }
+            src += (size_t)q * stride;
+            stride *= (size_t)j->xs[d];
+        }
+        if (e < a) e = a;
+        for (k = 0; k < a; k++) dst[k] = j->value;
+        if (e > a) memcpy(dst + a, j->x + src + (size_t)(a - b), (size_t)(e - a) * sizeof(ad_real));
+        for (k = e; k < yw; k++) dst[k] = j->value;
+    }
+}
+
+AD__PRIVATE void ad__const_pad_backward(ad__sweep *S, ad__node *n, ad_tensor *g);
+
+/* The padding of a checked (st's pads valid for a); errors name ad_pad. */
+AD__PRIVATE ad_tensor *ad__const_pad(ad_tape *T, ad_tensor *a, const ad__const_pad_saved *st, ad_real value)
+{
+    ad__const_pad_job job;
+    ad__const_pad_saved *saved = NULL;
+    ad_tensor *y;
+    ad__node *node;
+    size_t w;
+    int d, k;
+    if (!a) return NULL;
+    job.ndim = a->ndim;
+    for (d = 0; d < a->ndim; d++) {
+        job.xs[d] = job.ys[d] = a->shape[d];
+        job.before[d] = 0;
+    }
+    for (k = 0; k < st->npads / 2; k++) {
+        d = a->ndim - 1 - k;
+        job.before[d] = st->pads[2 * k];
+        job.ys[d] = a->shape[d] + st->pads[2 * k] + st->pads[2 * k + 1];
+    }
+    if (T->grad_enabled && a->requires_grad &&
+        !(saved = (ad__const_pad_saved *)ad__alloc_aligned(T, sizeof *saved, 16, "ad_pad")))
+        return NULL;
+    y = ad__tensor(T, "ad_pad", a->ndim, job.ys, 1);
+    if (!y) return NULL;
+    job.x = a->data;
+    job.y = y->data;
+    job.value = value;
+    if (a->ndim == 0) {
+        y->data[0] = a->data[0];
+    } else {
+        w = (size_t)job.ys[a->ndim - 1];
+        ad__parallel_range(T, ad__const_pad_rows, &job, y->size / w, (AD__SPLIT_LIGHT + w - 1) / w, ad__plane_block(w));
+    }
+    node = ad__record1(T, "ad_pad", y, ad__const_pad_backward, a);
+    if (!node) return NULL;
+    if (saved) {
+        *saved = *st;
+        node->saved = saved;
+    }
+    return y;
+}
+
+AD__PRIVATE void ad__const_pad_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    const ad__const_pad_saved *st = (const ad__const_pad_saved *)n->saved;
+    ad__const_pad_saved back;
+    int k;
+    back.npads = st->npads;
+    for (k = 0; k < st->npads; k++) back.pads[k] = -st->pads[k]; /* INT_MIN is refused by ad_pad */
+    ad__accum(S, n->in[0], ad__const_pad(S->T, g, &back, 0), 1);
+}
+
+AUTODIFF_API ad_tensor *ad_pad(ad_tape *T, ad_tensor *a, int npads, const int *pads, ad_real value)
+{
+    ad__const_pad_saved st;
+    int k;
+    char s[96];
+    if (!T || !a) return NULL;
+    if (!ad__on_tape(T, "ad_pad", "the input", a)) return NULL;
+    ad_shape_str(a, s, sizeof s);
+    if (npads < 0 || npads % 2 != 0 || npads > 2 * a->ndim) {
+        ad__fail(T, "ad_pad: shape %s: %d pad values; an even number up to %d (two for each dimension) is needed", s,
+                 npads, 2 * a->ndim);
+        return NULL;
+    }
+    if (npads > 0 && !pads) {
+        ad__fail(T, "ad_pad: shape %s: pads is NULL", s);
+        return NULL;
+    }
+    st.npads = npads;
+    for (k = 0; k < npads / 2; k++) {
+        int d = a->ndim - 1 - k, before = pads[2 * k], after = pads[2 * k + 1];
+        long long len = (long long)a->shape[d] + before + after;
+        if (before == INT_MIN || after == INT_MIN) { /* their negation, the gradient's pad, would overflow */
+            ad__fail(T, "ad_pad: shape %s: pad %d on dimension %d is out of range (beyond -%d)", s, INT_MIN, d,
+                     INT_MAX);
+            return NULL;
+        }
+        if (len < 1 || len > INT_MAX) {
+            ad__fail(T, "ad_pad: shape %s: pads (%d, %d) make dimension %d %lld long; it must be 1..%d", s, before,
+                     after, d, len, INT_MAX);
+            return NULL;
+        }
+        st.pads[2 * k] = before;
+        st.pads[2 * k + 1] = after;
+    }
+    return ad__const_pad(T, a, &st, value);
+}
+
+/* >>ops:index -------------------------------------------------------------------------------- */
+/* Take and put: a take reads each value of its result from one position of its source; a put,
+   its adjoint, adds each value of its input into the source's shape at those positions. Each
+   one's gradient is the other, so derivatives of any order exist. One struct on the tape
+   describes both and is shared by their entries (node->saved). Source and result are cut into
+   `planes` planes of equal size, and plane p of the result reads plane p of the source alone,
+   so a put can split its planes over threads with no two writing one value. The positions are
+   either one index along an axis for each result row, the same in every plane (index mode: the
+   source's planes are [S, inner], the result's [L, inner]), or one flat offset into the source
+   for each result value (offset mode). ad_index_select, ad_gather, ad_min, ad_min_axis and
+   ad_nll_loss are takes. */
+struct ad__take {
+    const char *op;      /* the public op, named by the messages of its derivatives */
+    size_t planes, src_size, out_size;
+    size_t S, L, inner;  /* index mode */
+    int *index;          /* index mode: L positions along the axis; NULL in offset mode */
+    size_t *offset;      /* offset mode: out_size offsets into the source */
+};
+
+/* A take for planes planes of src_size and out_size values in all, with room for nindex indices
+   (index mode; the caller sets S, L, inner and the indices) or, when nindex is 0, an offset for
+   every result value (offset mode; the caller fills them in). NULL when memory runs out. */
+AD__PRIVATE ad__take *ad__take_new(ad_tape *T, const char *op, size_t planes, size_t src_size, size_t out_size,
+                                   size_t nindex)
+{
+    ad__take *t = (ad__take *)ad__alloc_aligned(T, sizeof(ad__take), 16, op);
+    size_t count = nindex ? nindex : out_size, each = nindex ? sizeof(int) : sizeof(size_t);
+    void *p;
+    if (!t) return NULL;
+    if (count > (size_t)-1 / each) {
+        ad__fail(T, "%s: out of memory for %zu positions", op, count);
+        return NULL;
+    }
+    p = ad__alloc(T, count * each, op);
+    if (!p) return NULL;
+    memset(t, 0, sizeof *t);
+    t->op = op;
+    t->planes = planes;
+    t->src_size = src_size;
+    t->out_size = out_size;
+    if (nindex) t->index = (int *)p;
+    else t->offset = (size_t *)p;
+    return t;
+}
+
+AD__PRIVATE size_t *ad__take_offsets(ad__take *t) { return t->offset; }
+
+typedef struct ad__take_job {
+    const ad__take *t;
+    const ad_real *src;
+    ad_real *dst;
+    int add;
+} ad__take_job;
+
+/* result units [lo, hi) of a take: rows of inner values (index mode) or values */
+AD__PRIVATE void ad__take_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__take_job *j = (const ad__take_job *)ctx;
+    const ad__take *t = j->t;
+    size_t u;
+    if (!t->index) {
+        for (u = lo; u < hi; u++) j->dst[u] = j->src[t->offset[u]];
+        return;
+    }
+    for (u = lo; u < hi; u++) {
+        const ad_real *from = j->src + ((u / t->L) * t->S + (size_t)t->index[u % t->L]) * t->inner;
+        if (t->inner == 1) j->dst[u] = from[0];
+        else memcpy(j->dst + u * t->inner, from, t->inner * sizeof(ad_real));
+    }
+}
+
+/* planes [lo, hi) of a put, cleared first unless it adds */
+AD__PRIVATE void ad__put_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__take_job *j = (const ad__take_job *)ctx;
+    const ad__take *t = j->t;
+    size_t sp = t->src_size / t->planes, rp = t->out_size / t->planes, p, u;
+    if (!j->add) memset(j->dst + lo * sp, 0, (hi - lo) * sp * sizeof(ad_real));
+    for (p = lo; p < hi; p++) {
+        if (!t->index) {
+            for (u = p * rp; u < (p + 1) * rp; u++) j->dst[t->offset[u]] += j->src[u];
+            continue;
+        }
+        for (u = 0; u < t->L; u++) {
+            ad_real *to = j->dst + (p * t->S + (size_t)t->index[u]) * t->inner;
+            const ad_real *from = j->src + (p * t->L + u) * t->inner;
+            if (t->inner == 1) to[0] += from[0];
+            else ad__add_into(to, from, t->inner);
+        }
+    }
+}
+
+/* dst = the take of src, split over the tape's threads by result rows or values */
+AD__PRIVATE void ad__take_run(ad_tape *T, const ad__take *t, const ad_real *src, ad_real *dst)
+{
+    ad__take_job job;
+    job.t = t;
+    job.src = src;
+    job.dst = dst;
+    job.add = 0;
+    if (t->index)
+        ad__parallel_range(T, ad__take_range, &job, t->planes * t->L, (AD__SPLIT_LIGHT + t->inner - 1) / t->inner,
+                           ad__plane_block(t->inner));
+    else ad__parallel_range(T, ad__take_range, &job, t->out_size, AD__SPLIT_LIGHT, AD__STORE_BLOCK);
+}
+
+/* dst (+)= the put of src, split over the tape's threads by planes; each plane's values are
+   added in one order whatever the split */
+AD__PRIVATE void ad__put_run(ad_tape *T, const ad__take *t, const ad_real *src, ad_real *dst, int add)
+{
+    ad__take_job job;
+    size_t sp = t->src_size / t->planes;
+    job.t = t;
+    job.src = src;
+    job.dst = dst;
+    job.add = add;
+    ad__parallel_range(T, ad__put_range, &job, t->planes, (AD__SPLIT_LIGHT + sp - 1) / sp, ad__plane_block(sp));
+}
+
+AD__PRIVATE ad_tensor *ad__put_op(ad_tape *T, const ad__take *t, ad_tensor *g, int ndim, const int *shape);
+
+AD__PRIVATE void ad__take_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    const ad__take *t = (const ad__take *)n->saved;
+    ad_tensor *x = n->in[0];
+    ad_real *d;
+    int add;
+    if (!ad__wants(S, x)) return;
+    if (S->create_graph) {
+        ad__accum(S, x, ad__put_op(S->T, t, g, x->ndim, x->shape), 1);
+        return;
+    }
+    /* straight into x's gradient: when it is already there, only the positions taken change */
+    if ((d = ad__grad_target(S, x, &add)) != NULL) ad__put_run(S->T, t, g->data, d, add);
+}
+
+/* The take t of x, shaped (ndim, shape); recorded with t as its saved state. */
+AD__PRIVATE ad_tensor *ad__take_op(ad_tape *T, const ad__take *t, ad_tensor *x, int ndim, const int *shape)
+{
+    ad_tensor *y;
+    ad__node *node;
+    if (!x) return NULL;
+    y = ad__tensor(T, t->op, ndim, shape, 1);
+    if (!y) return NULL;
+    AUTODIFF_ASSERT(y->size == t->out_size && x->size == t->src_size);
+    ad__take_run(T, t, x->data, y->data);
+    node = ad__record1(T, t->op, y, ad__take_backward, x);
+    if (!node) return NULL;
+    node->saved = t;
+    return y;
+}
+
+AD__PRIVATE void ad__put_backward(ad__sweep *S, ad__node *n, ad_tensor *u)
+{
+    ad_tensor *g = n->in[0];
+    if (ad__wants(S, g)) ad__accum(S, g, ad__take_op(S->T, (const ad__take *)n->saved, u, g->ndim, g->shape), 1);
+}
+
+/* The put t of g into a new tensor shaped (ndim, shape), the take's source shape. */
+AD__PRIVATE ad_tensor *ad__put_op(ad_tape *T, const ad__take *t, ad_tensor *g, int ndim, const int *shape)
+{
+    ad_tensor *y;
+    ad__node *node;
+    if (!g) return NULL;
+    y = ad__tensor(T, t->op, ndim, shape, 1);
+    if (!y) return NULL;
+    AUTODIFF_ASSERT(y->size == t->src_size && g->size == t->out_size);
+    ad__put_run(T, t, g->data, y->data, 0);
+    node = ad__record1(T, t->op, y, ad__put_backward, g);
+    if (!node) return NULL;
+    node->saved = t;
+    return y;
+}
+
+AUTODIFF_API ad_tensor *ad_index_select(ad_tape *T, ad_tensor *a, int axis, const int *index, int n)
+{
+    int shape[AD_MAX_DIMS], ax, i;
+    size_t outer, len, inner, size;
+    ad__take *t;
+    char s[96];
+    if (!T || !a) return NULL;
+    ax = ad__axis_of(T, "ad_index_select", a, axis);
+    if (ax < 0) return NULL;
+    ad_shape_str(a, s, sizeof s);
+    if (n < 1 || !index) {
+        if (n < 1) ad__fail(T, "ad_index_select: shape %s: n is %d; it must be at least 1", s, n);
+        else ad__fail(T, "ad_index_select: shape %s: index is NULL", s);
+        return NULL;
+    }
+    for (i = 0; i < n; i++)
+        if (index[i] < 0 || index[i] >= a->shape[ax]) {
+            ad__fail(T, "ad_index_select: shape %s, axis %d: index %d (position %d) is outside 0..%d", s, axis,
+                     index[i], i, a->shape[ax] - 1);
+            return NULL;
+        }
+    memcpy(shape, a->shape, sizeof shape);
+    shape[ax] = n;
+    if (!ad__check_shape(T, "ad_index_select", a->ndim, shape, &size)) return NULL;
+    ad__split_axis(a, ax, &outer, &len, &inner);
+    t = ad__take_new(T, "ad_index_select", outer, a->size, size, (size_t)n);
+    if (!t) return NULL;
+    t->S = len;
+    t->L = (size_t)n;
+    t->inner = inner;
+    memcpy(t->index, index, (size_t)n * sizeof(int));
+    return ad__take_op(T, t, a, a->ndim, shape);
+}
+
+AUTODIFF_API ad_tensor *ad_gather(ad_tape *T, ad_tensor *a, int axis, const int *index, int ndim, const int *shape)
+{
+    size_t size, stride[AD_MAX_DIMS], pos[AD_MAX_DIMS] = {0}, planes = 1, base = 0, k, *off;
+    int ax, d;
+    ad__take *t;
+    char s[96], si[96];
+    if (!T || !a) return NULL;
+    ax = ad__axis_of(T, "ad_gather", a, axis);
+    if (ax < 0) return NULL;
+    ad_shape_str(a, s, sizeof s);
+    if (ndim != a->ndim || !shape) {
+        if (!shape) ad__fail(T, "ad_gather: a %s: the index's shape is NULL", s);
+        else ad__fail(T, "ad_gather: a %s: the index has %d dimensions; it must have a's %d", s, ndim, a->ndim);
+        return NULL;
+    }
+    if (!ad__check_shape(T, "ad_gather", ndim, shape, &size)) return NULL;
+    ad__dims_str(ndim, shape, si, sizeof si);
+    for (d = 0; d < ndim; d++)
+        if (d != ax && shape[d] > a->shape[d]) {
+            ad__fail(T, "ad_gather: a %s, index %s, axis %d: dimension %d of the index is larger than a's", s, si,
+                     axis, d);
+            return NULL;
+        }
+    if (!index) {
+        ad__fail(T, "ad_gather: a %s, index %s: index is NULL", s, si);
+        return NULL;
+    }
+    /* the leading dimensions that index and a share make the planes */
+    for (d = 0; d < ax && shape[d] == a->shape[d]; d++) planes *= (size_t)shape[d];
+    t = ad__take_new(T, "ad_gather", planes, a->size, size, 0);
+    if (!t) return NULL;
+    off = t->offset;
+    for (d = ndim - 1, k = 1; d >= 0; d--) {
+        stride[d] = k;
+        k *= (size_t)a->shape[d];
+    }
+    /* base: the offset of the current position with the axis's index left out */
+    for (k = 0; k < size; k++) {
+        if (index[k] < 0 || index[k] >= a->shape[ax]) {
+            ad__fail(T, "ad_gather: a %s, index %s, axis %d: index[%zu] = %d is outside 0..%d", s, si, axis, k,
+                     index[k], a->shape[ax] - 1);
+            return NULL;
+        }
+        off[k] = base + (size_t)index[k] * stride[ax];
+        for (d = ndim - 1; d >= 0; d--) {
+            if (d != ax) base += stride[d];
+            if (++pos[d] < (size_t)shape[d]) break;
+            if (d != ax) base -= stride[d] * pos[d];
+            pos[d] = 0;
+        }
+    }
+    return ad__take_op(T, t, a, ndim, shape);
+}
+
+/* where: y = c ? a : b with all three broadcast. The gradient of a is where(c, g, 0), of b
+   where(c, 0, g), each summed to its input's shape: ops again, so derivatives of any order
+   exist; for operands of the output's size in sweeps that do not record, one fused pass each.
+   cond is kept in the op's state, not among its inputs, as it gets no gradient. */
+typedef struct ad__where_saved {
+    ad_tensor *cond;
+    const char *op; /* ad_where or ad_masked_fill */
+} ad__where_saved;
+
+typedef struct ad__where_job {
+    const ad_real *c, *a, *b, *g;
+    ad_real *y;
+    int ndim, which, add;
+    size_t shape[AD_MAX_DIMS], sc[AD_MAX_DIMS], sa[AD_MAX_DIMS], sb[AD_MAX_DIMS];
+} ad__where_job;
+
+/* rows [lo, hi) of y (its last dimension), each operand read with its broadcast strides */
+AD__PRIVATE void ad__where_rows(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__where_job *j = (const ad__where_job *)ctx;
+    int nd = j->ndim, d;
+    size_t w = j->shape[nd - 1], ic = j->sc[nd - 1], ia = j->sa[nd - 1], ib = j->sb[nd - 1], r, i;
+    for (r = lo; r < hi; r++) {
+        size_t rem = r, oc = 0, oa = 0, ob = 0;
+        const ad_real *c, *a, *b;
+        ad_real *y = j->y + r * w;
+        for (d = nd - 2; d >= 0; d--) {
+            size_t q = rem % j->shape[d];
+            rem /= j->shape[d];
+            oc += q * j->sc[d];
+            oa += q * j->sa[d];
+            ob += q * j->sb[d];
+        }
+        c = j->c + oc;
+        a = j->a + oa;
+        b = j->b + ob;
+        for (i = 0; i < w; i++) y[i] = c[i * ic] != 0 ? a[i * ia] : b[i * ib];
+    }
+}
+
+/* d (+)= g where c is non-zero (which 0) or zero (which 1), all of one size: values [lo, hi) */
+AD__PRIVATE void ad__where_grad_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__where_job *j = (const ad__where_job *)ctx;
+    const ad_real *AD__RESTRICT c = j->c, *AD__RESTRICT g = j->g;
+    ad_real *AD__RESTRICT d = j->y;
+    size_t i;
+    if (j->add)
+        for (i = lo; i < hi; i++) d[i] += ((c[i] != 0) != j->which) ? g[i] : 0;
+    else
+        for (i = lo; i < hi; i++) d[i] = ((c[i] != 0) != j->which) ? g[i] : 0;
+}
+
+AD__PRIVATE ad_tensor *ad__where(ad_tape *T, const char *op, ad_tensor *cond, ad_tensor *a, ad_tensor *b);
+
+AD__PRIVATE void ad__where_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    const ad__where_saved *st = (const ad__where_saved *)n->saved;
+    ad_tape *T = S->T;
+    ad_tensor *cond = st->cond, *x, *zero;
+    ad__where_job job;
+    for (job.which = 0; job.which < 2; job.which++) {
+        x = n->in[job.which];
+        if (!ad__wants(S, x)) continue;
+        if (!S->create_graph && x->size == g->size && cond->size == g->size) {
+            job.c = cond->data;
+            job.g = g->data;
+            if (!(job.y = ad__grad_target(S, x, &job.add))) return;
+            ad__parallel_range(T, ad__where_grad_range, &job, g->size, AD__SPLIT_LIGHT, AD__STORE_BLOCK);
+            continue;
+        }
+        zero = ad__scalar(T, st->op, 0);
+        ad__accum_to(S, x, job.which ? ad__where(T, st->op, cond, zero, g) : ad__where(T, st->op, cond, g, zero), 1);
+    }
+}
+
+/* cond ? a : b, checked; errors name op. */
+AD__PRIVATE ad_tensor *ad__where(ad_tape *T, const char *op, ad_tensor *cond, ad_tensor *a, ad_tensor *b)
+{
+    static const char *const role[3] = {"cond", "a", "b"};
+    ad_tensor *in[3], *y;
+    ad__where_saved *st = NULL;
+    ad__where_job job;
+    ad__node *node;
+    int shape[AD_MAX_DIMS], nd = 0, i, k;
+    size_t w;
+    if (!cond || !a || !b) return NULL;
+    in[0] = cond;
+    in[1] = a;
+    in[2] = b;
+    for (k = 0; k < 3; k++) {
+        if (!ad__on_tape(T, op, role[k], in[k])) return NULL;
+        if (in[k]->ndim > nd) nd = in[k]->ndim;
+    }
+    for (i = 0; i < nd; i++) {
+        shape[i] = 1;
+        for (k = 0; k < 3; k++) {
+            int dk = i < nd - in[k]->ndim ? 1 : in[k]->shape[i - (nd - in[k]->ndim)];
+            if (dk != 1 && shape[i] != 1 && dk != shape[i]) {
+                char s0[96], s1[96], s2[96];
+                ad__fail(T, "%s: shapes %s (cond), %s and %s cannot be broadcast together (dimension %d)", op,
+                         ad_shape_str(cond, s0, sizeof s0), ad_shape_str(a, s1, sizeof s1),
+                         ad_shape_str(b, s2, sizeof s2), i);
+                return NULL;
+            }
+            if (dk != 1) shape[i] = dk;
+        }
+    }
+    if (T->grad_enabled && (a->requires_grad || b->requires_grad) &&
+        !(st = (ad__where_saved *)ad__alloc_aligned(T, sizeof *st, 16, op)))
+        return NULL;
+    y = ad__tensor(T, op, nd, shape, 1);
+    if (!y) return NULL;
+    memset(&job, 0, sizeof job);
+    job.ndim = nd ? nd : 1;
+    job.shape[0] = 1;
+    for (i = 0; i < nd; i++) job.shape[i] = (size_t)shape[i];
+    if (nd) {
+        ad__bcast_strides(cond->shape, cond->ndim, nd, job.sc);
+        ad__bcast_strides(a->shape, a->ndim, nd, job.sa);
+        ad__bcast_strides(b->shape, b->ndim, nd, job.sb);
+    }
+    job.c = cond->data;
+    job.a = a->data;
+    job.b = b->data;
+    job.y = y->data;
+    w = job.shape[job.ndim - 1];
+    ad__parallel_range(T, ad__where_rows, &job, y->size / w, (AD__SPLIT_LIGHT + w - 1) / w, ad__plane_block(w));
+    node = ad__record2(T, op, y, ad__where_backward, a, b);
+    if (!node) return NULL;
+    if (st) {
+        st->cond = cond;
+        st->op = op;
+        node->saved = st;
+    }
+    return y;
+}
+
+AUTODIFF_API ad_tensor *ad_where(ad_tape *T, ad_tensor *cond, ad_tensor *a, ad_tensor *b)
+{
+    if (!T) return NULL;
+    return ad__where(T, "ad_where", cond, a, b);
+}
+
+AUTODIFF_API ad_tensor *ad_masked_fill(ad_tape *T, ad_tensor *a, ad_tensor *mask, ad_real value)
+{
+    char sa[96], sm[96];
+    if (!T || !a || !mask) return NULL;
+    if (!ad__on_tape(T, "ad_masked_fill", "the input", a) || !ad__on_tape(T, "ad_masked_fill", "mask", mask))
+        return NULL;
+    if (!ad__broadcastable(mask->ndim, mask->shape, a->ndim, a->shape)) {
+        ad__fail(T, "ad_masked_fill: mask %s cannot be broadcast to the input's shape %s",
+                 ad_shape_str(mask, sm, sizeof sm), ad_shape_str(a, sa, sizeof sa));
+        return NULL;
+    }
+    return ad__where(T, "ad_masked_fill", mask, ad__scalar(T, "ad_masked_fill", value), a);
 }
 
 /* >>ops:linalg ------------------------------------------------------------------------------- */
@@ -7166,6 +8478,216 @@ AUTODIFF_API ad_tensor *ad_bce_with_logits(ad_tape *T, ad_tensor *logits, ad_ten
     }
     y->data[0] = (ad_real)(total / (double)logits->size);
     if (!ad__record2(T, "ad_bce_with_logits", y, ad__bce_backward, logits, targets)) return NULL;
+    return y;
+}
+
+/* NLL: a take of each row's labelled value (offset mode, a plane per row), whose mean is
+   negated. The fused backward puts -g / N at those positions; recorded, it is the take's put. */
+AD__PRIVATE void ad__nll_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    const ad__take *t = (const ad__take *)n->saved;
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0];
+    ad_real v, *d;
+    int rows = (int)t->out_size, add;
+    size_t i;
+    if (!ad__wants(S, x)) return;
+    if (S->create_graph) {
+        ad_tensor *each = ad_broadcast_to(T, ad_mul_scalar(T, g, (ad_real)-1 / (ad_real)rows), 1, &rows);
+        ad__accum(S, x, ad__put_op(T, t, each, x->ndim, x->shape), 1);
+        return;
+    }
+    if (!(d = ad__grad_target(S, x, &add))) return;
+    if (!add) memset(d, 0, x->size * sizeof(ad_real));
+    v = g->data[0] * ((ad_real)-1 / (ad_real)rows);
+    for (i = 0; i < t->out_size; i++) d[t->offset[i]] += v;
+}
+
+AUTODIFF_API ad_tensor *ad_nll_loss(ad_tape *T, ad_tensor *logp, const int *labels)
+{
+    int rows, classes, i;
+    double total = 0;
+    ad__take *t;
+    ad_tensor *y;
+    ad__node *node;
+    char s[96];
+    if (!T || !logp) return NULL;
+    if (!ad__on_tape(T, "ad_nll_loss", "logp", logp)) return NULL;
+    ad_shape_str(logp, s, sizeof s);
+    if (logp->ndim != 2) {
+        ad__fail(T, "ad_nll_loss: logp %s must be [N, C]", s);
+        return NULL;
+    }
+    if (!labels) {
+        ad__fail(T, "ad_nll_loss: logp %s: labels is NULL", s);
+        return NULL;
+    }
+    rows = logp->shape[0];
+    classes = logp->shape[1];
+    for (i = 0; i < rows; i++)
+        if (labels[i] < 0 || labels[i] >= classes) {
+            ad__fail(T, "ad_nll_loss: logp %s: label %d of row %d is outside 0..%d", s, labels[i], i, classes - 1);
+            return NULL;
+        }
+    t = ad__take_new(T, "ad_nll_loss", (size_t)rows, logp->size, (size_t)rows, 0);
+    y = ad__tensor(T, "ad_nll_loss", 0, NULL, 1);
+    if (!t || !y) return NULL;
+    for (i = 0; i < rows; i++) {
+        t->offset[i] = (size_t)i * (size_t)classes + (size_t)labels[i];
+        total += (double)logp->data[t->offset[i]];
+    }
+    y->data[0] = (ad_real)(-total / rows);
+    node = ad__record1(T, "ad_nll_loss", y, ad__nll_backward, logp);
+    if (!node) return NULL;
+    node->saved = t;
+    return y;
+}
+
+/* L1 and Huber losses: the gradient of pred is g / N times sign(d) or clamp(d, -delta, delta),
+   d = pred - target, and target's its negation. Recorded, the sign is a constant and the clamp
+   an op. */
+typedef struct ad__huber_saved {
+    ad_real delta; /* 0 for the L1 loss */
+} ad__huber_saved;
+
+AD__INLINE ad_real ad__l1_slope(ad_real d, ad_real delta)
+{
+    if (delta == 0) return d > 0 ? (ad_real)1 : (d < 0 ? (ad_real)-1 : d); /* 0 at 0; NaN stays NaN */
+    return d < -delta ? -delta : (d > delta ? delta : d);
+}
+
+AD__PRIVATE void ad__l1_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    const ad__huber_saved *st = (const ad__huber_saved *)n->saved;
+    const char *op = st->delta > 0 ? "ad_huber_loss" : "ad_l1_loss";
+    ad_tape *T = S->T;
+    ad_tensor *p = n->in[0], *t = n->in[1], *slope, *gs;
+    ad_real scale = (ad_real)1 / (ad_real)p->size, v, *d;
+    size_t i;
+    int which, add;
+    if (!S->create_graph) {
+        for (which = 0; which < 2; which++) {
+            ad_tensor *x = n->in[which];
+            ad_real s = which ? -g->data[0] * scale : g->data[0] * scale;
+            if (!ad__wants(S, x)) continue;
+            if (!(d = ad__grad_target(S, x, &add))) return;
+            for (i = 0; i < x->size; i++) {
+                v = s * ad__l1_slope(p->data[i] - t->data[i], st->delta);
+                d[i] = add ? d[i] + v : v;
+            }
+        }
+        return;
+    }
+    if (st->delta > 0) {
+        slope = ad_clamp(T, ad_sub(T, p, t), -st->delta, st->delta);
+    } else if ((slope = ad__like(T, op, p)) != NULL) {
+        for (i = 0; i < p->size; i++) slope->data[i] = ad__l1_slope(p->data[i] - t->data[i], 0);
+    }
+    gs = ad_mul_scalar(T, g, scale);
+    if (ad__wants(S, p)) ad__accum(S, p, ad_mul(T, slope, gs), 1);
+    if (ad__wants(S, t)) ad__accum(S, t, ad_mul(T, slope, ad_neg(T, gs)), 1);
+}
+
+AD__PRIVATE ad_tensor *ad__l1(ad_tape *T, const char *op, ad_tensor *pred, ad_tensor *target, ad_real delta)
+{
+    double total = 0;
+    size_t i;
+    ad_tensor *y;
+    ad__node *node;
+    ad__huber_saved *st = NULL;
+    if (!ad__check_same(T, op, pred, target)) return NULL;
+    if (T->grad_enabled && (pred->requires_grad || target->requires_grad) &&
+        !(st = (ad__huber_saved *)ad__alloc_aligned(T, sizeof *st, 16, op)))
+        return NULL;
+    y = ad__tensor(T, op, 0, NULL, 1);
+    if (!y) return NULL;
+    for (i = 0; i < pred->size; i++) {
+        ad_real d = pred->data[i] - target->data[i], a = AD__F(fabs)(d);
+        if (delta == 0) total += (double)a;
+        else total += (double)(a < delta ? (ad_real)0.5 * d * d : delta * (a - (ad_real)0.5 * delta));
+    }
+    y->data[0] = (ad_real)(total / (double)pred->size);
+    node = ad__record2(T, op, y, ad__l1_backward, pred, target);
+    if (!node) return NULL;
+    if (st) {
+        st->delta = delta;
+        node->saved = st;
+    }
+    return y;
+}
+
+AUTODIFF_API ad_tensor *ad_l1_loss(ad_tape *T, ad_tensor *pred, ad_tensor *target)
+{
+    if (!T || !pred || !target) return NULL;
+    return ad__l1(T, "ad_l1_loss", pred, target, 0);
+}
+
+AUTODIFF_API ad_tensor *ad_huber_loss(ad_tape *T, ad_tensor *pred, ad_tensor *target, ad_real delta)
+{
+    char sa[96], sb[96];
+    if (!T || !pred || !target) return NULL;
+    if (!(delta > 0)) {
+        ad__fail(T, "ad_huber_loss: %s and %s: delta %g must be positive", ad_shape_str(pred, sa, sizeof sa),
+                 ad_shape_str(target, sb, sizeof sb), (double)delta);
+        return NULL;
+    }
+    return ad__l1(T, "ad_huber_loss", pred, target, delta);
+}
+
+/* KL divergence, PyTorch's pointwise form xlogy(t, t) - t x, summed and divided by the batch.
+   Gradients: -t g / N for x; (log t + 1 - x) g / N for t, 0 where t is 0. Recorded, t's log is
+   taken of t with 1 where t is 0 and the result set to 0 there, so that no 0 / 0 appears in a
+   higher derivative either. */
+AD__PRIVATE ad_real ad__kl_batch(const ad_tensor *x) { return x->ndim ? (ad_real)x->shape[0] : 1; }
+
+AD__PRIVATE void ad__kl_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0], *t = n->in[1], *gs, *zero, *one, *is0, *safe;
+    ad_real scale = 1 / ad__kl_batch(x), s, v, *d;
+    size_t i;
+    int add;
+    if (!S->create_graph) {
+        s = g->data[0] * scale;
+        if (ad__wants(S, x) && (d = ad__grad_target(S, x, &add)) != NULL)
+            for (i = 0; i < x->size; i++) {
+                v = -t->data[i] * s;
+                d[i] = add ? d[i] + v : v;
+            }
+        if (ad__wants(S, t) && (d = ad__grad_target(S, t, &add)) != NULL)
+            for (i = 0; i < t->size; i++) {
+                v = t->data[i] == 0 ? 0 : (AD__F(log)(t->data[i]) + 1 - x->data[i]) * s;
+                d[i] = add ? d[i] + v : v;
+            }
+        return;
+    }
+    gs = ad_mul_scalar(T, g, scale);
+    if (ad__wants(S, x)) ad__accum(S, x, ad_mul(T, ad_neg(T, t), gs), 1);
+    if (!ad__wants(S, t)) return;
+    is0 = ad__like(T, "ad_kl_div", t);
+    zero = ad__scalar(T, "ad_kl_div", 0);
+    one = ad__scalar(T, "ad_kl_div", 1);
+    if (!is0) { S->failed = 1; return; }
+    for (i = 0; i < t->size; i++) is0->data[i] = t->data[i] == 0;
+    safe = ad_where(T, is0, one, t);
+    ad__accum(S, t, ad_mul(T, ad_where(T, is0, zero, ad_sub(T, ad_add_scalar(T, ad_log(T, safe), 1), x)), gs), 1);
+}
+
+AUTODIFF_API ad_tensor *ad_kl_div(ad_tape *T, ad_tensor *logp, ad_tensor *target)
+{
+    double total = 0;
+    size_t i;
+    ad_tensor *y;
+    if (!T || !logp || !target) return NULL;
+    if (!ad__check_same(T, "ad_kl_div", logp, target)) return NULL;
+    y = ad__tensor(T, "ad_kl_div", 0, NULL, 1);
+    if (!y) return NULL;
+    for (i = 0; i < logp->size; i++) {
+        ad_real t = target->data[i], x = logp->data[i];
+        total += (double)((t == 0 ? 0 : t * AD__F(log)(t)) - t * x);
+    }
+    y->data[0] = (ad_real)(total / (double)ad__kl_batch(logp));
+    if (!ad__record2(T, "ad_kl_div", y, ad__kl_backward, logp, target)) return NULL;
     return y;
 }
 
