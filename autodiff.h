@@ -1597,16 +1597,76 @@ typedef struct ad__node ad__node;
 /* Adds the gradients of n's inputs, given g = d y / d n->out, through ad__accum. */
 typedef void (*ad__backward_fn)(ad__sweep *S, ad__node *n, ad_tensor *g);
 
+/* What an entry's backward needs besides its inputs and output, one struct per family of ops,
+   kept in the entry itself so that recording an op allocates nothing more. Each is written by
+   its op's forward and read by its backward, and only by them. */
+typedef struct ad__unary_state {
+    int kind;                    /* the row of AD__UNARY_OPS */
+    ad_real p0, p1;              /* its parameters (a slope, a scale and shift, an exponent) */
+} ad__unary_state;
+typedef struct ad__binary_state {
+    int kind;                    /* the row of AD__BINARY_OPS */
+} ad__binary_state;
+typedef struct ad__reduce_state {
+    int kind;                    /* the row of AD__REDUCE_OPS */
+    int axis;                    /* -1: the whole tensor */
+    ad_real param;               /* the row's setting: 1 / n for a mean, n - correction for a
+                                    variance, else 1 */
+} ad__reduce_state;
+typedef struct ad__permute_state {
+    int perm[AD_MAX_DIMS];
+} ad__permute_state;
+typedef struct ad__slice_state { /* ad_slice, its adjoint (padding one axis) and ad_concat */
+    int axis, start;
+} ad__slice_state;
+typedef struct ad__broadcast_state {
+    int reduce;                  /* 1: the sum back to a smaller shape (the adjoint) */
+} ad__broadcast_state;
+typedef struct ad__matmul_state {
+    int trans_a, trans_b;
+} ad__matmul_state;
+typedef struct ad__softmax_state {
+    int axis, log_form;
+} ad__softmax_state;
+typedef struct ad__conv_state {
+    int kind;                    /* enum ad__conv_kind; the geometry is in ad__node.saved */
+} ad__conv_state;
+typedef struct ad__gather_state {
+    const int *index;            /* on the tape: the source row of each result row */
+    int rows, row_len;           /* rows of a source plane, and values per row */
+    int kind;                    /* enum ad__gather_kind: the public op, for messages */
+} ad__gather_state;
+typedef struct ad__avg_pool_state {
+    int kind;                    /* enum ad__avg_kind; the geometry is in ad__node.saved */
+} ad__avg_pool_state;
+typedef struct ad__xent_state {
+    const int *labels;           /* a copy on the tape */
+} ad__xent_state;
+
+typedef union ad__saved_state {
+    ad__unary_state unary;
+    ad__binary_state binary;
+    ad__reduce_state reduce;
+    ad__permute_state permute;
+    ad__slice_state slice;
+    ad__broadcast_state broadcast;
+    ad__matmul_state matmul;
+    ad__softmax_state softmax;
+    ad__conv_state conv;
+    ad__gather_state gather;
+    ad__avg_pool_state avg_pool;
+    ad__xent_state xent;
+} ad__saved_state;
+
 struct ad__node {
     ad__node *prev;              /* the entry recorded before this one */
     ad__backward_fn backward;
     ad_tensor *out;
     ad_tensor **in;
     int nin;
-    int iv[AD_MAX_DIMS + 4];     /* saved integers: op kind, axes, flags */
-    ad_real rv[2];               /* saved reals: op parameters */
-    const int *labels;           /* saved integers on the tape: class labels, gather indices */
-    const void *saved;           /* other saved data on the tape (a window's geometry) */
+    ad__saved_state st;          /* what the backward needs, by the op's family */
+    const void *saved;           /* larger state on the tape (a window's geometry, the
+                                    settings of a reduction along an axis) */
     ad_tensor *in_inline[3];
 };
 
@@ -2202,7 +2262,6 @@ struct ad__sweep {
    that the caller fills in (into n->in, which holds 3; a caller with more points it elsewhere). */
 AD__INLINE void ad__link_entry(ad_tape *T, ad__node *n, ad_tensor *out, ad__backward_fn fn, int nin)
 {
-    n->labels = NULL;
     n->saved = NULL;
     n->in = n->in_inline;
     n->nin = nin;
@@ -2643,34 +2702,6 @@ AD__PRIVATE void ad__reduce_sum(const ad_real *AD__RESTRICT x, ad_real *AD__REST
                 for (i = 0; i < inner; i++) dst[i] *= scale;
         }
     }
-}
-
-AD__PRIVATE void ad__reduce_max(const ad_real *AD__RESTRICT x, ad_real *AD__RESTRICT y, size_t outer,
-                                size_t n, size_t inner)
-{
-    size_t o, j, i;
-    for (o = 0; o < outer; o++) {
-        const ad_real *src = x + o * n * inner;
-        ad_real *dst = y + o * inner;
-        memcpy(dst, src, inner * sizeof(ad_real));
-        for (j = 1; j < n; j++)
-            for (i = 0; i < inner; i++)
-                dst[i] = src[j * inner + i] > dst[i] ? src[j * inner + i] : dst[i];
-    }
-}
-
-/* mask = 1 at the first position along the axis where x equals its maximum y, else 0. */
-AD__PRIVATE void ad__argmax_mask(const ad_real *x, const ad_real *y, ad_real *mask, size_t outer,
-                                 size_t n, size_t inner)
-{
-    size_t o, j, i;
-    memset(mask, 0, outer * n * inner * sizeof(ad_real));
-    for (o = 0; o < outer; o++)
-        for (i = 0; i < inner; i++)
-            for (j = 0; j < n; j++) {
-                size_t at = (o * n + j) * inner + i;
-                if (x[at] == y[o * inner + i]) { mask[at] = 1; break; }
-            }
 }
 
 /* Splits a shape around axis into [outer, n, inner]. */
@@ -3991,9 +4022,9 @@ AD__PRIVATE ad_tensor *ad__unary_as(ad_tape *T, const char *op, ad_tensor *a, in
     ad__parallel_range(T, ad__unary_range, &job, a->size, ad__unary_split(kind), AD__STORE_BLOCK);
     n = ad__record1(T, op, y, ad__unary_backward, a);
     if (!n) return NULL;
-    n->iv[0] = kind;
-    n->rv[0] = p0;
-    n->rv[1] = p1;
+    n->st.unary.kind = kind;
+    n->st.unary.p0 = p0;
+    n->st.unary.p1 = p1;
     return y;
 }
 
@@ -4114,9 +4145,9 @@ AD__PRIVATE void ad__unary_grad_range(const void *ctx, size_t lo, size_t hi)
 AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *gt)
 {
     ad__unary_grad_job job;
-    job.kind = n->iv[0];
-    job.p0 = n->rv[0];
-    job.p1 = n->rv[1];
+    job.kind = n->st.unary.kind;
+    job.p0 = n->st.unary.p0;
+    job.p1 = n->st.unary.p1;
     if (job.kind == AD__U_AFFINE && job.p0 == 1) {
         ad__accum(S, n->in[0], gt, 0);
         return;
@@ -4217,16 +4248,16 @@ AD__PRIVATE ad_tensor *ad__unary_derivative(ad_tape *T, int kind, ad_tensor *x, 
 AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tensor *x = n->in[0];
-    int kind = n->iv[0];
+    int kind = n->st.unary.kind;
     if (!S->create_graph) {
         ad__unary_backward_fused(S, n, g);
         return;
     }
-    if (kind == AD__U_AFFINE && n->rv[0] == 1) {
+    if (kind == AD__U_AFFINE && n->st.unary.p0 == 1) {
         ad__accum(S, x, g, 0);
         return;
     }
-    ad__accum(S, x, ad_mul(S->T, g, ad__unary_derivative(S->T, kind, x, n->out, n->rv[0], n->rv[1])), 1);
+    ad__accum(S, x, ad_mul(S->T, g, ad__unary_derivative(S->T, kind, x, n->out, n->st.unary.p0, n->st.unary.p1)), 1);
 }
 
 AUTODIFF_API ad_tensor *ad_neg(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_NEG, 0, 0); }
@@ -4567,7 +4598,7 @@ AD__INLINE int ad__binary_passes_g(int kind, int which)
 AD__PRIVATE void ad__binary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *gt, int wa, int wb)
 {
     ad__binary_grad_job job;
-    job.kind = n->iv[0];
+    job.kind = n->st.binary.kind;
     job.a = n->in[0]->data;
     job.b = n->in[1]->data;
     job.y = n->out->data;
@@ -4635,7 +4666,7 @@ AD__PRIVATE ad_tensor *ad__binary_grad_recorded(ad_tape *T, int kind, int which,
 AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tensor *in[2];
-    int want[2], which, kind = n->iv[0];
+    int want[2], which, kind = n->st.binary.kind;
     in[0] = n->in[0];
     in[1] = n->in[1];
     want[0] = ad__wants(S, in[0]);
@@ -4667,7 +4698,7 @@ AD__INLINE ad_tensor *ad__binary_one_fill(ad_tape *T, unsigned char *block, ad_t
     ad__link_entry(T, n, y, ad__binary_backward_one[kind], 2);
     n->in[0] = a;
     n->in[1] = b;
-    n->iv[0] = kind;
+    n->st.binary.kind = kind;
     return y;
 }
 
@@ -4747,7 +4778,7 @@ AD__PRIVATE ad_tensor *ad__binary_tensors(ad_tape *T, const char *op, ad_tensor 
     if (!record) return y;
     n = ad__record2(T, op, y, ad__binary_backward, a, b);
     if (!n) return NULL;
-    n->iv[0] = kind;
+    n->st.binary.kind = kind;
     return y;
 }
 
@@ -4769,7 +4800,36 @@ AUTODIFF_API ad_tensor *ad_minimum(ad_tape *T, ad_tensor *a, ad_tensor *b) { ret
 AUTODIFF_API ad_tensor *ad_pow_tensor(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_POW, 1); }
 
 /* >>ops:reduce ------------------------------------------------------------------------------- */
-enum ad__reduce_kind { AD__R_SUM, AD__R_MAX };
+/* Reductions along one axis, or over the whole tensor (axis -1): one row each of
+   AD__REDUCE_OPS, naming the two functions that are the op, written below in the table's order:
+   FORWARD   fills j->d ([outer, inner]) from j->x viewed as [outer, n, inner], with the row's
+             setting j->param, splitting the planes over the tape's threads as suits its cost;
+   BACKWARD  an ad__backward_fn that adds x's gradient from the result's, fused where it can be
+             and built from ops when the sweep records (create_graph).
+   ad__reduce does the rest for every row: the checks, the result's shape (keepdim) and the
+   entry, whose ad__reduce_state keeps the row, the axis and the setting. Rows without a public
+   whole-tensor form are only reduced along an axis.
+   The kernels go through panels of up to AD__PANEL neighbouring columns at once, keeping a
+   running value per column, so a reduction over a middle axis still reads whole rows. Every
+   value is computed by the same code in the same order whatever the split over threads. */
+#define AD__REDUCE_OPS(X)                                                                        \
+    /* ID         FORWARD                 BACKWARD               setting (param)      */        \
+    X(SUM,        ad__sum_forward,        ad__sum_backward)      /* 1                 */        \
+    X(MEAN,       ad__sum_forward,        ad__sum_backward)      /* 1 / n             */        \
+    X(MAX,        ad__extreme_forward,    ad__extreme_backward)                                 \
+    X(MIN,        ad__extreme_forward,    ad__extreme_backward)                                 \
+    X(LOGSUMEXP,  ad__logsumexp_forward,  ad__logsumexp_backward)                               \
+    X(VAR,        ad__var_forward,        ad__var_backward)      /* n - correction    */        \
+    X(STD,        ad__var_forward,        ad__var_backward)      /* n - correction    */        \
+    X(PROD,       ad__prod_forward,       ad__prod_backward)
+
+#define AD__REDUCE_ENUM(ID, FORWARD, BACKWARD) AD__R_##ID,
+enum ad__reduce_kind { AD__REDUCE_OPS(AD__REDUCE_ENUM) AD__R_COUNT };
+#undef AD__REDUCE_ENUM
+
+#define AD__PANEL 64
+
+AD__INLINE size_t ad__plane_block(size_t values); /* >>ops:pool */
 
 /* Resolves a possibly negative axis; -1 with the tape's error set when out of range. */
 AD__PRIVATE int ad__axis(ad_tape *T, const char *op, const ad_tensor *a, int axis)
@@ -4783,31 +4843,69 @@ AD__PRIVATE int ad__axis(ad_tape *T, const char *op, const ad_tensor *a, int axi
     return r;
 }
 
-AD__PRIVATE void ad__reduce_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+/* Checks a and resolves axis for op; -1 (error set) when either is wrong. */
+AD__PRIVATE int ad__axis_of(ad_tape *T, const char *op, const ad_tensor *a, int axis)
 {
-    ad_tape *T = S->T;
-    ad_tensor *x = n->in[0], *mask;
-    int axis = n->iv[1], kshape[AD_MAX_DIMS], kndim = x->ndim, i;
-    ad_real scale = n->rv[0];
-    size_t outer, len, inner;
-    /* the output's shape with the reduced axis (or all axes) kept as 1 */
-    for (i = 0; i < x->ndim; i++) kshape[i] = (axis < 0 || i == axis) ? 1 : x->shape[i];
-    g = ad_reshape(T, g, kndim, kshape);
-    if (n->iv[0] == AD__R_SUM) {
-        if (scale != 1) g = ad_mul_scalar(T, g, scale);
-        ad__accum_to(S, x, g, scale != 1);
-        return;
-    }
-    /* max: the gradient goes to the first maximal element */
-    if (!g) { S->failed = 1; return; }
-    mask = ad__like(T, "ad_max", x);
-    if (!mask) { S->failed = 1; return; }
-    if (axis < 0) { outer = 1; len = x->size; inner = 1; }
-    else ad__split_axis(x, axis, &outer, &len, &inner);
-    ad__argmax_mask(x->data, n->out->data, mask->data, outer, len, inner);
-    ad__accum(S, x, ad_mul(T, ad_broadcast_to(T, g, x->ndim, x->shape), mask), 1);
+    if (!ad__on_tape(T, op, "the input", a)) return -1;
+    return ad__axis(T, op, a, axis);
 }
 
+/* The shape of a reduced along axis (every axis when it is -1): without it, or with it as 1
+   when keepdim is set. */
+AD__PRIVATE int ad__reduced_shape(const ad_tensor *a, int axis, int keepdim, int *shape)
+{
+    int i, ndim = 0;
+    for (i = 0; i < a->ndim; i++) {
+        if (axis >= 0 && i != axis) shape[ndim++] = a->shape[i];
+        else if (keepdim) shape[ndim++] = 1;
+    }
+    return ndim;
+}
+
+/* A reduction's gradient is read in a's shape with the axis kept as 1, where it broadcasts. */
+AD__PRIVATE ad_tensor *ad__kept(ad_tape *T, ad_tensor *g, const ad_tensor *a, int axis)
+{
+    int shape[AD_MAX_DIMS];
+    ad__reduced_shape(a, axis, 1, shape);
+    return ad_reshape(T, g, a->ndim, shape);
+}
+
+/* x viewed as [outer, n, inner] around axis; the whole of x as one run when axis is -1. */
+AD__PRIVATE void ad__reduce_view(const ad_tensor *x, int axis, size_t *outer, size_t *n, size_t *inner)
+{
+    if (axis >= 0) {
+        ad__split_axis(x, axis, outer, n, inner);
+    } else {
+        *outer = *inner = 1;
+        *n = x->size;
+    }
+}
+
+/* One run of a kernel over x viewed as [outer, n, inner]: y and g are a reduction's result and
+   its gradient ([outer, inner]); d is where the kernel writes (the result, or x's gradient),
+   adding into it when add is set. */
+typedef struct ad__axis_job {
+    const ad_real *x, *y, *g;
+    ad_real *d;
+    size_t n, inner;
+    ad_real param;   /* a reduction's setting (ad__reduce_state.param) */
+    int kind;        /* a reduction's row */
+    int flag;        /* ad_cumsum: 1 sums from the end */
+    int add;
+} ad__axis_job;
+
+/* Runs fn over the `outer` planes of job on the tape's threads from `split` values on
+   (AD__SPLIT_HEAVY for an exp per value, AD__SPLIT_LIGHT for less), in runs of planes whose
+   `written` values each make whole blocks. */
+AD__PRIVATE void ad__axis_split(ad_tape *T, ad__range_fn fn, const ad__axis_job *job, size_t outer, size_t split,
+                                size_t written)
+{
+    size_t values = job->n * job->inner;
+    ad__parallel_range(T, fn, job, outer, (split + values - 1) / values, ad__plane_block(written));
+}
+
+/* ---- sum and mean: y = param * (the sum of the slice), param 1 / n for a mean; the gradient
+   is g * param, broadcast back over the slice. */
 /* A sum of one long run is cut into chunks whose length depends on n alone (at least
    AD__SUM_CHUNK values, at most AD__SUM_CHUNKS chunks), each summed by ad__sum_run, and the
    chunks' sums added in order: threads take chunks, and the result is the same for any thread
@@ -4868,240 +4966,100 @@ AD__PRIVATE void ad__reduce_sum_split(ad_tape *T, const ad_real *x, ad_real *y, 
     }
 }
 
-/* axis < 0 reduces everything into a scalar. */
-AD__PRIVATE ad_tensor *ad__reduce(ad_tape *T, ad_tensor *a, int kind, int axis, int keepdim, int mean,
-                                  const char *op)
+AD__PRIVATE void ad__sum_forward(ad_tape *T, ad__axis_job *j, size_t outer)
 {
-    int shape[AD_MAX_DIMS], ndim = 0, i;
-    size_t outer, n, inner;
-    ad_real scale;
-    ad_tensor *y;
-    ad__node *node;
-    if (!T || !a) return NULL;
-    if (!ad__on_tape(T, op, "the input", a)) return NULL;
-    if (axis < 0) {
-        outer = 1; n = a->size; inner = 1;
-    } else {
-        ad__split_axis(a, axis, &outer, &n, &inner);
-        for (i = 0; i < a->ndim; i++) {
-            if (i != axis) shape[ndim++] = a->shape[i];
-            else if (keepdim) shape[ndim++] = 1;
-        }
-    }
-    scale = mean ? (ad_real)(1.0 / (double)n) : 1;
-    y = ad__tensor(T, op, ndim, shape, 1);
-    if (!y) return NULL;
-    if (kind == AD__R_SUM) ad__reduce_sum_split(T, a->data, y->data, outer, n, inner, scale);
-    else ad__reduce_max(a->data, y->data, outer, n, inner);
-    node = ad__record1(T, op, y, ad__reduce_backward, a);
-    if (!node) return NULL;
-    node->iv[0] = kind;
-    node->iv[1] = axis;
-    node->rv[0] = scale;
-    return y;
+    ad__reduce_sum_split(T, j->x, j->d, outer, j->n, j->inner, j->param);
 }
 
-AD__PRIVATE ad_tensor *ad__reduce_axis(ad_tape *T, ad_tensor *a, int kind, int axis, int keepdim, int mean,
-                                       const char *op)
+AD__PRIVATE void ad__sum_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
-    if (!T || !a) return NULL;
-    axis = ad__axis(T, op, a, axis);
-    if (axis < 0) return NULL;
-    return ad__reduce(T, a, kind, axis, keepdim, mean, op);
+    ad_real scale = n->st.reduce.param;
+    ad_tensor *x = n->in[0];
+    g = ad__kept(S->T, g, x, n->st.reduce.axis);
+    if (scale != 1) g = ad_mul_scalar(S->T, g, scale);
+    ad__accum_to(S, x, g, scale != 1);
 }
 
-AUTODIFF_API ad_tensor *ad_sum(ad_tape *T, ad_tensor *a) { return ad__reduce(T, a, AD__R_SUM, -1, 0, 0, "ad_sum"); }
-AUTODIFF_API ad_tensor *ad_mean(ad_tape *T, ad_tensor *a) { return ad__reduce(T, a, AD__R_SUM, -1, 0, 1, "ad_mean"); }
-AUTODIFF_API ad_tensor *ad_max(ad_tape *T, ad_tensor *a) { return ad__reduce(T, a, AD__R_MAX, -1, 0, 0, "ad_max"); }
-AUTODIFF_API ad_tensor *ad_sum_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim)
+/* ---- max and min: the first largest (smallest) value of each slice, where a NaN beats every
+   number and the first NaN wins, as in PyTorch. The gradient goes to that one element. */
+AD__INLINE int ad__beats(ad_real v, ad_real best, int largest)
 {
-    return ad__reduce_axis(T, a, AD__R_SUM, axis, keepdim, 0, "ad_sum_axis");
-}
-AUTODIFF_API ad_tensor *ad_mean_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim)
-{
-    return ad__reduce_axis(T, a, AD__R_SUM, axis, keepdim, 1, "ad_mean_axis");
-}
-AUTODIFF_API ad_tensor *ad_max_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim)
-{
-    return ad__reduce_axis(T, a, AD__R_MAX, axis, keepdim, 0, "ad_max_axis");
+    return (largest ? v > best : v < best) || (v != v && best == best);
 }
 
-/* ---- min, logsumexp, variance, product, running sum ------------------------------------------
-   Each keeps what its backward needs in a struct of its own on the tape (node->saved). The
-   kernels view the input as [outer, n, inner] around the axis and go through panels of up to
-   AD__PANEL neighbouring columns at once, keeping a running value per column, so a reduction
-   over a middle axis still reads whole rows. The planes (outer) are split over the tape's
-   threads; every value is computed by the same code in the same order whatever the split. */
-#define AD__PANEL 64
-
-AD__INLINE size_t ad__plane_block(size_t values); /* >>ops:pool */
-typedef struct ad__take ad__take;                 /* >>ops:index */
-AD__PRIVATE ad__take *ad__take_new(ad_tape *T, const char *op, size_t planes, size_t src_size, size_t out_size,
-                                   size_t nindex);
-AD__PRIVATE size_t *ad__take_offsets(ad__take *t);
-AD__PRIVATE ad_tensor *ad__take_op(ad_tape *T, const ad__take *t, ad_tensor *x, int ndim, const int *shape);
-
-/* The shape of a reduced along axis: without it, or with it as 1 when keepdim is set. */
-AD__PRIVATE int ad__reduced_shape(const ad_tensor *a, int axis, int keepdim, int *shape)
+AD__PRIVATE void ad__extreme_range(const void *ctx, size_t lo, size_t hi)
 {
-    int i, ndim = 0;
-    for (i = 0; i < a->ndim; i++) {
-        if (i != axis) shape[ndim++] = a->shape[i];
-        else if (keepdim) shape[ndim++] = 1;
-    }
-    return ndim;
-}
-
-/* A reduction's gradient is read in a's shape with the axis kept as 1, where it broadcasts. */
-AD__PRIVATE ad_tensor *ad__kept(ad_tape *T, ad_tensor *g, const ad_tensor *a, int axis)
-{
-    int shape[AD_MAX_DIMS];
-    ad__reduced_shape(a, axis, 1, shape);
-    return ad_reshape(T, g, a->ndim, shape);
-}
-
-/* One run of a kernel over x viewed as [outer, n, inner]: y and g are a reduction's result and
-   its gradient ([outer, inner]); d is where the kernel writes (the result, or x's gradient),
-   adding into it when add is set. */
-typedef struct ad__axis_job {
-    const ad_real *x, *y, *g;
-    ad_real *d;
-    size_t n, inner;
-    ad_real divisor; /* ad_var_axis, ad_std_axis: N - correction, or 0 */
-    int flag;        /* ad_std_axis: 1 (ad_var_axis 0); ad_cumsum: 1 sums from the end */
-    int add;
-} ad__axis_job;
-
-/* Runs fn over the `outer` planes of job on the tape's threads from `split` values on
-   (AD__SPLIT_HEAVY for an exp per value, AD__SPLIT_LIGHT for less), in runs of planes whose
-   `written` values each make whole blocks. */
-AD__PRIVATE void ad__axis_split(ad_tape *T, ad__range_fn fn, const ad__axis_job *job, size_t outer, size_t split,
-                                size_t written)
-{
-    size_t values = job->n * job->inner;
-    ad__parallel_range(T, fn, job, outer, (split + values - 1) / values, ad__plane_block(written));
-}
-
-/* Reduces a (on T, axis resolved) along axis with kernel fn, and records the result with
-   backward fn bw and a copy of the op's saved state (bytes of it). */
-AD__PRIVATE ad_tensor *ad__reduce_with(ad_tape *T, ad_tensor *a, int axis, int keepdim, const char *op,
-                                       ad__range_fn fn, size_t split, ad__axis_job *job, ad__backward_fn bw,
-                                       const void *state, size_t bytes)
-{
-    int shape[AD_MAX_DIMS], ndim = ad__reduced_shape(a, axis, keepdim, shape);
-    size_t outer;
-    void *saved = NULL;
-    ad_tensor *y;
-    ad__node *node;
-    /* made before the entry, so that an entry never lacks its state */
-    if (T->grad_enabled && a->requires_grad && !(saved = ad__alloc_aligned(T, bytes, 16, op))) return NULL;
-    y = ad__tensor(T, op, ndim, shape, 1);
-    if (!y) return NULL;
-    ad__split_axis(a, axis, &outer, &job->n, &job->inner);
-    job->x = a->data;
-    job->d = y->data;
-    ad__axis_split(T, fn, job, outer, split, job->inner);
-    node = ad__record1(T, op, y, bw, a);
-    if (!node) return NULL;
-    if (saved) {
-        memcpy(saved, state, bytes);
-        node->saved = saved;
-    }
-    return y;
-}
-
-/* Checks a and resolves axis for op; -1 (error set) when either is wrong. */
-AD__PRIVATE int ad__axis_of(ad_tape *T, const char *op, const ad_tensor *a, int axis)
-{
-    if (!ad__on_tape(T, op, "the input", a)) return -1;
-    return ad__axis(T, op, a, axis);
-}
-
-/* For each (o, i) of x viewed as [outer, n, inner], the first k at which x[o, k, i] is the
-   largest (largest set) or the smallest: a NaN beats every number and the first NaN wins, as
-   in PyTorch's argmax and min. Written as an int into arg and as the flat offset
-   (o n + k) inner + i into offset, where these are not NULL. */
-AD__PRIVATE void ad__arg_extreme(const ad_real *x, size_t outer, size_t n, size_t inner, int largest, int *arg,
-                                 size_t *offset)
-{
-    ad_real best[AD__PANEL];
-    size_t at[AD__PANEL], o, i0, i, k, w;
-    for (o = 0; o < outer; o++)
+    const ad__axis_job *j = (const ad__axis_job *)ctx;
+    size_t n = j->n, inner = j->inner, o, i0, i, k, w;
+    int largest = j->kind == AD__R_MAX;
+    for (o = lo; o < hi; o++)
         for (i0 = 0; i0 < inner; i0 += w) {
-            const ad_real *src = x + o * n * inner + i0;
+            const ad_real *x = j->x + o * n * inner + i0;
+            ad_real *y = j->d + o * inner + i0;
             w = inner - i0 < AD__PANEL ? inner - i0 : AD__PANEL;
-            for (i = 0; i < w; i++) {
-                best[i] = src[i];
-                at[i] = 0;
-            }
+            for (i = 0; i < w; i++) y[i] = x[i];
             for (k = 1; k < n; k++)
-                for (i = 0; i < w; i++) {
-                    ad_real v = src[k * inner + i];
-                    if ((largest ? v > best[i] : v < best[i]) || (v != v && best[i] == best[i])) {
-                        best[i] = v;
-                        at[i] = k;
-                    }
-                }
-            for (i = 0; i < w; i++) {
-                if (arg) arg[o * inner + i0 + i] = (int)at[i];
-                if (offset) offset[o * inner + i0 + i] = (o * n + at[i]) * inner + i0 + i;
-            }
+                for (i = 0; i < w; i++)
+                    if (ad__beats(x[k * inner + i], y[i], largest)) y[i] = x[k * inner + i];
         }
 }
 
-/* ad_min and ad_min_axis pick the first smallest element of each slice with a take (>>ops:index),
-   whose gradient puts g back at the positions taken. axis < 0: everything. */
-AD__PRIVATE ad_tensor *ad__min(ad_tape *T, ad_tensor *a, int axis, int keepdim, const char *op)
+AD__PRIVATE void ad__extreme_forward(ad_tape *T, ad__axis_job *j, size_t outer)
 {
-    int shape[AD_MAX_DIMS] = {0}, ndim = 0;
-    size_t outer = 1, n = a->size, inner = 1;
-    ad__take *t;
-    if (axis >= 0) {
-        ad__split_axis(a, axis, &outer, &n, &inner);
-        ndim = ad__reduced_shape(a, axis, keepdim, shape);
+    ad__axis_split(T, ad__extreme_range, j, outer, AD__SPLIT_LIGHT, j->inner);
+}
+
+/* d (+)= g (1 where g is NULL) at the element each slice's result came from: the first equal
+   to it, or the first NaN where it is NaN; d = 0 (or unchanged) elsewhere. */
+AD__PRIVATE void ad__extreme_grad_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__axis_job *j = (const ad__axis_job *)ctx;
+    size_t n = j->n, inner = j->inner, o, i0, i, k, w;
+    unsigned char found[AD__PANEL];
+    for (o = lo; o < hi; o++)
+        for (i0 = 0; i0 < inner; i0 += w) {
+            const ad_real *x = j->x + o * n * inner + i0, *y = j->y + o * inner + i0;
+            ad_real *d = j->d + o * n * inner + i0;
+            w = inner - i0 < AD__PANEL ? inner - i0 : AD__PANEL;
+            memset(found, 0, w);
+            for (k = 0; k < n; k++)
+                for (i = 0; i < w; i++) {
+                    ad_real v = x[k * inner + i];
+                    int hit = !found[i] && (v == y[i] || (v != v && y[i] != y[i]));
+                    ad_real add = hit ? (j->g ? j->g[o * inner + i0 + i] : 1) : 0;
+                    found[i] |= (unsigned char)hit;
+                    d[k * inner + i] = j->add ? d[k * inner + i] + add : add;
+                }
+        }
+}
+
+AD__PRIVATE void ad__extreme_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    int axis = n->st.reduce.axis;
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0], *mask = NULL;
+    size_t outer;
+    ad__axis_job job;
+    if (!ad__wants(S, x)) return;
+    memset(&job, 0, sizeof job);
+    ad__reduce_view(x, axis, &outer, &job.n, &job.inner);
+    job.x = x->data;
+    job.y = n->out->data;
+    if (S->create_graph) {
+        /* g times a constant mask of the chosen elements */
+        if (!(mask = ad__like(T, "ad_backward", x))) { S->failed = 1; return; }
+        job.d = mask->data;
+        ad__axis_split(T, ad__extreme_grad_range, &job, outer, AD__SPLIT_LIGHT, job.n * job.inner);
+        ad__accum(S, x, ad_mul(T, ad__kept(T, g, x, axis), mask), 1);
+        return;
     }
-    t = ad__take_new(T, op, outer, a->size, outer * inner, 0);
-    if (!t) return NULL;
-    ad__arg_extreme(a->data, outer, n, inner, 0, NULL, ad__take_offsets(t));
-    return ad__take_op(T, t, a, ndim, shape);
-}
-
-AUTODIFF_API ad_tensor *ad_min(ad_tape *T, ad_tensor *a)
-{
-    if (!T || !a) return NULL;
-    if (!ad__on_tape(T, "ad_min", "the input", a)) return NULL;
-    return ad__min(T, a, -1, 0, "ad_min");
-}
-
-AUTODIFF_API ad_tensor *ad_min_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim)
-{
-    if (!T || !a) return NULL;
-    axis = ad__axis_of(T, "ad_min_axis", a, axis);
-    return axis < 0 ? NULL : ad__min(T, a, axis, keepdim, "ad_min_axis");
-}
-
-AUTODIFF_API int ad_argmax_axis(const ad_tensor *a, int axis, int *out)
-{
-    size_t outer, n, inner;
-    char s[96];
-    if (!a) return -1;
-    axis = ad__axis_of(a->tape, "ad_argmax_axis", a, axis);
-    if (axis < 0) return -1;
-    if (!out) {
-        ad__fail(a->tape, "ad_argmax_axis: shape %s: out is NULL", ad_shape_str(a, s, sizeof s));
-        return -1;
-    }
-    ad__split_axis(a, axis, &outer, &n, &inner);
-    ad__arg_extreme(a->data, outer, n, inner, 1, out, NULL);
-    return 0;
+    job.g = g->data;
+    if (!(job.d = ad__grad_target(S, x, &job.add))) return;
+    ad__axis_split(T, ad__extreme_grad_range, &job, outer, AD__SPLIT_LIGHT, job.n * job.inner);
 }
 
 /* logsumexp: y = m + log(sum(exp(x - m))), m the slice's largest value, or 0 where that is
    infinite (or NaN), so that an infinite slice gives its infinity rather than inf - inf. */
-typedef struct ad__logsumexp_saved {
-    int axis;
-} ad__logsumexp_saved;
-
 /* The largest value m of each of w columns of x (columns inner apart), 0 where it is not
    finite, and the sum s of exp(x - m) down each column. */
 AD__PRIVATE void ad__panel_shifted_sum(const ad_real *x, size_t n, size_t inner, size_t w, ad_real *m, ad_real *s)
@@ -5155,20 +5113,25 @@ AD__PRIVATE void ad__logsumexp_grad_range(const void *ctx, size_t lo, size_t hi)
         }
 }
 
+AD__PRIVATE void ad__logsumexp_forward(ad_tape *T, ad__axis_job *j, size_t outer)
+{
+    ad__axis_split(T, ad__logsumexp_range, j, outer, AD__SPLIT_HEAVY, j->inner);
+}
+
 AD__PRIVATE void ad__logsumexp_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
-    const ad__logsumexp_saved *st = (const ad__logsumexp_saved *)n->saved;
+    int axis = n->st.reduce.axis;
     ad_tape *T = S->T;
     ad_tensor *x = n->in[0];
     size_t outer;
     ad__axis_job job;
     if (!ad__wants(S, x)) return;
     if (S->create_graph) {
-        ad__accum(S, x, ad_mul(T, ad__kept(T, g, x, st->axis), ad_softmax(T, x, st->axis)), 1);
+        ad__accum(S, x, ad_mul(T, ad__kept(T, g, x, axis), ad_softmax(T, x, axis)), 1);
         return;
     }
     memset(&job, 0, sizeof job);
-    ad__split_axis(x, st->axis, &outer, &job.n, &job.inner);
+    ad__reduce_view(x, axis, &outer, &job.n, &job.inner);
     job.x = x->data;
     job.y = n->out->data;
     job.g = g->data;
@@ -5176,28 +5139,10 @@ AD__PRIVATE void ad__logsumexp_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     ad__axis_split(T, ad__logsumexp_grad_range, &job, outer, AD__SPLIT_HEAVY, job.n * job.inner);
 }
 
-AUTODIFF_API ad_tensor *ad_logsumexp(ad_tape *T, ad_tensor *a, int axis, int keepdim)
-{
-    ad__logsumexp_saved st;
-    ad__axis_job job;
-    if (!T || !a) return NULL;
-    st.axis = ad__axis_of(T, "ad_logsumexp", a, axis);
-    if (st.axis < 0) return NULL;
-    memset(&job, 0, sizeof job);
-    return ad__reduce_with(T, a, st.axis, keepdim, "ad_logsumexp", ad__logsumexp_range, AD__SPLIT_HEAVY, &job,
-                           ad__logsumexp_backward, &st, sizeof st);
-}
-
 /* Variance and standard deviation: the mean first, then the squared deviations from it (two
    passes, which keep the precision that one pass of sums and sums of squares loses). The
    gradient is 2 (x - mean) / divisor times g for the variance, (x - mean) / (divisor y) times g
    for the deviation. */
-typedef struct ad__var_saved {
-    int axis;
-    int root;        /* 1: ad_std_axis */
-    ad_real divisor; /* N - correction, or 0 where that is not positive */
-} ad__var_saved;
-
 /* the mean of each of w columns of x, columns inner apart */
 AD__PRIVATE void ad__panel_mean(const ad_real *x, size_t n, size_t inner, size_t w, ad_real *mean)
 {
@@ -5225,7 +5170,7 @@ AD__PRIVATE void ad__var_range(const void *ctx, size_t lo, size_t hi)
                     ad_real dv = x[k * inner + i] - mean[i];
                     ss[i] += dv * dv;
                 }
-            for (i = 0; i < w; i++) y[i] = j->flag ? AD__F(sqrt)(ss[i] / j->divisor) : ss[i] / j->divisor;
+            for (i = 0; i < w; i++) y[i] = j->kind == AD__R_STD ? AD__F(sqrt)(ss[i] / j->param) : ss[i] / j->param;
         }
 }
 
@@ -5233,14 +5178,14 @@ AD__PRIVATE void ad__var_grad_range(const void *ctx, size_t lo, size_t hi)
 {
     const ad__axis_job *j = (const ad__axis_job *)ctx;
     size_t n = j->n, inner = j->inner, o, i0, i, k, w;
-    ad_real mean[AD__PANEL], c[AD__PANEL], two = 2 / j->divisor;
+    ad_real mean[AD__PANEL], c[AD__PANEL], two = 2 / j->param;
     for (o = lo; o < hi; o++)
         for (i0 = 0; i0 < inner; i0 += w) {
             const ad_real *x = j->x + o * n * inner + i0, *g = j->g + o * inner + i0, *y = j->y + o * inner + i0;
             ad_real *d = j->d + o * n * inner + i0;
             w = inner - i0 < AD__PANEL ? inner - i0 : AD__PANEL;
             ad__panel_mean(x, n, inner, w, mean);
-            for (i = 0; i < w; i++) c[i] = j->flag ? g[i] / (y[i] * j->divisor) : g[i] * two;
+            for (i = 0; i < w; i++) c[i] = j->kind == AD__R_STD ? g[i] / (y[i] * j->param) : g[i] * two;
             for (k = 0; k < n; k++)
                 for (i = 0; i < w; i++) {
                     ad_real v = c[i] * (x[k * inner + i] - mean[i]);
@@ -5249,9 +5194,14 @@ AD__PRIVATE void ad__var_grad_range(const void *ctx, size_t lo, size_t hi)
         }
 }
 
+AD__PRIVATE void ad__var_forward(ad_tape *T, ad__axis_job *j, size_t outer)
+{
+    ad__axis_split(T, ad__var_range, j, outer, AD__SPLIT_LIGHT, j->inner);
+}
+
 AD__PRIVATE void ad__var_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
-    const ad__var_saved *st = (const ad__var_saved *)n->saved;
+    const ad__reduce_state *st = &n->st.reduce;
     ad_tape *T = S->T;
     ad_tensor *x = n->in[0], *gk, *c;
     size_t outer;
@@ -5259,49 +5209,20 @@ AD__PRIVATE void ad__var_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     if (!ad__wants(S, x)) return;
     if (S->create_graph) {
         gk = ad__kept(T, g, x, st->axis);
-        if (st->root) c = ad_div(T, gk, ad_mul_scalar(T, ad__kept(T, n->out, x, st->axis), st->divisor));
-        else c = ad_mul_scalar(T, gk, 2 / st->divisor);
+        if (st->kind == AD__R_STD) c = ad_div(T, gk, ad_mul_scalar(T, ad__kept(T, n->out, x, st->axis), st->param));
+        else c = ad_mul_scalar(T, gk, 2 / st->param);
         ad__accum(S, x, ad_mul(T, ad_sub(T, x, ad_mean_axis(T, x, st->axis, 1)), c), 1);
         return;
     }
     memset(&job, 0, sizeof job);
-    ad__split_axis(x, st->axis, &outer, &job.n, &job.inner);
+    ad__reduce_view(x, st->axis, &outer, &job.n, &job.inner);
     job.x = x->data;
     job.y = n->out->data;
     job.g = g->data;
-    job.divisor = st->divisor;
-    job.flag = st->root;
+    job.kind = st->kind;
+    job.param = st->param;
     if (!(job.d = ad__grad_target(S, x, &job.add))) return;
     ad__axis_split(T, ad__var_grad_range, &job, outer, AD__SPLIT_LIGHT, job.n * job.inner);
-}
-
-AD__PRIVATE ad_tensor *ad__var(ad_tape *T, ad_tensor *a, int axis, int correction, int keepdim, int root)
-{
-    const char *op = root ? "ad_std_axis" : "ad_var_axis";
-    long long dof;
-    ad__var_saved st;
-    ad__axis_job job;
-    if (!T || !a) return NULL;
-    st.axis = ad__axis_of(T, op, a, axis);
-    if (st.axis < 0) return NULL;
-    dof = (long long)a->shape[st.axis] - correction;
-    st.root = root;
-    st.divisor = dof > 0 ? (ad_real)dof : 0;
-    memset(&job, 0, sizeof job);
-    job.divisor = st.divisor;
-    job.flag = root;
-    return ad__reduce_with(T, a, st.axis, keepdim, op, ad__var_range, AD__SPLIT_LIGHT, &job, ad__var_backward, &st,
-                           sizeof st);
-}
-
-AUTODIFF_API ad_tensor *ad_var_axis(ad_tape *T, ad_tensor *a, int axis, int correction, int keepdim)
-{
-    return ad__var(T, a, axis, correction, keepdim, 0);
-}
-
-AUTODIFF_API ad_tensor *ad_std_axis(ad_tape *T, ad_tensor *a, int axis, int correction, int keepdim)
-{
-    return ad__var(T, a, axis, correction, keepdim, 1);
 }
 
 /* Product: the gradient of x[k] is g times the product of the values before k and the product
@@ -5309,10 +5230,6 @@ AUTODIFF_API ad_tensor *ad_std_axis(ad_tape *T, ad_tensor *a, int axis, int corr
    create_graph it is built from ops: each slice x of length N spread to an [N, N] matrix whose
    row k is x with 1 at position k (ad_where), whose products along rows are those same
    products, and so a product again, which can be differentiated once more. */
-typedef struct ad__prod_saved {
-    int axis;
-} ad__prod_saved;
-
 AD__PRIVATE void ad__prod_range(const void *ctx, size_t lo, size_t hi)
 {
     const ad__axis_job *j = (const ad__axis_job *)ctx;
@@ -5356,15 +5273,20 @@ AD__PRIVATE void ad__prod_grad_range(const void *ctx, size_t lo, size_t hi)
         }
 }
 
+AD__PRIVATE void ad__prod_forward(ad_tape *T, ad__axis_job *j, size_t outer)
+{
+    ad__axis_split(T, ad__prod_range, j, outer, AD__SPLIT_LIGHT, j->inner);
+}
+
 AD__PRIVATE void ad__prod_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
-    const ad__prod_saved *st = (const ad__prod_saved *)n->saved;
+    const ad__reduce_state *st = &n->st.reduce;
     ad_tape *T = S->T;
     ad_tensor *x = n->in[0], *d;
     size_t outer, len, inner;
     ad__axis_job job;
     if (!ad__wants(S, x)) return;
-    ad__split_axis(x, st->axis, &outer, &len, &inner);
+    ad__reduce_view(x, st->axis, &outer, &len, &inner);
     if (S->create_graph) {
         /* x as [outer, N, inner]; the matrix [outer, N, N, inner], row k of each slice x with 1 at k */
         int s3[3], e4[4], k, m, N = x->shape[st->axis];
@@ -5404,16 +5326,149 @@ AD__PRIVATE void ad__prod_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     ad__accum(S, x, d, 1);
 }
 
+/* ---- the table, one driver for every row, and the public ops ---------------------------------- */
+typedef struct ad__reduce_row {
+    void (*forward)(ad_tape *T, ad__axis_job *j, size_t outer);
+    ad__backward_fn backward;
+} ad__reduce_row;
+
+#define AD__REDUCE_ROW(ID, FORWARD, BACKWARD) { FORWARD, BACKWARD },
+static const ad__reduce_row ad__reduce_rows[AD__R_COUNT] = { AD__REDUCE_OPS(AD__REDUCE_ROW) };
+#undef AD__REDUCE_ROW
+
+/* Reduces a (checked) along axis (resolved; -1: all of it) by row kind; correction is VAR's
+   and STD's. */
+AD__PRIVATE ad_tensor *ad__reduce(ad_tape *T, ad_tensor *a, int kind, int axis, int keepdim, int correction,
+                                  const char *op)
+{
+    int shape[AD_MAX_DIMS], ndim = ad__reduced_shape(a, axis, keepdim, shape);
+    size_t outer;
+    ad__axis_job job;
+    ad_tensor *y;
+    ad__node *node;
+    memset(&job, 0, sizeof job);
+    ad__reduce_view(a, axis, &outer, &job.n, &job.inner);
+    job.kind = kind;
+    job.param = 1;
+    if (kind == AD__R_MEAN) {
+        job.param = (ad_real)(1.0 / (double)job.n);
+    } else if (kind == AD__R_VAR || kind == AD__R_STD) {
+        long long dof = (long long)job.n - correction;
+        job.param = dof > 0 ? (ad_real)dof : 0;
+    }
+    y = ad__tensor(T, op, ndim, shape, 1);
+    if (!y) return NULL;
+    job.x = a->data;
+    job.d = y->data;
+    ad__reduce_rows[kind].forward(T, &job, outer);
+    node = ad__record1(T, op, y, ad__reduce_rows[kind].backward, a);
+    if (!node) return NULL;
+    node->st.reduce.kind = kind;
+    node->st.reduce.axis = axis;
+    node->st.reduce.param = job.param;
+    return y;
+}
+
+AD__PRIVATE ad_tensor *ad__reduce_all(ad_tape *T, ad_tensor *a, int kind, const char *op)
+{
+    if (!T || !a) return NULL;
+    if (!ad__on_tape(T, op, "the input", a)) return NULL;
+    return ad__reduce(T, a, kind, -1, 0, 0, op);
+}
+
+AD__PRIVATE ad_tensor *ad__reduce_axis(ad_tape *T, ad_tensor *a, int kind, int axis, int keepdim, int correction,
+                                       const char *op)
+{
+    if (!T || !a) return NULL;
+    axis = ad__axis_of(T, op, a, axis);
+    if (axis < 0) return NULL;
+    return ad__reduce(T, a, kind, axis, keepdim, correction, op);
+}
+
+AUTODIFF_API ad_tensor *ad_sum(ad_tape *T, ad_tensor *a) { return ad__reduce_all(T, a, AD__R_SUM, "ad_sum"); }
+AUTODIFF_API ad_tensor *ad_mean(ad_tape *T, ad_tensor *a) { return ad__reduce_all(T, a, AD__R_MEAN, "ad_mean"); }
+AUTODIFF_API ad_tensor *ad_max(ad_tape *T, ad_tensor *a) { return ad__reduce_all(T, a, AD__R_MAX, "ad_max"); }
+AUTODIFF_API ad_tensor *ad_min(ad_tape *T, ad_tensor *a) { return ad__reduce_all(T, a, AD__R_MIN, "ad_min"); }
+AUTODIFF_API ad_tensor *ad_sum_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim)
+{
+    return ad__reduce_axis(T, a, AD__R_SUM, axis, keepdim, 0, "ad_sum_axis");
+}
+AUTODIFF_API ad_tensor *ad_mean_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim)
+{
+    return ad__reduce_axis(T, a, AD__R_MEAN, axis, keepdim, 0, "ad_mean_axis");
+}
+AUTODIFF_API ad_tensor *ad_max_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim)
+{
+    return ad__reduce_axis(T, a, AD__R_MAX, axis, keepdim, 0, "ad_max_axis");
+}
+AUTODIFF_API ad_tensor *ad_min_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim)
+{
+    return ad__reduce_axis(T, a, AD__R_MIN, axis, keepdim, 0, "ad_min_axis");
+}
+AUTODIFF_API ad_tensor *ad_logsumexp(ad_tape *T, ad_tensor *a, int axis, int keepdim)
+{
+    return ad__reduce_axis(T, a, AD__R_LOGSUMEXP, axis, keepdim, 0, "ad_logsumexp");
+}
+AUTODIFF_API ad_tensor *ad_var_axis(ad_tape *T, ad_tensor *a, int axis, int correction, int keepdim)
+{
+    return ad__reduce_axis(T, a, AD__R_VAR, axis, keepdim, correction, "ad_var_axis");
+}
+AUTODIFF_API ad_tensor *ad_std_axis(ad_tape *T, ad_tensor *a, int axis, int correction, int keepdim)
+{
+    return ad__reduce_axis(T, a, AD__R_STD, axis, keepdim, correction, "ad_std_axis");
+}
 AUTODIFF_API ad_tensor *ad_prod_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim)
 {
-    ad__prod_saved st;
-    ad__axis_job job;
-    if (!T || !a) return NULL;
-    st.axis = ad__axis_of(T, "ad_prod_axis", a, axis);
-    if (st.axis < 0) return NULL;
-    memset(&job, 0, sizeof job);
-    return ad__reduce_with(T, a, st.axis, keepdim, "ad_prod_axis", ad__prod_range, AD__SPLIT_LIGHT, &job,
-                           ad__prod_backward, &st, sizeof st);
+    return ad__reduce_axis(T, a, AD__R_PROD, axis, keepdim, 0, "ad_prod_axis");
+}
+
+/* ---- argmax: indices, not recorded ----------------------------------------------------------- */
+/* For each (o, i) of x viewed as [outer, n, inner], the first k at which x[o, k, i] is the
+   largest (largest set) or the smallest: a NaN beats every number and the first NaN wins, as
+   in PyTorch's argmax and min. Written as an int into arg and as the flat offset
+   (o n + k) inner + i into offset, where these are not NULL. */
+AD__PRIVATE void ad__arg_extreme(const ad_real *x, size_t outer, size_t n, size_t inner, int largest, int *arg,
+                                 size_t *offset)
+{
+    ad_real best[AD__PANEL];
+    size_t at[AD__PANEL], o, i0, i, k, w;
+    for (o = 0; o < outer; o++)
+        for (i0 = 0; i0 < inner; i0 += w) {
+            const ad_real *src = x + o * n * inner + i0;
+            w = inner - i0 < AD__PANEL ? inner - i0 : AD__PANEL;
+            for (i = 0; i < w; i++) {
+                best[i] = src[i];
+                at[i] = 0;
+            }
+            for (k = 1; k < n; k++)
+                for (i = 0; i < w; i++) {
+                    ad_real v = src[k * inner + i];
+                    if (ad__beats(v, best[i], largest)) {
+                        best[i] = v;
+                        at[i] = k;
+                    }
+                }
+            for (i = 0; i < w; i++) {
+                if (arg) arg[o * inner + i0 + i] = (int)at[i];
+                if (offset) offset[o * inner + i0 + i] = (o * n + at[i]) * inner + i0 + i;
+            }
+        }
+}
+
+AUTODIFF_API int ad_argmax_axis(const ad_tensor *a, int axis, int *out)
+{
+    size_t outer, n, inner;
+    char s[96];
+    if (!a) return -1;
+    axis = ad__axis_of(a->tape, "ad_argmax_axis", a, axis);
+    if (axis < 0) return -1;
+    if (!out) {
+        ad__fail(a->tape, "ad_argmax_axis: shape %s: out is NULL", ad_shape_str(a, s, sizeof s));
+        return -1;
+    }
+    ad__split_axis(a, axis, &outer, &n, &inner);
+    ad__arg_extreme(a->data, outer, n, inner, 1, out, NULL);
+    return 0;
 }
 
 /* Running sum and its adjoint, the running sum from the end: each one's gradient is the other. */
@@ -5572,7 +5627,7 @@ AD__PRIVATE void ad__permute_kernel(const ad_tensor *x, const int *perm, ad_real
 AD__PRIVATE void ad__permute_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     int inverse[AD_MAX_DIMS], d;
-    for (d = 0; d < n->in[0]->ndim; d++) inverse[n->iv[d]] = d;
+    for (d = 0; d < n->in[0]->ndim; d++) inverse[n->st.permute.perm[d]] = d;
     ad__accum(S, n->in[0], ad_permute(S->T, g, inverse), 1);
 }
 
@@ -5599,7 +5654,7 @@ AUTODIFF_API ad_tensor *ad_permute(ad_tape *T, ad_tensor *a, const int *perm)
     ad__permute_kernel(a, perm, y->data);
     n = ad__record1(T, "ad_permute", y, ad__permute_backward, a);
     if (!n) return NULL;
-    for (d = 0; d < a->ndim; d++) n->iv[d] = perm[d];
+    for (d = 0; d < a->ndim; d++) n->st.permute.perm[d] = perm[d];
     return y;
 }
 
@@ -5637,7 +5692,7 @@ AD__PRIVATE ad_tensor *ad__pad_axis(ad_tape *T, ad_tensor *g, int axis, int star
 AD__PRIVATE void ad__slice_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tensor *x = n->in[0];
-    ad__accum(S, x, ad__pad_axis(S->T, g, n->iv[0], n->iv[1], x->shape[n->iv[0]]), 1);
+    ad__accum(S, x, ad__pad_axis(S->T, g, n->st.slice.axis, n->st.slice.start, x->shape[n->st.slice.axis]), 1);
 }
 
 AUTODIFF_API ad_tensor *ad_slice(ad_tape *T, ad_tensor *a, int axis, int start, int end)
@@ -5667,8 +5722,8 @@ AUTODIFF_API ad_tensor *ad_slice(ad_tape *T, ad_tensor *a, int axis, int start, 
     ad__axis_copy(a->data, y->data, outer, n, inner, (size_t)start, (size_t)len, 1);
     node = ad__record1(T, "ad_slice", y, ad__slice_backward, a);
     if (!node) return NULL;
-    node->iv[0] = ax;
-    node->iv[1] = start;
+    node->st.slice.axis = ax;
+    node->st.slice.start = start;
     return y;
 }
 
@@ -5677,7 +5732,7 @@ AUTODIFF_API ad_tensor *ad_slice(ad_tape *T, ad_tensor *a, int axis, int start, 
 AD__PRIVATE void ad__pad_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tensor *x = n->in[0];
-    int ax = n->iv[0], start = n->iv[1];
+    int ax = n->st.slice.axis, start = n->st.slice.start;
     ad__accum(S, x, ad_slice(S->T, g, ax, start, start + x->shape[ax]), 1);
 }
 
@@ -5697,14 +5752,14 @@ AD__PRIVATE ad_tensor *ad__pad_axis(ad_tape *T, ad_tensor *g, int axis, int star
     ad__axis_copy(y->data, g->data, outer, n, inner, (size_t)start, (size_t)total, 0);
     node = ad__record1(T, "ad_slice", y, ad__pad_backward, g);
     if (!node) return NULL;
-    node->iv[0] = axis;
-    node->iv[1] = start;
+    node->st.slice.axis = axis;
+    node->st.slice.start = start;
     return y;
 }
 
 AD__PRIVATE void ad__concat_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
-    int i, ax = n->iv[0], start = 0;
+    int i, ax = n->st.slice.axis, start = 0;
     for (i = 0; i < n->nin; i++) {
         ad_tensor *x = n->in[i];
         if (ad__wants(S, x)) ad__accum(S, x, ad_slice(S->T, g, ax, start, start + x->shape[ax]), 1);
@@ -5752,7 +5807,7 @@ AUTODIFF_API ad_tensor *ad_concat(ad_tape *T, ad_tensor *const *xs, int n, int a
     }
     node = ad__record(T, "ad_concat", y, ad__concat_backward, xs, n);
     if (!node) return NULL;
-    node->iv[0] = ax;
+    node->st.slice.axis = ax;
     return y;
 }
 
@@ -5794,7 +5849,7 @@ AD__PRIVATE void ad__fill_split(ad_tape *T, ad_real *y, ad_real v, size_t n)
 AD__PRIVATE void ad__broadcast_op_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tensor *x = n->in[0];
-    ad__accum(S, x, ad__broadcast_op(S->T, g, x->ndim, x->shape, !n->iv[0]), 1);
+    ad__accum(S, x, ad__broadcast_op(S->T, g, x->ndim, x->shape, !n->st.broadcast.reduce), 1);
 }
 
 AD__PRIVATE ad_tensor *ad__broadcast_op(ad_tape *T, ad_tensor *a, int ndim, const int *shape, int reduce)
@@ -5828,7 +5883,7 @@ AD__PRIVATE ad_tensor *ad__broadcast_op(ad_tape *T, ad_tensor *a, int ndim, cons
     }
     node = ad__record1(T, op, y, ad__broadcast_op_backward, a);
     if (!node) return NULL;
-    node->iv[0] = reduce;
+    node->st.broadcast.reduce = reduce;
     return y;
 }
 
@@ -6103,8 +6158,8 @@ AUTODIFF_API ad_tensor *ad_pad(ad_tape *T, ad_tensor *a, int npads, const int *p
    so a put can split its planes over threads with no two writing one value. The positions are
    either one index along an axis for each result row, the same in every plane (index mode: the
    source's planes are [S, inner], the result's [L, inner]), or one flat offset into the source
-   for each result value (offset mode). ad_index_select, ad_gather, ad_min, ad_min_axis and
-   ad_nll_loss are takes. */
+   for each result value (offset mode). ad_index_select, ad_gather and ad_nll_loss are takes. */
+typedef struct ad__take ad__take;
 struct ad__take {
     const char *op;      /* the public op, named by the messages of its derivatives */
     size_t planes, src_size, out_size;
@@ -6519,7 +6574,7 @@ AD__PRIVATE void ad__matmul_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tape *T = S->T;
     ad_tensor *a = n->in[0], *b = n->in[1];
-    int ta = n->iv[0], tb = n->iv[1];
+    int ta = n->st.matmul.trans_a, tb = n->st.matmul.trans_b;
     /* C = op(A) op(B): dA = g op(B)^T (transposed back when A was), dB = op(A)^T g likewise */
     if (ad__wants(S, a))
         ad__accum_to(S, a, ta ? ad_matmul_t(T, b, g, tb, 1) : ad_matmul_t(T, g, b, 0, !tb), 1);
@@ -6589,8 +6644,8 @@ AD__PRIVATE ad_tensor *ad__matmul(ad_tape *T, const char *op, ad_tensor *a, ad_t
     }
     node = ad__record2(T, op, y, ad__matmul_backward, a, b);
     if (!node) return NULL;
-    node->iv[0] = trans_a;
-    node->iv[1] = trans_b;
+    node->st.matmul.trans_a = trans_a;
+    node->st.matmul.trans_b = trans_b;
     return y;
 }
 
@@ -6840,8 +6895,8 @@ AD__PRIVATE int ad__softmax_backward_fused(ad__sweep *S, ad__node *n, ad_tensor 
     ad_tensor *x = n->in[0];
     ad__softmax_grad_job job;
     size_t outer, len, inner;
-    if (S->create_graph || n->iv[1]) return 0;
-    ad__split_axis(x, n->iv[0], &outer, &len, &inner);
+    if (S->create_graph || n->st.softmax.log_form) return 0;
+    ad__split_axis(x, n->st.softmax.axis, &outer, &len, &inner);
     if (inner != 1) return 0;
     if (!ad__wants(S, x)) return 1;
     job.d = ad__grad_target(S, x, &job.add);
@@ -6857,9 +6912,9 @@ AD__PRIVATE void ad__softmax_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tape *T = S->T;
     ad_tensor *y = n->out, *gy;
-    int axis = n->iv[0];
+    int axis = n->st.softmax.axis;
     if (ad__softmax_backward_fused(S, n, g)) return;
-    if (n->iv[1]) {
+    if (n->st.softmax.log_form) {
         /* log-softmax: g - softmax * sum(g) */
         ad__accum(S, n->in[0], ad_sub(T, g, ad_mul(T, ad_exp(T, y), ad_sum_axis(T, g, axis, 1))), 1);
     } else {
@@ -6885,8 +6940,8 @@ AD__PRIVATE ad_tensor *ad__softmax(ad_tape *T, ad_tensor *a, int axis, int log_f
     ad__softmax_split(T, a->data, y->data, outer, n, inner, log_form);
     node = ad__record1(T, op, y, ad__softmax_backward, a);
     if (!node) return NULL;
-    node->iv[0] = axis;
-    node->iv[1] = log_form;
+    node->st.softmax.axis = axis;
+    node->st.softmax.log_form = log_form;
     return y;
 }
 
@@ -7376,7 +7431,7 @@ AD__PRIVATE void ad__conv_backward(ad__sweep *S, ad__node *n, ad_tensor *v)
     const ad__win2d *G = ad__win_of(n);
     ad_tensor *a = n->in[0], *b = n->in[1];
     int shape[3];
-    switch (n->iv[0]) {
+    switch (n->st.conv.kind) {
     case AD__CONV_FORWARD: /* y = F(x, w) + bias: dx = Bx(v, w), dw = Bw(x, v), dbias = sum v */
         if (!S->create_graph) {
             ad__conv_backward_fused(S, n, v);
@@ -7431,7 +7486,7 @@ AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor
     ins[2] = bias;
     node = ad__record(T, op, y, ad__conv_backward, ins, bias ? 3 : 2);
     if (!node) return NULL;
-    node->iv[0] = kind;
+    node->st.conv.kind = kind;
     if (!ad__win_save(T, node, G, op)) return NULL;
     return y;
 }
@@ -7569,7 +7624,7 @@ AD__PRIVATE int ad__pool_geom(ad_tape *T, const char *op, const ad_tensor *x, in
    and embedding. Both view their data as P planes: the source of a gather has S rows of E
    values per plane, its result L rows; row o of plane p is source row idx[p * L + o] of that
    plane. The scatter adds the rows back: each is the other's adjoint, so each one's gradient
-   is the other. iv[0] = S, iv[1] = E, iv[2] = the public op's kind (for messages). */
+   is the other. The entry keeps an ad__gather_state. */
 enum ad__gather_kind { AD__GATHER_MAX_POOL, AD__GATHER_EMBEDDING };
 static const char *const ad__gather_names[] = { "ad_max_pool2d", "ad_embedding" };
 
@@ -7637,23 +7692,23 @@ AD__PRIVATE void ad__scatter_kernel(ad_tape *T, const ad_real *g, const int *idx
 AD__PRIVATE void ad__gather_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tensor *v = n->in[0];
-    size_t E = (size_t)n->iv[1], P = v->size / ((size_t)n->iv[0] * E);
+    size_t E = (size_t)n->st.gather.row_len, P = v->size / ((size_t)n->st.gather.rows * E);
     ad_real *d;
     int add;
     if (!ad__wants(S, v)) return;
     if (!S->create_graph) {
         /* straight into the gradient buffer: for an embedding, only the rows used are touched */
         if ((d = ad__grad_target(S, v, &add)) != NULL)
-            ad__scatter_kernel(S->T, g->data, n->labels, P, (size_t)n->iv[0], g->size / (P * E), E, d, add);
+            ad__scatter_kernel(S->T, g->data, n->st.gather.index, P, (size_t)n->st.gather.rows, g->size / (P * E), E, d, add);
         return;
     }
-    ad__accum(S, v, ad__scatter(S->T, g, n->labels, n->iv[0], n->iv[1], n->iv[2], v->ndim, v->shape), 1);
+    ad__accum(S, v, ad__scatter(S->T, g, n->st.gather.index, n->st.gather.rows, n->st.gather.row_len, n->st.gather.kind, v->ndim, v->shape), 1);
 }
 
 AD__PRIVATE void ad__scatter_backward(ad__sweep *S, ad__node *n, ad_tensor *u)
 {
     ad_tensor *g = n->in[0];
-    ad__accum(S, g, ad__gather(S->T, u, n->labels, n->iv[0], n->iv[1], n->iv[2], g->ndim, g->shape), 1);
+    ad__accum(S, g, ad__gather(S->T, u, n->st.gather.index, n->st.gather.rows, n->st.gather.row_len, n->st.gather.kind, g->ndim, g->shape), 1);
 }
 
 /* Rows [lo, hi) of the gather's result, counted over all planes. */
@@ -7727,10 +7782,10 @@ AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const int *idx, int 
     else ad__gather_rows(&job, 0, job.rows);
     node = ad__record1(T, op, y, ad__gather_backward, v);
     if (!node) return NULL;
-    node->iv[0] = S;
-    node->iv[1] = E;
-    node->iv[2] = kind;
-    node->labels = idx;
+    node->st.gather.rows = S;
+    node->st.gather.row_len = E;
+    node->st.gather.kind = kind;
+    node->st.gather.index = idx;
     return y;
 }
 
@@ -7748,10 +7803,10 @@ AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const int *idx, int
     ad__scatter_kernel(T, g->data, idx, P, (size_t)S, g->size / (P * E), (size_t)E, y->data, 0);
     node = ad__record1(T, op, y, ad__scatter_backward, g);
     if (!node) return NULL;
-    node->iv[0] = S;
-    node->iv[1] = E;
-    node->iv[2] = kind;
-    node->labels = idx;
+    node->st.gather.rows = S;
+    node->st.gather.row_len = E;
+    node->st.gather.kind = kind;
+    node->st.gather.index = idx;
     return y;
 }
 
@@ -7931,15 +7986,15 @@ AUTODIFF_API ad_tensor *ad_max_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, in
     ad__parallel_items(T, ad__max_pool_planes, &job, P, HW, ad__plane_block(L));
     node = ad__record1(T, "ad_max_pool2d", y, ad__gather_backward, x);
     if (!node) return NULL;
-    node->iv[0] = (int)HW;
-    node->iv[1] = 1;
-    node->iv[2] = AD__GATHER_MAX_POOL;
-    node->labels = arg;
+    node->st.gather.rows = (int)HW;
+    node->st.gather.row_len = 1;
+    node->st.gather.kind = AD__GATHER_MAX_POOL;
+    node->st.gather.index = arg;
     return y;
 }
 
 /* Average pooling A x and its adjoint A^T g, one op: each is linear, and the gradient of
-   either is the other. iv[0] is the kind. */
+   either is the other. The entry keeps the kind. */
 enum ad__avg_kind { AD__AVG_FORWARD, AD__AVG_ADJOINT };
 
 AD__PRIVATE ad_tensor *ad__avg_pool_op(ad_tape *T, int kind, ad_tensor *a, const ad__win2d *G);
@@ -8007,10 +8062,10 @@ AD__PRIVATE void ad__avg_pool_backward(ad__sweep *S, ad__node *n, ad_tensor *v)
     if (!ad__wants(S, n->in[0])) return;
     if (!S->create_graph) {
         if ((d = ad__grad_target(S, n->in[0], &add)) != NULL)
-            ad__avg_pool_kernel(S->T, ad__win_of(n), 1 - n->iv[0], v->data, d, add);
+            ad__avg_pool_kernel(S->T, ad__win_of(n), 1 - n->st.avg_pool.kind, v->data, d, add);
         return;
     }
-    ad__accum(S, n->in[0], ad__avg_pool_op(S->T, 1 - n->iv[0], v, ad__win_of(n)), 1);
+    ad__accum(S, n->in[0], ad__avg_pool_op(S->T, 1 - n->st.avg_pool.kind, v, ad__win_of(n)), 1);
 }
 
 AD__PRIVATE ad_tensor *ad__avg_pool_op(ad_tape *T, int kind, ad_tensor *a, const ad__win2d *G)
@@ -8028,7 +8083,7 @@ AD__PRIVATE ad_tensor *ad__avg_pool_op(ad_tape *T, int kind, ad_tensor *a, const
     ad__avg_pool_kernel(T, G, kind, a->data, y->data, 0);
     node = ad__record1(T, op, y, ad__avg_pool_backward, a);
     if (!node) return NULL;
-    node->iv[0] = kind;
+    node->st.avg_pool.kind = kind;
     if (!ad__win_save(T, node, G, op)) return NULL;
     return y;
 }
@@ -8311,7 +8366,7 @@ AD__PRIVATE void ad__xent_grad_backward(ad__sweep *S, ad__node *n, ad_tensor *v)
         ad__accum(S, logits, ad_mul(T, ad_sub(T, pv, ad_mul(T, p, ad_sum_axis(T, pv, 1, 1))), s), 1);
     }
     if (ad__wants(S, g)) {
-        ad_tensor *onehot = ad__one_hot(T, n->labels, logits->shape[0], logits->shape[1]);
+        ad_tensor *onehot = ad__one_hot(T, n->st.xent.labels, logits->shape[0], logits->shape[1]);
         ad_tensor *dg = ad_mul_scalar(T, ad_sum(T, ad_mul(T, v, ad_sub(T, p, onehot))), inv_rows);
         ad__accum_to(S, g, dg, 1);
     }
@@ -8345,13 +8400,13 @@ AD__PRIVATE ad_tensor *ad__xent_grad(ad_tape *T, ad_tensor *logits, ad_tensor *g
     }
     node = ad__record2(T, "ad_cross_entropy", y, ad__xent_grad_backward, logits, g);
     if (!node) return NULL;
-    node->labels = labels;
+    node->st.xent.labels = labels;
     return y;
 }
 
 AD__PRIVATE void ad__xent_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
-    ad__accum(S, n->in[0], ad__xent_grad(S->T, n->in[0], g, n->labels, (const ad_real *)n->saved), 1);
+    ad__accum(S, n->in[0], ad__xent_grad(S->T, n->in[0], g, n->st.xent.labels, (const ad_real *)n->saved), 1);
 }
 
 /* Rows [lo, hi) of a cross-entropy: each row's softmax into p and its loss m + log(s) - x[label]
@@ -8428,7 +8483,7 @@ AUTODIFF_API ad_tensor *ad_cross_entropy(ad_tape *T, ad_tensor *logits, const in
         saved = (int *)ad__alloc(T, (size_t)rows * sizeof(int), "ad_cross_entropy");
         if (!saved) return NULL;
         memcpy(saved, labels, (size_t)rows * sizeof(int));
-        node->labels = saved;
+        node->st.xent.labels = saved;
         node->saved = job.p;
     }
     return y;
