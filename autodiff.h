@@ -129,32 +129,18 @@
    ad_param).
 
    >>threads
-   All state lives in explicit objects; there are no globals. Different tapes may be used from
-   different threads at the same time. One tape must not be used by two threads at once.
-   Large work is split over a small pool of POSIX threads that each tape starts on first use
-   (plain `cc` on Linux needs no flag; glibc older than 2.34 needs -lpthread): a matrix product
-   by stripes of its output, or, when it is large, by blocks of output rows taken as they come
-   around one shared packed block of B (a thread slowed by other work takes fewer), or, when
-   its output is small and its inner dimension long (an MLP's first layer), along that inner
-   dimension, so each thread keeps the same band of the weight's rows as in the backward
-   product and the optimizer step; a convolution by images when each image's products are too
-   small to split; a gather of many long rows (ad_embedding over a data set) by rows; unary
-   functions, ops on two tensors of one shape and their gradients, from 32K values (256K for
-   those as cheap as relu, whose time goes to moving the values), softmax and cross-entropy by
-   rows, and max and average pooling and their gradients by planes (images times channels), in
-   stretches of whole cache lines; sums over the last axis by rows and sums of everything (from
-   256K values) in chunks whose length depends on the size alone.
-   ad_optim_step_on(O, T) and ad_params_zero_grad_on(P, T) lend the same threads to the
-   parameter update of a large store. ad_set_threads(T, n) sets the count; the default is the
-   environment variable AUTODIFF_THREADS, else the number of online processors. Every output
-   element is computed by the same operations in the same order whatever the split (sums over
-   a convolution's images are taken in parts fixed by the batch size), so results are bitwise
-   identical for any thread count. Between jobs the workers wait by spinning for
-   about a millisecond (the next product of a training step usually comes sooner than a sleeping
-   thread could be woken), then sleep; ad_set_threads(T, 1) stops them. A program that
-   runs tapes on threads of its own should divide the cores between them (ad_set_threads(T,
-   cores / its threads)) so the machine is not oversubscribed. Threads need POSIX threads and
-   GCC or Clang; define AUTODIFF_NO_THREADS to build without them.
+   There are no globals: different tapes may be used from different threads at once; one tape
+   must not be used by two threads at once. Large work (matrix products, convolution batches,
+   elementwise ops and reductions over large tensors, row gathers) is split over a small pool of
+   POSIX threads that each tape starts on first use; plain `cc` on Linux needs no flag (glibc
+   older than 2.34 needs -lpthread). ad_optim_step_on(O, T) and ad_params_zero_grad_on(P, T)
+   lend the same threads to the update of a large store.
+   ad_set_threads(T, n) sets the count; the default is the environment variable
+   AUTODIFF_THREADS, else the number of online processors; ad_set_threads(T, 1) stops the
+   workers, which otherwise spin for about a millisecond between jobs before they sleep.
+   Results are bitwise identical for any thread count. A program that runs tapes on threads of
+   its own should divide the cores between them (ad_set_threads(T, cores / its threads)).
+   Define AUTODIFF_NO_THREADS to build without threads (they need GCC or Clang).
 
    >>limits
    No strided views (transposes are done by kernels or copies), no sparse tensors, no GPU, no
@@ -391,14 +377,14 @@ AUTODIFF_API ad_tensor *ad_pow_tensor(ad_tape *T, ad_tensor *a, ad_tensor *b);
 /* >>api:reduce: axis may be negative (-1 is the last); keepdim keeps the axis with size 1 ---- */
 AUTODIFF_API ad_tensor *ad_sum(ad_tape *T, ad_tensor *a);     /* over everything: a scalar */
 AUTODIFF_API ad_tensor *ad_mean(ad_tape *T, ad_tensor *a);
-/* Largest element; the gradient goes to the first position holding it. */
+/* Largest element; the gradient goes to the first position holding it. A NaN counts as
+   larger than every number and the first NaN is returned, as in PyTorch. */
 AUTODIFF_API ad_tensor *ad_max(ad_tape *T, ad_tensor *a);
 AUTODIFF_API ad_tensor *ad_sum_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim);
 AUTODIFF_API ad_tensor *ad_mean_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim);
 AUTODIFF_API ad_tensor *ad_max_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim);
 /* Smallest element; the gradient goes to the first position holding it. A NaN counts as
-   smaller than every number and the first NaN is returned, as in PyTorch (ad_max passes over
-   a NaN that is not first). */
+   smaller than every number and the first NaN is returned, as in PyTorch. */
 AUTODIFF_API ad_tensor *ad_min(ad_tape *T, ad_tensor *a);
 AUTODIFF_API ad_tensor *ad_min_axis(ad_tape *T, ad_tensor *a, int axis, int keepdim);
 /* log(sum(exp(a))) along axis, computed as m + log(sum(exp(a - m))) with m the largest value of
@@ -1190,10 +1176,15 @@ static AD__UNUSED int ad__isa(void)
 #define AD__KSPLIT_MAX_BLOCKS 16                 /* split along its inner dimension (buffers) */
 #define AD__STORE_SPLIT ((size_t)1 << 16)        /* scalars of a store from which an optimizer step
                                                     or zero_grad is split */
+#define AD__GATHER_SPLIT ((size_t)1 << 15)       /* values of a row gather from which it is split:
+                                                    cores fetching rows from memory at once */
 /* kernels */
 #define AD__KC 256                               /* GEMM blocking: a KC x NC panel of B in L2/L3, */
 #define AD__MC 144                               /* an MC x KC block of A in L1/L2 */
 #define AD__NC 2048
+#define AD__PANEL 64                             /* columns a reduction along a middle axis keeps
+                                                    running values for: whole rows read, against
+                                                    registers and stack */
 #define AD__GATHER_AHEAD 32                      /* rows ahead a gather of long rows asks for each
                                                     row's first line: latency hidden against
                                                     lines fetched too early */
@@ -2702,6 +2693,23 @@ AD__PRIVATE void ad__reduce_sum(const ad_real *AD__RESTRICT x, ad_real *AD__REST
                 for (i = 0; i < inner; i++) dst[i] *= scale;
         }
     }
+}
+
+/* Short loops written in blocks of eight, which compilers vectorise even at -O2. */
+AD__PRIVATE void ad__nn_copy(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, size_t n)
+{
+    size_t i = 0, j;
+    for (; i + 8 <= n; i += 8)
+        for (j = 0; j < 8; j++) y[i + j] = x[i + j];
+    for (; i < n; i++) y[i] = x[i];
+}
+
+AD__PRIVATE void ad__nn_add(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, size_t n)
+{
+    size_t i = 0, j;
+    for (; i + 8 <= n; i += 8)
+        for (j = 0; j < 8; j++) y[i + j] += x[i + j];
+    for (; i < n; i++) y[i] += x[i];
 }
 
 /* Splits a shape around axis into [outer, n, inner]. */
@@ -4827,9 +4835,7 @@ AUTODIFF_API ad_tensor *ad_pow_tensor(ad_tape *T, ad_tensor *a, ad_tensor *b) { 
 enum ad__reduce_kind { AD__REDUCE_OPS(AD__REDUCE_ENUM) AD__R_COUNT };
 #undef AD__REDUCE_ENUM
 
-#define AD__PANEL 64
-
-AD__INLINE size_t ad__plane_block(size_t values); /* >>ops:pool */
+AD__INLINE size_t ad__plane_block(size_t values); /* >>ops:index */
 
 /* Resolves a possibly negative axis; -1 with the tape's error set when out of range. */
 AD__PRIVATE int ad__axis(ad_tape *T, const char *op, const ad_tensor *a, int axis)
@@ -6150,6 +6156,195 @@ AUTODIFF_API ad_tensor *ad_pad(ad_tape *T, ad_tensor *a, int npads, const int *p
 }
 
 /* >>ops:index -------------------------------------------------------------------------------- */
+/* Gather and scatter sharing one saved index array (on the tape), the pair behind max pooling
+   and embedding. Both view their data as P planes: the source of a gather has S rows of E
+   values per plane, its result L rows; row o of plane p is source row idx[p * L + o] of that
+   plane. The scatter adds the rows back: each is the other's adjoint, so each one's gradient
+   is the other. The entry keeps an ad__gather_state. */
+enum ad__gather_kind { AD__GATHER_MAX_POOL, AD__GATHER_EMBEDDING };
+static const char *const ad__gather_names[] = { "ad_max_pool2d", "ad_embedding" };
+
+AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const int *idx, int S, int E, int kind,
+                                  int ndim, const int *shape);
+AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const int *idx, int S, int E, int kind,
+                                   int ndim, const int *shape);
+
+/* The fewest planes of `values` values each that make whole blocks of AD__STORE_BLOCK values:
+   work split over threads by planes is cut in runs of that many, so that no two threads write
+   to one cache line. */
+AD__INLINE size_t ad__plane_block(size_t values)
+{
+    size_t block = AD__STORE_BLOCK;
+    while (block > 1 && values % 2 == 0) {
+        values /= 2;
+        block /= 2;
+    }
+    return block;
+}
+
+typedef struct ad__scatter_job {
+    const ad_real *g;
+    const int *idx;
+    size_t S, L, E;
+    ad_real *y;
+    int add;
+} ad__scatter_job;
+
+/* Planes [lo, hi) of a scatter: each plane's rows land in that plane alone. */
+AD__PRIVATE void ad__scatter_planes(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__scatter_job *j = (const ad__scatter_job *)ctx;
+    size_t p, o, S = j->S, L = j->L, E = j->E;
+    if (!j->add) memset(j->y + lo * S * E, 0, (hi - lo) * S * E * sizeof(ad_real));
+    for (p = lo; p < hi; p++) {
+        const int *ip = j->idx + p * L;
+        const ad_real *src = j->g + p * L * E;
+        ad_real *dst = j->y + p * S * E;
+        if (E == 1) {
+            for (o = 0; o < L; o++) dst[ip[o]] += src[o];
+        } else {
+            for (o = 0; o < L; o++) ad__nn_add(dst + (size_t)ip[o] * E, src + o * E, E);
+        }
+    }
+}
+
+/* y (+)= the rows of g added at idx: y has P planes of S rows, g P planes of L rows, E values
+   each. Only the rows named by idx are written when add is set. The planes (a max pooling's
+   images and channels) are split over T's threads from AD__SPLIT_HEAVY values of y. */
+AD__PRIVATE void ad__scatter_kernel(ad_tape *T, const ad_real *g, const int *idx, size_t P, size_t S, size_t L,
+                                    size_t E, ad_real *y, int add)
+{
+    ad__scatter_job job;
+    job.g = g;
+    job.idx = idx;
+    job.S = S;
+    job.L = L;
+    job.E = E;
+    job.y = y;
+    job.add = add;
+    ad__parallel_items(T, ad__scatter_planes, &job, P, S * E, ad__plane_block(S * E));
+}
+
+AD__PRIVATE void ad__gather_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tensor *v = n->in[0];
+    size_t E = (size_t)n->st.gather.row_len, P = v->size / ((size_t)n->st.gather.rows * E);
+    ad_real *d;
+    int add;
+    if (!ad__wants(S, v)) return;
+    if (!S->create_graph) {
+        /* straight into the gradient buffer: for an embedding, only the rows used are touched */
+        if ((d = ad__grad_target(S, v, &add)) != NULL)
+            ad__scatter_kernel(S->T, g->data, n->st.gather.index, P, (size_t)n->st.gather.rows, g->size / (P * E), E, d, add);
+        return;
+    }
+    ad__accum(S, v, ad__scatter(S->T, g, n->st.gather.index, n->st.gather.rows, n->st.gather.row_len, n->st.gather.kind, v->ndim, v->shape), 1);
+}
+
+AD__PRIVATE void ad__scatter_backward(ad__sweep *S, ad__node *n, ad_tensor *u)
+{
+    ad_tensor *g = n->in[0];
+    ad__accum(S, g, ad__gather(S->T, u, n->st.gather.index, n->st.gather.rows, n->st.gather.row_len, n->st.gather.kind, g->ndim, g->shape), 1);
+}
+
+/* Rows [lo, hi) of the gather's result, counted over all planes. */
+typedef struct ad__gather_job {
+    const ad_real *src;
+    ad_real *dst;
+    const int *idx;
+    size_t S, L, E, rows_per_task, rows;
+} ad__gather_job;
+
+AD__PRIVATE void ad__gather_rows(const ad__gather_job *j, size_t lo, size_t hi)
+{
+    size_t r = lo, E = j->E;
+    while (r < hi) {
+        size_t p = r / j->L, end = (p + 1) * j->L < hi ? (p + 1) * j->L : hi;
+        const ad_real *plane = j->src + p * j->S * E;
+        if (E == 1) {
+            for (; r < end; r++) j->dst[r] = plane[j->idx[r]];
+        } else if (E < 64) {
+            for (; r < end; r++) ad__nn_copy(j->dst + r * E, plane + (size_t)j->idx[r] * E, E);
+        } else {
+            /* Long rows, often from main memory: the C library's copy moves them fastest. The
+               first line of each row is requested AD__GATHER_AHEAD rows early, so that the
+               misses (and page walks) of many rows overlap; the hardware prefetcher streams
+               the rest of a row once its copy has begun. */
+            size_t ahead = r;
+            for (; ahead < end && ahead < r + AD__GATHER_AHEAD; ahead++)
+                AD__PREFETCH_READ(plane + (size_t)j->idx[ahead] * E);
+            for (; r < end; r++) {
+                if (ahead < end) AD__PREFETCH_READ(plane + (size_t)j->idx[ahead++] * E);
+                memcpy(j->dst + r * E, plane + (size_t)j->idx[r] * E, E * sizeof(ad_real));
+            }
+        }
+    }
+}
+
+AD__PRIVATE void ad__gather_task(void *ctx, int task, int thread)
+{
+    const ad__gather_job *j = (const ad__gather_job *)ctx;
+    size_t lo = (size_t)task * j->rows_per_task, hi = lo + j->rows_per_task < j->rows ? lo + j->rows_per_task : j->rows;
+    (void)thread;
+    ad__gather_rows(j, lo, hi);
+}
+
+/* Gathers of many long rows, such as a batch of images picked from a data set held as one
+   tensor, are split over the tape's threads from AD__GATHER_SPLIT values: the rows come mostly
+   from main memory, and a second core fetching half of them halves the wait. */
+
+AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const int *idx, int S, int E, int kind,
+                                  int ndim, const int *shape)
+{
+    const char *op = ad__gather_names[kind];
+    ad__gather_job job;
+    ad_tensor *y;
+    ad__node *node;
+    int tasks;
+    if (!v) return NULL;
+    y = ad__tensor(T, op, ndim, shape, 1);
+    if (!y) return NULL;
+    job.src = v->data;
+    job.dst = y->data;
+    job.idx = idx;
+    job.S = (size_t)S;
+    job.E = (size_t)E;
+    job.L = y->size / (v->size / ((size_t)S * E) * (size_t)E);
+    job.rows = y->size / (size_t)E;
+    tasks = y->size >= AD__GATHER_SPLIT && E >= 16 ? ad__thread_count(T) : 1;
+    job.rows_per_task = (job.rows + (size_t)tasks - 1) / (size_t)tasks;
+    if (tasks > 1) ad__parallel(T, ad__gather_task, &job, tasks);
+    else ad__gather_rows(&job, 0, job.rows);
+    node = ad__record1(T, op, y, ad__gather_backward, v);
+    if (!node) return NULL;
+    node->st.gather.rows = S;
+    node->st.gather.row_len = E;
+    node->st.gather.kind = kind;
+    node->st.gather.index = idx;
+    return y;
+}
+
+AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const int *idx, int S, int E, int kind,
+                                   int ndim, const int *shape)
+{
+    const char *op = ad__gather_names[kind];
+    size_t P;
+    ad_tensor *y;
+    ad__node *node;
+    if (!g) return NULL;
+    y = ad__tensor(T, op, ndim, shape, 1);
+    if (!y) return NULL;
+    P = y->size / ((size_t)S * E);
+    ad__scatter_kernel(T, g->data, idx, P, (size_t)S, g->size / (P * E), (size_t)E, y->data, 0);
+    node = ad__record1(T, op, y, ad__scatter_backward, g);
+    if (!node) return NULL;
+    node->st.gather.rows = S;
+    node->st.gather.row_len = E;
+    node->st.gather.kind = kind;
+    node->st.gather.index = idx;
+    return y;
+}
+
 /* Take and put: a take reads each value of its result from one position of its source; a put,
    its adjoint, adds each value of its input into the source's shape at those positions. Each
    one's gradient is the other, so derivatives of any order exist. One struct on the tape
@@ -6977,23 +7172,6 @@ AD__PRIVATE int ad__win_save(ad_tape *T, ad__node *n, const ad__win2d *G, const 
     return 1;
 }
 
-/* Short loops written in blocks of eight, which compilers vectorise even at -O2. */
-AD__PRIVATE void ad__nn_copy(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, size_t n)
-{
-    size_t i = 0, j;
-    for (; i + 8 <= n; i += 8)
-        for (j = 0; j < 8; j++) y[i + j] = x[i + j];
-    for (; i < n; i++) y[i] = x[i];
-}
-
-AD__PRIVATE void ad__nn_add(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRICT x, size_t n)
-{
-    size_t i = 0, j;
-    for (; i + 8 <= n; i += 8)
-        for (j = 0; j < 8; j++) y[i + j] += x[i + j];
-    for (; i < n; i++) y[i] += x[i];
-}
-
 /* y = v (add 0) or y += v (add 1) */
 AD__PRIVATE void ad__nn_fill(ad_real *AD__RESTRICT y, ad_real v, size_t n, int add)
 {
@@ -7618,196 +7796,6 @@ AD__PRIVATE int ad__pool_geom(ad_tape *T, const char *op, const ad_tensor *x, in
     G->oh = (int)((ph2 - kh) / G->sh + 1);
     G->ow = (int)((pw2 - kw) / G->sw + 1);
     return 1;
-}
-
-/* Gather and scatter sharing one saved index array (on the tape), the pair behind max pooling
-   and embedding. Both view their data as P planes: the source of a gather has S rows of E
-   values per plane, its result L rows; row o of plane p is source row idx[p * L + o] of that
-   plane. The scatter adds the rows back: each is the other's adjoint, so each one's gradient
-   is the other. The entry keeps an ad__gather_state. */
-enum ad__gather_kind { AD__GATHER_MAX_POOL, AD__GATHER_EMBEDDING };
-static const char *const ad__gather_names[] = { "ad_max_pool2d", "ad_embedding" };
-
-AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const int *idx, int S, int E, int kind,
-                                  int ndim, const int *shape);
-AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const int *idx, int S, int E, int kind,
-                                   int ndim, const int *shape);
-
-/* The fewest planes of `values` values each that make whole blocks of AD__STORE_BLOCK values:
-   work split over threads by planes is cut in runs of that many, so that no two threads write
-   to one cache line. */
-AD__INLINE size_t ad__plane_block(size_t values)
-{
-    size_t block = AD__STORE_BLOCK;
-    while (block > 1 && values % 2 == 0) {
-        values /= 2;
-        block /= 2;
-    }
-    return block;
-}
-
-typedef struct ad__scatter_job {
-    const ad_real *g;
-    const int *idx;
-    size_t S, L, E;
-    ad_real *y;
-    int add;
-} ad__scatter_job;
-
-/* Planes [lo, hi) of a scatter: each plane's rows land in that plane alone. */
-AD__PRIVATE void ad__scatter_planes(const void *ctx, size_t lo, size_t hi)
-{
-    const ad__scatter_job *j = (const ad__scatter_job *)ctx;
-    size_t p, o, S = j->S, L = j->L, E = j->E;
-    if (!j->add) memset(j->y + lo * S * E, 0, (hi - lo) * S * E * sizeof(ad_real));
-    for (p = lo; p < hi; p++) {
-        const int *ip = j->idx + p * L;
-        const ad_real *src = j->g + p * L * E;
-        ad_real *dst = j->y + p * S * E;
-        if (E == 1) {
-            for (o = 0; o < L; o++) dst[ip[o]] += src[o];
-        } else {
-            for (o = 0; o < L; o++) ad__nn_add(dst + (size_t)ip[o] * E, src + o * E, E);
-        }
-    }
-}
-
-/* y (+)= the rows of g added at idx: y has P planes of S rows, g P planes of L rows, E values
-   each. Only the rows named by idx are written when add is set. The planes (a max pooling's
-   images and channels) are split over T's threads from AD__SPLIT_HEAVY values of y. */
-AD__PRIVATE void ad__scatter_kernel(ad_tape *T, const ad_real *g, const int *idx, size_t P, size_t S, size_t L,
-                                    size_t E, ad_real *y, int add)
-{
-    ad__scatter_job job;
-    job.g = g;
-    job.idx = idx;
-    job.S = S;
-    job.L = L;
-    job.E = E;
-    job.y = y;
-    job.add = add;
-    ad__parallel_items(T, ad__scatter_planes, &job, P, S * E, ad__plane_block(S * E));
-}
-
-AD__PRIVATE void ad__gather_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
-{
-    ad_tensor *v = n->in[0];
-    size_t E = (size_t)n->st.gather.row_len, P = v->size / ((size_t)n->st.gather.rows * E);
-    ad_real *d;
-    int add;
-    if (!ad__wants(S, v)) return;
-    if (!S->create_graph) {
-        /* straight into the gradient buffer: for an embedding, only the rows used are touched */
-        if ((d = ad__grad_target(S, v, &add)) != NULL)
-            ad__scatter_kernel(S->T, g->data, n->st.gather.index, P, (size_t)n->st.gather.rows, g->size / (P * E), E, d, add);
-        return;
-    }
-    ad__accum(S, v, ad__scatter(S->T, g, n->st.gather.index, n->st.gather.rows, n->st.gather.row_len, n->st.gather.kind, v->ndim, v->shape), 1);
-}
-
-AD__PRIVATE void ad__scatter_backward(ad__sweep *S, ad__node *n, ad_tensor *u)
-{
-    ad_tensor *g = n->in[0];
-    ad__accum(S, g, ad__gather(S->T, u, n->st.gather.index, n->st.gather.rows, n->st.gather.row_len, n->st.gather.kind, g->ndim, g->shape), 1);
-}
-
-/* Rows [lo, hi) of the gather's result, counted over all planes. */
-typedef struct ad__gather_job {
-    const ad_real *src;
-    ad_real *dst;
-    const int *idx;
-    size_t S, L, E, rows_per_task, rows;
-} ad__gather_job;
-
-AD__PRIVATE void ad__gather_rows(const ad__gather_job *j, size_t lo, size_t hi)
-{
-    size_t r = lo, E = j->E;
-    while (r < hi) {
-        size_t p = r / j->L, end = (p + 1) * j->L < hi ? (p + 1) * j->L : hi;
-        const ad_real *plane = j->src + p * j->S * E;
-        if (E == 1) {
-            for (; r < end; r++) j->dst[r] = plane[j->idx[r]];
-        } else if (E < 64) {
-            for (; r < end; r++) ad__nn_copy(j->dst + r * E, plane + (size_t)j->idx[r] * E, E);
-        } else {
-            /* Long rows, often from main memory: the C library's copy moves them fastest. The
-               first line of each row is requested AD__GATHER_AHEAD rows early, so that the
-               misses (and page walks) of many rows overlap; the hardware prefetcher streams
-               the rest of a row once its copy has begun. */
-            size_t ahead = r;
-            for (; ahead < end && ahead < r + AD__GATHER_AHEAD; ahead++)
-                AD__PREFETCH_READ(plane + (size_t)j->idx[ahead] * E);
-            for (; r < end; r++) {
-                if (ahead < end) AD__PREFETCH_READ(plane + (size_t)j->idx[ahead++] * E);
-                memcpy(j->dst + r * E, plane + (size_t)j->idx[r] * E, E * sizeof(ad_real));
-            }
-        }
-    }
-}
-
-AD__PRIVATE void ad__gather_task(void *ctx, int task, int thread)
-{
-    const ad__gather_job *j = (const ad__gather_job *)ctx;
-    size_t lo = (size_t)task * j->rows_per_task, hi = lo + j->rows_per_task < j->rows ? lo + j->rows_per_task : j->rows;
-    (void)thread;
-    ad__gather_rows(j, lo, hi);
-}
-
-/* Gathers of many long rows, such as a batch of images picked from a data set held as one
-   tensor, are split over the tape's threads: from this many values, where the rows come
-   mostly from main memory and a second core fetching half of them halves the wait. */
-#define AD__GATHER_SPLIT ((size_t)1 << 15)
-
-AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const int *idx, int S, int E, int kind,
-                                  int ndim, const int *shape)
-{
-    const char *op = ad__gather_names[kind];
-    ad__gather_job job;
-    ad_tensor *y;
-    ad__node *node;
-    int tasks;
-    if (!v) return NULL;
-    y = ad__tensor(T, op, ndim, shape, 1);
-    if (!y) return NULL;
-    job.src = v->data;
-    job.dst = y->data;
-    job.idx = idx;
-    job.S = (size_t)S;
-    job.E = (size_t)E;
-    job.L = y->size / (v->size / ((size_t)S * E) * (size_t)E);
-    job.rows = y->size / (size_t)E;
-    tasks = y->size >= AD__GATHER_SPLIT && E >= 16 ? ad__thread_count(T) : 1;
-    job.rows_per_task = (job.rows + (size_t)tasks - 1) / (size_t)tasks;
-    if (tasks > 1) ad__parallel(T, ad__gather_task, &job, tasks);
-    else ad__gather_rows(&job, 0, job.rows);
-    node = ad__record1(T, op, y, ad__gather_backward, v);
-    if (!node) return NULL;
-    node->st.gather.rows = S;
-    node->st.gather.row_len = E;
-    node->st.gather.kind = kind;
-    node->st.gather.index = idx;
-    return y;
-}
-
-AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const int *idx, int S, int E, int kind,
-                                   int ndim, const int *shape)
-{
-    const char *op = ad__gather_names[kind];
-    size_t P;
-    ad_tensor *y;
-    ad__node *node;
-    if (!g) return NULL;
-    y = ad__tensor(T, op, ndim, shape, 1);
-    if (!y) return NULL;
-    P = y->size / ((size_t)S * E);
-    ad__scatter_kernel(T, g->data, idx, P, (size_t)S, g->size / (P * E), (size_t)E, y->data, 0);
-    node = ad__record1(T, op, y, ad__scatter_backward, g);
-    if (!node) return NULL;
-    node->st.gather.rows = S;
-    node->st.gather.row_len = E;
-    node->st.gather.kind = kind;
-    node->st.gather.index = idx;
-    return y;
 }
 
 /* Row oy of max pooling one output at a time, for rows that hold a NaN: the first real cell
