@@ -747,6 +747,20 @@ AUTODIFF_API void ad_params_zero_grad_on(ad_params *P, ad_tape *T);
    alone; checkpoints keep them. Frozen entries suit state that is not learned by gradient,
    such as batch norm's running statistics. Returns 0, or -1 with the store's error set. */
 AUTODIFF_API int ad_params_set_trainable(ad_params *P, int id, int trainable);
+/* Puts parameter id in a parameter group, as PyTorch's param groups are used: its learning rate
+   is the optimizer's lr times lr_scale (default 1; finite and >= 0), and weight_decay 0 exempts
+   it from the optimizer's weight decay (default 1: decayed), so that AdamW, or any optimizer
+   with weight_decay, leaves biases, norms and embeddings undecayed. Every optimizer kind
+   honours both, on threads too (ad_optim_step_on), including a schedule's lr set with
+   ad_optim_set_lr, which each step scales anew. Checkpoints keep both, and loading one restores
+   them (see >>api:checkpoint).
+   Returns 0, or -1 with the store's error set (no such parameter, or lr_scale negative or not
+   finite; the setting stays as it was). */
+AUTODIFF_API int ad_params_set_group(ad_params *P, int id, double lr_scale, int weight_decay);
+/* Parameter id's group settings into *lr_scale and *weight_decay (1: decayed, 0: exempt);
+   either pointer may be NULL. Returns 0, or -1 with the store's error set when there is no
+   such parameter (the outputs are then left alone). */
+AUTODIFF_API int ad_params_group(ad_params *P, int id, double *lr_scale, int *weight_decay);
 /* Bytes of the program's own that travel with the store's checkpoints: what a training run
    needs to continue where it stopped beyond the parameters and the optimizer (the epoch, a
    batcher's position from ad_batcher_get_state, the random state of dropout masks). The len
@@ -765,28 +779,47 @@ AUTODIFF_API ad_tensor *ad_param(ad_tape *T, ad_params *P, int id);
 
 /* >>api:optim ---------------------------------------------------------------------------------
    Optimizers update a whole store from its gradients with PyTorch's semantics (torch.optim.SGD,
-   Adam, AdamW, without amsgrad / maximize). Their state (momentum, m, v) lives in flat buffers
-   parallel to the store's. Make the optimizer after adding every parameter. Errors go to the
-   store's message. */
-typedef enum ad_optim_kind { AD_OPTIM_SGD = 0, AD_OPTIM_ADAM, AD_OPTIM_ADAMW } ad_optim_kind;
+   Adam, AdamW, RMSprop, Adagrad, without amsgrad / maximize / sparse gradients). Their state
+   (momentum, m, v, running means, sums of squares) lives in flat buffers parallel to the
+   store's. Each parameter's learning rate is lr times its group's lr scale, and its weight
+   decay is the optimizer's or none (ad_params_set_group). Make the optimizer after adding every
+   parameter. Errors go to the store's message. */
+typedef enum ad_optim_kind {
+    AD_OPTIM_SGD = 0,
+    AD_OPTIM_ADAM,
+    AD_OPTIM_ADAMW,
+    AD_OPTIM_RMSPROP,
+    AD_OPTIM_ADAGRAD
+} ad_optim_kind;
 
 /* Optimizer settings; a zero field takes the default shown.
        field         default                  used by
        kind          AD_OPTIM_SGD
-       lr            1e-3                     all
-       momentum      0 (none)                 SGD
+       lr            1e-3; RMSprop and        all (times each parameter's lr scale)
+                     Adagrad: 1e-2
+       momentum      0 (none)                 SGD, RMSprop (its buffer adds g / avg)
        dampening     0                        SGD
        nesterov      0 (off)                  SGD; needs momentum > 0 and dampening 0
-       weight_decay  0; AdamW: 1e-2           SGD and Adam add weight_decay * p to the gradient;
-                                              AdamW multiplies p by 1 - lr * weight_decay
+       weight_decay  0; AdamW: 1e-2           SGD, Adam, RMSprop and Adagrad add weight_decay * p
+                                              to the gradient; AdamW multiplies p by
+                                              1 - lr * weight_decay; parameters put in a group
+                                              without weight decay get none
        beta1, beta2  0.9, 0.999               Adam, AdamW
-       eps           1e-8                     Adam, AdamW
+       eps           1e-8; Adagrad: 1e-10     Adam, AdamW, RMSprop, Adagrad: added to the root
+                                              of the mean (Adagrad: the sum) of squares
        zero_grad     0 (off)                  all: when set, each step also sets every gradient
                                               of the store to zero, each piece right after its
                                               update while it is still in cache, so that the
                                               training loop needs no ad_params_zero_grad pass
-   Because zero means "default", lr, beta1, beta2, eps and AdamW's weight_decay cannot be set to
-   exactly 0 here (AdamW without decay is Adam; ad_optim_set_lr accepts 0). */
+       alpha         0.99                     RMSprop: the running mean of squares is
+                                              v = alpha v + (1 - alpha) g^2
+       centered      0 (off)                  RMSprop: when set, divides by the root of v minus
+                                              the squared running mean of g (same alpha)
+       lr_decay      0                        Adagrad: step t uses lr / (1 + (t - 1) lr_decay)
+       initial_accumulator_value  0           Adagrad: where each sum of squares starts
+   Because zero means "default", lr, beta1, beta2, eps, alpha and AdamW's weight_decay cannot be
+   set to exactly 0 here (AdamW without decay is Adam; ad_optim_set_lr accepts 0). Fields a kind
+   does not use are ignored, but must be finite (a checkpoint stores them all). */
 typedef struct ad_optim_desc {
     ad_optim_kind kind;
     double lr;
@@ -795,6 +828,9 @@ typedef struct ad_optim_desc {
     double weight_decay;
     double beta1, beta2, eps;
     int zero_grad;
+    double alpha;
+    int centered;
+    double lr_decay, initial_accumulator_value;
 } ad_optim_desc;
 
 typedef struct ad_optim ad_optim;
@@ -839,19 +875,24 @@ AUTODIFF_API double ad_lr_cosine(double lr0, double min_lr, int64_t warmup_steps
                                  int64_t step);
 
 /* >>api:checkpoint ----------------------------------------------------------------------------
-   A checkpoint holds every parameter's name, shape, frozen flag and values, optionally an
-   optimizer's kind, settings, step count and state, and the store's extra bytes (the
-   program's own state: ad_params_set_extra), in the little-endian format described at
-   >>impl:checkpoint. Loading validates the whole file against the store (and optimizer) before
-   it changes anything: a truncated, corrupt, foreign or mismatched file is refused with the
-   reason in the store's error, and the parameters and optimizer stay bit for bit as they were.
-   Loading restores the values and the extra bytes, and with an optimizer its step count, state
-   and settings: the file's settings win over the optimizer's, every field of ad_optim_desc
-   (lr and zero_grad included), except that a version 1 file, which has no zero_grad, leaves the
-   optimizer's. The optimizer's kind must be the file's. Gradients are not touched, nor which
-   parameters are frozen (the store's own setting). A file written with an optimizer may be
-   loaded without one. Together these let training continue exactly where a run stopped: the
-   same steps give the same parameters, bit for bit, as if it had never stopped.
+   A checkpoint holds every parameter's name, shape, frozen flag, group (lr scale and whether
+   weight decay applies: ad_params_set_group) and values, optionally an optimizer's kind,
+   settings, step count and state, and the store's extra bytes (the program's own state:
+   ad_params_set_extra), in the little-endian format described at >>impl:checkpoint. Loading
+   validates the whole file against the store (and optimizer) before it changes anything: a
+   truncated, corrupt, foreign or mismatched file is refused with the reason in the store's
+   error, and the parameters and optimizer stay bit for bit as they were.
+   Loading restores the values, the parameters' groups and the extra bytes, and with an
+   optimizer its step count, state and settings: the file's settings win over the optimizer's,
+   every field of ad_optim_desc (lr and zero_grad included), and the file's groups over the
+   store's, as settings of the training; a file of an older version leaves what it does not
+   hold as it was (version 1 has no zero_grad, versions 1 and 2 no groups and none of the
+   RMSprop and Adagrad settings). The optimizer's kind must be the file's, and so must the
+   number of its state buffers (SGD's momentum, RMSprop's momentum and centered). Gradients are
+   not touched, nor which parameters are frozen (the store's own setting, part of its model).
+   A file written with an optimizer may be loaded without one. Together these let training
+   continue exactly where a run stopped: the same steps give the same parameters, bit for bit,
+   as if it had never stopped.
    Every function returns 0 on success and -1 (store's error set) on failure. */
 
 /* Bytes of a checkpoint of P with optimizer O (may be NULL), or 0 when P is NULL or the size
@@ -872,8 +913,8 @@ AUTODIFF_API int ad_checkpoint_save(const char *path, ad_params *P, const ad_opt
 /* Reads the whole file (at most the size of the largest checkpoint this store can accept) and
    loads it as ad_checkpoint_load_memory does. */
 AUTODIFF_API int ad_checkpoint_load(const char *path, ad_params *P, ad_optim *O);
-/* A new store holding the parameters of a checkpoint file (names, shapes, frozen flags, values
-   and extra bytes; optimizer state is skipped), for programs that only run a trained model or
+/* A new store holding the parameters of a checkpoint file (names, shapes, frozen flags, groups,
+   values and extra bytes; optimizer state is skipped), for programs that only run a trained model or
    that read the extra bytes before building their model. The file's table is checked against
    its length before the store grows. Returns NULL on failure with the reason in err (errlen
    bytes, always terminated; may be NULL). */
@@ -8701,6 +8742,8 @@ typedef struct ad__param {
     int ndim;
     int shape[AD_MAX_DIMS];
     int frozen;          /* left alone by optimizers */
+    int no_decay;        /* its group has no weight decay */
+    double lr_scale;     /* its group's factor on the optimizer's lr */
 } ad__param;
 
 struct ad_params {
@@ -8875,6 +8918,7 @@ AUTODIFF_API int ad_params_add(ad_params *P, const char *name, int ndim, const i
     p->offset = P->nscalars;
     p->size = size;
     p->ndim = ndim;
+    p->lr_scale = 1;
     if (ndim > 0) memcpy(p->shape, shape, (size_t)ndim * sizeof(int));
     memset(P->grad + p->offset, 0, size * sizeof(ad_real));
     P->nscalars += size;
@@ -8996,6 +9040,35 @@ AUTODIFF_API int ad_params_set_trainable(ad_params *P, int id, int trainable)
     return 0;
 }
 
+AUTODIFF_API int ad_params_set_group(ad_params *P, int id, double lr_scale, int weight_decay)
+{
+    if (!P) return -1;
+    if (id < 0 || id >= P->n) {
+        ad__pfail(P, "ad_params_set_group: no parameter %d (the store has %d)", id, P->n);
+        return -1;
+    }
+    if (!ad__train_finite(lr_scale) || lr_scale < 0) {
+        ad__pfail(P, "ad_params_set_group: \"%.200s\": lr_scale %g; it must be finite and >= 0", P->items[id].name,
+                  lr_scale);
+        return -1;
+    }
+    P->items[id].lr_scale = lr_scale;
+    P->items[id].no_decay = !weight_decay;
+    return 0;
+}
+
+AUTODIFF_API int ad_params_group(ad_params *P, int id, double *lr_scale, int *weight_decay)
+{
+    if (!P) return -1;
+    if (id < 0 || id >= P->n) {
+        ad__pfail(P, "ad_params_group: no parameter %d (the store has %d)", id, P->n);
+        return -1;
+    }
+    if (lr_scale) *lr_scale = P->items[id].lr_scale;
+    if (weight_decay) *weight_decay = !P->items[id].no_decay;
+    return 0;
+}
+
 /* Loops over a whole store (zeroing gradients, optimizer steps) are split over a tape's threads
    from AD__STORE_SPLIT scalars. Cuts fall on multiples of AD__STORE_BLOCK scalars. */
 
@@ -9087,8 +9160,9 @@ struct ad_optim {
     ad_optim_desc d;      /* the settings, defaults filled in */
     uint64_t steps;
     size_t n;             /* scalars of the store the state was made for */
-    int nbuf;             /* state buffers: SGD 0, or 1 with momentum; Adam, AdamW 2 (m, v) */
-    ad_real *state;       /* nbuf * n values, zero at the start */
+    int nbuf;             /* state buffers: SGD 0, or 1 with momentum; Adam, AdamW 2 (m, v);
+                             RMSprop 1 (v), + 1 with momentum, + 1 centered; Adagrad 1 */
+    ad_real *state;       /* nbuf * n values, zero at the start (Adagrad's: its initial value) */
     double correct1;      /* Adam's bias corrections at the current step t: 1 - beta1^t */
     double correct2;      /* and sqrt(1 - beta2^t) */
 };
@@ -9099,20 +9173,21 @@ AD__PRIVATE ad_optim_desc ad__optim_defaults(const ad_optim_desc *desc)
     ad_optim_desc d;
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
-    if (d.lr == 0) d.lr = 1e-3;
-    if (d.kind != AD_OPTIM_SGD) {
+    if (d.lr == 0) d.lr = d.kind == AD_OPTIM_RMSPROP || d.kind == AD_OPTIM_ADAGRAD ? 1e-2 : 1e-3;
+    if (d.kind == AD_OPTIM_ADAM || d.kind == AD_OPTIM_ADAMW) {
         if (d.beta1 == 0) d.beta1 = 0.9;
         if (d.beta2 == 0) d.beta2 = 0.999;
-        if (d.eps == 0) d.eps = 1e-8;
         if (d.kind == AD_OPTIM_ADAMW && d.weight_decay == 0) d.weight_decay = 1e-2;
     }
+    if (d.kind != AD_OPTIM_SGD && d.eps == 0) d.eps = d.kind == AD_OPTIM_ADAGRAD ? 1e-10 : 1e-8;
+    if (d.kind == AD_OPTIM_RMSPROP && d.alpha == 0) d.alpha = 0.99;
     return d;
 }
 
 /* Why the settings (defaults filled in) cannot be used by their kind of optimizer, or NULL. */
 AD__PRIVATE const char *ad__optim_invalid_for_kind(const ad_optim_desc *d)
 {
-    if ((int)d->kind < (int)AD_OPTIM_SGD || (int)d->kind > (int)AD_OPTIM_ADAMW) return "unknown optimizer kind";
+    if ((int)d->kind < (int)AD_OPTIM_SGD || (int)d->kind > (int)AD_OPTIM_ADAGRAD) return "unknown optimizer kind";
     if (!ad__train_finite(d->lr) || d->lr < 0) return "lr must be finite and >= 0";
     if (!ad__train_finite(d->weight_decay) || d->weight_decay < 0) return "weight_decay must be finite and >= 0";
     if (d->kind == AD_OPTIM_SGD) {
@@ -9122,8 +9197,18 @@ AD__PRIVATE const char *ad__optim_invalid_for_kind(const ad_optim_desc *d)
             return "Nesterov momentum needs momentum > 0 and dampening 0";
         return NULL;
     }
-    if (!(d->beta1 >= 0 && d->beta1 < 1) || !(d->beta2 >= 0 && d->beta2 < 1))
+    if ((d->kind == AD_OPTIM_ADAM || d->kind == AD_OPTIM_ADAMW) &&
+        (!(d->beta1 >= 0 && d->beta1 < 1) || !(d->beta2 >= 0 && d->beta2 < 1)))
         return "beta1 and beta2 must lie in [0, 1)";
+    if (d->kind == AD_OPTIM_RMSPROP) {
+        if (!ad__train_finite(d->momentum) || d->momentum < 0) return "momentum must be finite and >= 0";
+        if (!ad__train_finite(d->alpha) || d->alpha < 0) return "alpha must be finite and >= 0";
+    }
+    if (d->kind == AD_OPTIM_ADAGRAD) {
+        if (!ad__train_finite(d->lr_decay) || d->lr_decay < 0) return "lr_decay must be finite and >= 0";
+        if (!ad__train_finite(d->initial_accumulator_value) || d->initial_accumulator_value < 0)
+            return "initial_accumulator_value must be finite and >= 0";
+    }
     if (!ad__train_finite(d->eps) || d->eps <= 0) return "eps must be finite and > 0";
     return NULL;
 }
@@ -9134,14 +9219,24 @@ AD__PRIVATE const char *ad__optim_invalid(const ad_optim_desc *d)
 {
     const char *why = ad__optim_invalid_for_kind(d);
     if (!why && !(ad__train_finite(d->momentum) && ad__train_finite(d->dampening) && ad__train_finite(d->beta1) &&
-                  ad__train_finite(d->beta2) && ad__train_finite(d->eps)))
-        why = "momentum, dampening, beta1, beta2 and eps must be finite, even where unused";
+                  ad__train_finite(d->beta2) && ad__train_finite(d->eps) && ad__train_finite(d->alpha) &&
+                  ad__train_finite(d->lr_decay) && ad__train_finite(d->initial_accumulator_value)))
+        why = "momentum, dampening, beta1, beta2, eps, alpha, lr_decay and initial_accumulator_value must be "
+              "finite, even where unused";
     return why;
 }
 
+/* The most state buffers an optimizer has (centered RMSprop with momentum). */
+#define AD__OPTIM_MAX_BUFFERS 3
+
 AD__PRIVATE int ad__optim_buffers(const ad_optim_desc *d)
 {
-    return d->kind == AD_OPTIM_SGD ? d->momentum != 0 : 2;
+    switch (d->kind) {
+    case AD_OPTIM_SGD: return d->momentum != 0;
+    case AD_OPTIM_RMSPROP: return 1 + (d->momentum != 0) + (d->centered != 0);
+    case AD_OPTIM_ADAGRAD: return 1;
+    default: return 2;
+    }
 }
 
 AUTODIFF_API ad_optim *ad_optim_new(ad_params *P, const ad_optim_desc *desc)
@@ -9156,7 +9251,7 @@ AUTODIFF_API ad_optim *ad_optim_new(ad_params *P, const ad_optim_desc *desc)
         ad__pfail(P, "ad_optim_new: %s", why);
         return NULL;
     }
-    if (P->nscalars > (size_t)-1 / sizeof(ad_real) / 2) {
+    if (P->nscalars > (size_t)-1 / sizeof(ad_real) / AD__OPTIM_MAX_BUFFERS) {
         ad__pfail(P, "ad_optim_new: %zu scalars are too many for the optimizer's state", P->nscalars);
         return NULL;
     }
@@ -9169,6 +9264,11 @@ AUTODIFF_API ad_optim *ad_optim_new(ad_params *P, const ad_optim_desc *desc)
         return NULL;
     }
     memset(O->state, 0, bytes);
+    if (d.kind == AD_OPTIM_ADAGRAD) {
+        ad_real start = (ad_real)d.initial_accumulator_value;
+        size_t i;
+        for (i = 0; i < P->nscalars; i++) O->state[i] = start;
+    }
     O->P = P;
     O->d = d;
     O->steps = 0;
@@ -9188,14 +9288,15 @@ AUTODIFF_API void ad_optim_free(ad_optim *O)
 /* SGD as torch.optim.SGD: d = g + wd p; with momentum b = d at the first step, then
    b = mu b + (1 - dampening) d, and d = d + mu b (Nesterov) or d = b; finally p -= lr d.
    The branches are folded into coefficients (0 or 1) so that the loop has none. */
-/* One step over the scalars [lo, lo + n) of the store; the compiler vectorises its loops, at
-   the width of the instruction set of the function it is inlined into. With zero set, each
-   gradient is zeroed as soon as it is read: one pass over the gradients instead of two. */
-AD__HOT void ad__sgd_kernel(ad_optim *O, size_t lo, size_t n, int zero)
+/* One step over the scalars [lo, lo + n) of the store, whose group gives the learning rate lr
+   and the weight decay wd; the compiler vectorises its loops, at the width of the instruction
+   set of the function it is inlined into. With zero set, each gradient is zeroed as soon as it
+   is read: one pass over the gradients instead of two. */
+AD__HOT void ad__sgd_kernel(ad_optim *O, size_t lo, size_t n, int zero, double lr_run, double wd_run)
 {
     const ad_optim_desc *d = &O->d;
     ad_real *AD__RESTRICT p = O->P->value + lo, *AD__RESTRICT b = O->state + lo, *AD__RESTRICT g = O->P->grad + lo;
-    ad_real lr = (ad_real)d->lr, wd = (ad_real)d->weight_decay, mu = (ad_real)d->momentum;
+    ad_real lr = (ad_real)lr_run, wd = (ad_real)wd_run, mu = (ad_real)d->momentum;
     ad_real keep = O->steps == 1 ? 0 : mu, take = O->steps == 1 ? 1 : (ad_real)(1 - d->dampening);
     ad_real from_d = d->nesterov ? 1 : 0, from_b = d->nesterov ? mu : 1;
     size_t i;
@@ -9233,18 +9334,19 @@ typedef struct ad__adam_coefs {
     ad_real eps;
 } ad__adam_coefs;
 
-AD__PRIVATE ad__adam_coefs ad__adam_coefs_of(const ad_optim *O)
+/* The coefficients of a run whose group gives the learning rate lr and the weight decay wd. */
+AD__PRIVATE ad__adam_coefs ad__adam_coefs_of(const ad_optim *O, double lr, double wd)
 {
     const ad_optim_desc *d = &O->d;
     int decoupled = d->kind == AD_OPTIM_ADAMW;
     ad__adam_coefs c;
-    c.l2 = (ad_real)(decoupled ? 0 : d->weight_decay);
-    c.shrink = (ad_real)(decoupled ? 1 - d->lr * d->weight_decay : 1);
+    c.l2 = (ad_real)(decoupled ? 0 : wd);
+    c.shrink = (ad_real)(decoupled ? 1 - lr * wd : 1);
     c.b1 = (ad_real)d->beta1;
     c.c1 = (ad_real)(1 - d->beta1);
     c.b2 = (ad_real)d->beta2;
     c.c2 = (ad_real)(1 - d->beta2);
-    c.step = (ad_real)(d->lr / O->correct1);
+    c.step = (ad_real)(lr / O->correct1);
     c.root = (ad_real)O->correct2;
     c.eps = (ad_real)d->eps;
     return c;
@@ -9263,6 +9365,60 @@ AD__HOT void ad__adam_scalars(const ad__adam_coefs *c, ad_real *AD__RESTRICT p, 
     }
 }
 
+/* RMSprop as torch.optim.RMSprop: d = g + wd p; v = alpha v + (1 - alpha) d^2; centered:
+   a = alpha a + (1 - alpha) d and avg = sqrt(v - a^2) + eps, else avg = sqrt(v) + eps; with
+   momentum b = mu b + d / avg and p -= lr b, else p -= lr d / avg. Each product and quotient is
+   taken in PyTorch's order (its addcmul and addcdiv), so float results round as its do. */
+typedef struct ad__rmsprop_coefs {
+    ad_real l2;   /* weight decay, added to the gradient */
+    ad_real a, c; /* alpha, 1 - alpha */
+    ad_real mu;   /* momentum, used with a buffer */
+    ad_real lr, eps;
+} ad__rmsprop_coefs;
+
+/* RMSprop over n scalars, one at a time; b (momentum) and ga (centered) may be NULL. */
+AD__HOT void ad__rmsprop_scalars(const ad__rmsprop_coefs *c, ad_real *AD__RESTRICT p, ad_real *AD__RESTRICT v,
+                                 ad_real *AD__RESTRICT b, ad_real *AD__RESTRICT ga, const ad_real *AD__RESTRICT g,
+                                 size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        ad_real di = g[i] + c->l2 * p[i], avg;
+        v[i] = c->a * v[i] + c->c * di * di;
+        if (ga) {
+            ga[i] = c->a * ga[i] + c->c * di;
+            avg = AD__F(sqrt)(v[i] - ga[i] * ga[i]) + c->eps;
+        } else {
+            avg = AD__F(sqrt)(v[i]) + c->eps;
+        }
+        if (b) {
+            b[i] = c->mu * b[i] + di / avg;
+            p[i] = p[i] - c->lr * b[i];
+        } else {
+            p[i] = p[i] - c->lr * di / avg;
+        }
+    }
+}
+
+/* Adagrad as torch.optim.Adagrad at step t: d = g + wd p; s = s + d^2;
+   p -= clr d / (sqrt(s) + eps) with clr = lr / (1 + (t - 1) lr_decay). */
+typedef struct ad__adagrad_coefs {
+    ad_real l2;  /* weight decay, added to the gradient */
+    ad_real clr; /* the step's learning rate */
+    ad_real eps;
+} ad__adagrad_coefs;
+
+AD__HOT void ad__adagrad_scalars(const ad__adagrad_coefs *c, ad_real *AD__RESTRICT p, ad_real *AD__RESTRICT s,
+                                 const ad_real *AD__RESTRICT g, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        ad_real di = g[i] + c->l2 * p[i];
+        s[i] = s[i] + di * di;
+        p[i] = p[i] - c->clr * di / (AD__F(sqrt)(s[i]) + c->eps);
+    }
+}
+
 #if AD__X86_DISPATCH
 /* The optimizer's loops at the width of AVX-512 and of AVX2, chosen at run time like the GEMM
    kernels. SGD's loops are vectorised by the compiler. Adam's cannot be: sqrt may set errno,
@@ -9271,14 +9427,15 @@ AD__HOT void ad__adam_scalars(const ad__adam_coefs *c, ad_real *AD__RESTRICT p, 
    sqrtpd). Square roots and quotients are correctly rounded, so the two kernels differ from
    the portable one only where the compiler fuses a multiply and an add. */
 static __attribute__((target("avx512f,avx2,fma"))) AD__UNUSED void ad__sgd_avx512(ad_optim *O, size_t lo, size_t n,
-                                                                                  int zero)
+                                                                                  int zero, double lr, double wd)
 {
-    ad__sgd_kernel(O, lo, n, zero);
+    ad__sgd_kernel(O, lo, n, zero, lr, wd);
 }
 
-static __attribute__((target("avx2,fma"))) AD__UNUSED void ad__sgd_avx2(ad_optim *O, size_t lo, size_t n, int zero)
+static __attribute__((target("avx2,fma"))) AD__UNUSED void ad__sgd_avx2(ad_optim *O, size_t lo, size_t n, int zero,
+                                                                        double lr, double wd)
 {
-    ad__sgd_kernel(O, lo, n, zero);
+    ad__sgd_kernel(O, lo, n, zero, lr, wd);
 }
 
 typedef ad_real ad__adam_vec __attribute__((vector_size(32)));
@@ -9310,29 +9467,87 @@ ad__adam_avx2(const ad__adam_coefs *c, ad_real *AD__RESTRICT p, ad_real *AD__RES
     }
     ad__adam_scalars(c, p + i, m + i, v + i, g + i, n - i);
 }
+
+/* RMSprop and Adagrad the same way: their vectors spelled out, their roots and quotients
+   correctly rounded vector instructions. */
+static __attribute__((target("avx2,fma"))) AD__UNUSED void
+ad__rmsprop_avx2(const ad__rmsprop_coefs *c, ad_real *AD__RESTRICT p, ad_real *AD__RESTRICT v,
+                 ad_real *AD__RESTRICT b, ad_real *AD__RESTRICT ga, const ad_real *AD__RESTRICT g, size_t n)
+{
+    enum { VL = (int)(32 / sizeof(ad_real)) };
+    ad__adam_vec pv, vv, bv, av, gv, di, avg;
+    size_t i;
+    for (i = 0; i + VL <= n; i += VL) {
+        memcpy(&pv, p + i, sizeof pv);
+        memcpy(&vv, v + i, sizeof vv);
+        memcpy(&gv, g + i, sizeof gv);
+        di = gv + c->l2 * pv;
+        vv = c->a * vv + c->c * di * di;
+        memcpy(v + i, &vv, sizeof vv);
+        if (ga) {
+            memcpy(&av, ga + i, sizeof av);
+            av = c->a * av + c->c * di;
+            memcpy(ga + i, &av, sizeof av);
+            avg = AD__VEC_SQRT_256(vv - av * av) + c->eps;
+        } else {
+            avg = AD__VEC_SQRT_256(vv) + c->eps;
+        }
+        if (b) {
+            memcpy(&bv, b + i, sizeof bv);
+            bv = c->mu * bv + di / avg;
+            memcpy(b + i, &bv, sizeof bv);
+            pv = pv - c->lr * bv;
+        } else {
+            pv = pv - c->lr * di / avg;
+        }
+        memcpy(p + i, &pv, sizeof pv);
+    }
+    ad__rmsprop_scalars(c, p + i, v + i, b ? b + i : NULL, ga ? ga + i : NULL, g + i, n - i);
+}
+
+static __attribute__((target("avx2,fma"))) AD__UNUSED void
+ad__adagrad_avx2(const ad__adagrad_coefs *c, ad_real *AD__RESTRICT p, ad_real *AD__RESTRICT s,
+                 const ad_real *AD__RESTRICT g, size_t n)
+{
+    enum { VL = (int)(32 / sizeof(ad_real)) };
+    ad__adam_vec pv, sv, gv, di;
+    size_t i;
+    for (i = 0; i + VL <= n; i += VL) {
+        memcpy(&pv, p + i, sizeof pv);
+        memcpy(&sv, s + i, sizeof sv);
+        memcpy(&gv, g + i, sizeof gv);
+        di = gv + c->l2 * pv;
+        sv = sv + di * di;
+        pv = pv - c->clr * di / (AD__VEC_SQRT_256(sv) + c->eps);
+        memcpy(p + i, &pv, sizeof pv);
+        memcpy(s + i, &sv, sizeof sv);
+    }
+    ad__adagrad_scalars(c, p + i, s + i, g + i, n - i);
+}
 #endif
 
 /* One SGD step over the scalars [lo, lo + n) of the store, with the machine's widest vectors;
-   zero: the gradients are zeroed as they are read. */
-AD__PRIVATE void ad__sgd_step(ad_optim *O, size_t lo, size_t n, int zero)
+   zero: the gradients are zeroed as they are read. lr and wd: see ad__sgd_kernel. */
+AD__PRIVATE void ad__sgd_step(ad_optim *O, size_t lo, size_t n, int zero, double lr, double wd)
 {
 #if AD__X86_DISPATCH
     if (ad__isa() == AD__ISA_AVX512) {
-        ad__sgd_avx512(O, lo, n, zero);
+        ad__sgd_avx512(O, lo, n, zero, lr, wd);
         return;
     }
     if (ad__isa() == AD__ISA_AVX2) {
-        ad__sgd_avx2(O, lo, n, zero);
+        ad__sgd_avx2(O, lo, n, zero, lr, wd);
         return;
     }
 #endif
-    ad__sgd_kernel(O, lo, n, zero);
+    ad__sgd_kernel(O, lo, n, zero, lr, wd);
 }
 
-/* One Adam or AdamW step over the scalars [lo, lo + n) of the store. */
-AD__PRIVATE void ad__adam_step(ad_optim *O, size_t lo, size_t n)
+/* One Adam or AdamW step over the scalars [lo, lo + n) of the store, of a group with learning
+   rate lr and weight decay wd. */
+AD__PRIVATE void ad__adam_step(ad_optim *O, size_t lo, size_t n, double lr, double wd)
 {
-    ad__adam_coefs c = ad__adam_coefs_of(O);
+    ad__adam_coefs c = ad__adam_coefs_of(O, lr, wd);
     ad_real *p = O->P->value + lo, *m = O->state + lo, *v = O->state + O->n + lo;
     const ad_real *g = O->P->grad + lo;
 #if AD__X86_DISPATCH
@@ -9344,6 +9559,52 @@ AD__PRIVATE void ad__adam_step(ad_optim *O, size_t lo, size_t n)
     ad__adam_scalars(&c, p, m, v, g, n);
 }
 
+/* One RMSprop step over the scalars [lo, lo + n) of the store, the same way. Its buffers: v,
+   then the momentum buffer when momentum is on, then the mean of g when centered. */
+AD__PRIVATE void ad__rmsprop_step(ad_optim *O, size_t lo, size_t n, double lr, double wd)
+{
+    const ad_optim_desc *d = &O->d;
+    ad__rmsprop_coefs c;
+    ad_real *p = O->P->value + lo, *v = O->state + lo, *next = v + O->n, *b = NULL, *ga = NULL;
+    const ad_real *g = O->P->grad + lo;
+    if (d->momentum != 0) {
+        b = next;
+        next += O->n;
+    }
+    if (d->centered) ga = next;
+    c.l2 = (ad_real)wd;
+    c.a = (ad_real)d->alpha;
+    c.c = (ad_real)(1 - d->alpha);
+    c.mu = (ad_real)d->momentum;
+    c.lr = (ad_real)lr;
+    c.eps = (ad_real)d->eps;
+#if AD__X86_DISPATCH
+    if (ad__isa() >= AD__ISA_AVX2) {
+        ad__rmsprop_avx2(&c, p, v, b, ga, g, n);
+        return;
+    }
+#endif
+    ad__rmsprop_scalars(&c, p, v, b, ga, g, n);
+}
+
+/* One Adagrad step over the scalars [lo, lo + n) of the store, the same way. */
+AD__PRIVATE void ad__adagrad_step(ad_optim *O, size_t lo, size_t n, double lr, double wd)
+{
+    ad__adagrad_coefs c;
+    ad_real *p = O->P->value + lo, *s = O->state + lo;
+    const ad_real *g = O->P->grad + lo;
+    c.l2 = (ad_real)wd;
+    c.clr = (ad_real)(lr / (1 + (double)(O->steps - 1) * O->d.lr_decay));
+    c.eps = (ad_real)O->d.eps;
+#if AD__X86_DISPATCH
+    if (ad__isa() >= AD__ISA_AVX2) {
+        ad__adagrad_avx2(&c, p, s, g, n);
+        return;
+    }
+#endif
+    ad__adagrad_scalars(&c, p, s, g, n);
+}
+
 /* The gradients of frozen parameters, which an optimizer step does not visit, set to zero. */
 AD__PRIVATE void ad__zero_frozen_grads(ad_params *P)
 {
@@ -9352,15 +9613,24 @@ AD__PRIVATE void ad__zero_frozen_grads(ad_params *P)
         if (P->items[i].frozen) memset(P->grad + P->items[i].offset, 0, P->items[i].size * sizeof(ad_real));
 }
 
-/* A step walks the runs of consecutive trained parameters; frozen ones are skipped. Returns the
-   length of the next run at or after parameter *i, its first scalar in *lo, and moves *i past
-   it; 0 when there is none. */
-AD__PRIVATE size_t ad__optim_next_run(const ad_params *P, int *i, size_t *lo)
+/* A step walks the runs of consecutive trained parameters of one group (lr scale and weight
+   decay); frozen ones are skipped. Returns the length of the next run at or after parameter *i,
+   its first scalar in *lo and its first parameter in *first, and moves *i past it; 0 when there
+   is none. A store whose parameters all keep the default group has the runs of its frozen
+   parameters alone. */
+AD__PRIVATE size_t ad__optim_next_run(const ad_params *P, int *i, size_t *lo, int *first)
 {
+    const ad__param *q;
     size_t len = 0;
     while (*i < P->n && P->items[*i].frozen) (*i)++;
-    if (*i < P->n) *lo = P->items[*i].offset;
-    for (; *i < P->n && !P->items[*i].frozen; (*i)++) len += P->items[*i].size;
+    if (*i >= P->n) return 0;
+    *lo = P->items[*i].offset;
+    *first = *i;
+    q = &P->items[*i];
+    for (; *i < P->n && !P->items[*i].frozen && P->items[*i].no_decay == q->no_decay &&
+           P->items[*i].lr_scale == q->lr_scale;
+         (*i)++)
+        len += P->items[*i].size;
     return len;
 }
 
@@ -9383,17 +9653,20 @@ typedef struct ad__optim_job {
    right after its update while they are still in the first-level cache. SGD zeroes each
    gradient in its own loop, as it reads it. */
 
-/* Updates the scalars [lo, lo + n) of the store. */
-AD__PRIVATE void ad__optim_update(ad_optim *O, size_t lo, size_t n)
+/* Updates the scalars [lo, lo + n) of the store, which belong to parameters of group's group. */
+AD__PRIVATE void ad__optim_update(ad_optim *O, size_t lo, size_t n, const ad__param *group)
 {
     size_t piece = O->d.zero_grad ? AD__ZERO_PIECE : n, at, len;
+    double lr = O->d.lr * group->lr_scale, wd = group->no_decay ? 0 : O->d.weight_decay;
     if (O->d.kind == AD_OPTIM_SGD) {
-        ad__sgd_step(O, lo, n, O->d.zero_grad);
+        ad__sgd_step(O, lo, n, O->d.zero_grad, lr, wd);
         return;
     }
     for (at = 0; at < n; at += len) {
         len = n - at < piece ? n - at : piece;
-        ad__adam_step(O, lo + at, len);
+        if (O->d.kind == AD_OPTIM_RMSPROP) ad__rmsprop_step(O, lo + at, len, lr, wd);
+        else if (O->d.kind == AD_OPTIM_ADAGRAD) ad__adagrad_step(O, lo + at, len, lr, wd);
+        else ad__adam_step(O, lo + at, len, lr, wd);
         if (O->d.zero_grad) memset(O->P->grad + lo + at, 0, len * sizeof(ad_real));
     }
 }
@@ -9404,11 +9677,11 @@ AD__PRIVATE void ad__optim_task(void *ctx, int task, int thread)
     const ad__optim_job *job = (const ad__optim_job *)ctx;
     ad_optim *O = job->O;
     size_t from = (size_t)task * job->stretch, to = from + job->stretch, at = 0, lo = 0, len;
-    int i = 0;
+    int i = 0, first = 0;
     (void)thread;
-    while (at < to && (len = ad__optim_next_run(O->P, &i, &lo)) > 0) {
+    while (at < to && (len = ad__optim_next_run(O->P, &i, &lo, &first)) > 0) {
         size_t a = from > at ? from - at : 0, b = to - at < len ? to - at : len;
-        if (a < b) ad__optim_update(O, lo + a, b - a);
+        if (a < b) ad__optim_update(O, lo + a, b - a, &O->P->items[first]);
         at += ad__run_blocks(len);
     }
 }
@@ -9417,7 +9690,7 @@ AUTODIFF_API int ad_optim_step_on(ad_optim *O, ad_tape *T)
 {
     ad__optim_job job;
     size_t line = 0, lo, len;
-    int i = 0, tasks;
+    int i = 0, first, tasks;
     if (!O) return -1;
     if (O->P->nscalars != O->n) {
         ad__pfail(O->P, "%s: the store has %zu scalars, the optimizer was made for %zu; make the "
@@ -9428,7 +9701,7 @@ AUTODIFF_API int ad_optim_step_on(ad_optim *O, ad_tape *T)
     O->steps++;
     O->correct1 = 1 - pow(O->d.beta1, (double)O->steps);
     O->correct2 = sqrt(1 - pow(O->d.beta2, (double)O->steps));
-    while ((len = ad__optim_next_run(O->P, &i, &lo)) > 0) line += ad__run_blocks(len);
+    while ((len = ad__optim_next_run(O->P, &i, &lo, &first)) > 0) line += ad__run_blocks(len);
     tasks = ad__store_tasks(T, line);
     job.O = O;
     job.stretch = ad__store_stretch(line, tasks);
@@ -9498,33 +9771,40 @@ AUTODIFF_API double ad_lr_cosine(double lr0, double min_lr, int64_t warmup_steps
 }
 
 /* >>impl:checkpoint ---------------------------------------------------------------------------
-   Checkpoint format, version 2. Integers and values are little-endian; values are IEEE-754.
+   Checkpoint format, version 3. Integers and values are little-endian; values are IEEE-754.
        offset  bytes  field
        0       8      magic 89 41 44 43 4B 0D 0A 1A ("\x89ADCK\r\n\x1a": text-mode copies break it)
-       8       4      u32 format version: 2
+       8       4      u32 format version: 3
        12      4      u32 element type: 4 = float32, 8 = float64 (its size in bytes)
        16      8      u64 length of the whole file in bytes, checksum included
        24      4      u32 number of parameters
-       28      4      u32 optimizer: 0 none, 1 SGD, 2 Adam, 3 AdamW
+       28      4      u32 optimizer: 0 none, 1 SGD, 2 Adam, 3 AdamW, 4 RMSprop, 5 Adagrad
        32             per parameter, in the store's order: u32 name length (1..AD_PARAM_NAME_MAX),
                       the name's bytes (no terminator), u32 ndim, ndim x u32 dimensions, u32 flags
-                      (bit 0: frozen; the other bits 0)
+                      (bit 0: frozen; bit 1: no weight decay; the other bits 0), f64 lr scale
+                      (finite, >= 0)
        then           the values of every parameter in the same order (the store's flat buffer)
        then           when the optimizer field is not 0: u64 step count; f64 lr, momentum,
                       dampening, weight_decay, beta1, beta2, eps; u32 nesterov (0 or 1); u32
-                      zero_grad (0 or 1); u32 number of state buffers (SGD: 1 with momentum, else
-                      0; Adam, AdamW: 2, m then v); then each buffer, as many values as the
-                      parameters have scalars
+                      zero_grad (0 or 1); f64 alpha, lr_decay, initial_accumulator_value; u32
+                      centered (0 or 1); u32 number of state buffers (SGD: 1 with momentum, else
+                      0; Adam, AdamW: 2, m then v; RMSprop: v, then the momentum buffer with
+                      momentum, then the mean gradient when centered; Adagrad: 1, the sums of
+                      squares); then each buffer, as many values as the parameters have scalars
        then           u64 length of the program's extra bytes (ad_params_set_extra), the bytes
        last    8      u64 FNV-1a 64-bit hash of every byte before it
-   Version 1, still read, has no flags, no zero_grad field and no extra bytes.
+   Versions 1 and 2 are still read. Version 2 has no lr scales, no flag but bit 0, optimizers 0
+   to 3 only, and none of alpha, lr_decay, initial_accumulator_value and centered; version 1,
+   besides, no flags at all, no zero_grad field and no extra bytes.
    The loader checks magic, version, element type, length and hash, then walks the structure
    against the store with bounds checks on every read; it writes nothing until all of it passed. */
 #define AD__CKPT_HEADER 32
 #define AD__CKPT_OPTIM_V1 (8 + 7 * 8 + 4 + 4)
-#define AD__CKPT_OPTIM (AD__CKPT_OPTIM_V1 + 4)
-#define AD__CKPT_VERSION 2
+#define AD__CKPT_OPTIM_V2 (AD__CKPT_OPTIM_V1 + 4)
+#define AD__CKPT_OPTIM (AD__CKPT_OPTIM_V2 + 3 * 8 + 4)
+#define AD__CKPT_VERSION 3
 #define AD__CKPT_FROZEN 1u
+#define AD__CKPT_NO_DECAY 2u
 
 static const unsigned char ad__ckpt_magic[8] = {0x89, 'A', 'D', 'C', 'K', '\r', '\n', 0x1a};
 
@@ -9611,7 +9891,7 @@ AD__PRIVATE size_t ad__ckpt_bytes(const ad_params *P, int nbuf, size_t extra)
 {
     size_t total = AD__CKPT_HEADER + 8 + 8, values = P->nscalars * sizeof(ad_real);
     int i;
-    for (i = 0; i < P->n; i++) total = ad__ckpt_add(total, 12 + P->items[i].namelen + 4 * (size_t)P->items[i].ndim);
+    for (i = 0; i < P->n; i++) total = ad__ckpt_add(total, 20 + P->items[i].namelen + 4 * (size_t)P->items[i].ndim);
     total = ad__ckpt_add(total, values);
     if (nbuf >= 0) total = ad__ckpt_add(total, AD__CKPT_OPTIM);
     for (i = 0; i < nbuf; i++) total = ad__ckpt_add(total, values);
@@ -9636,7 +9916,8 @@ AD__PRIVATE void ad__ckpt_write(unsigned char *buf, size_t len, const ad_params 
         memcpy(p, q->name, q->namelen);
         p = ad__ckpt_put32(p + q->namelen, (uint32_t)q->ndim);
         for (k = 0; k < q->ndim; k++) p = ad__ckpt_put32(p, (uint32_t)q->shape[k]);
-        p = ad__ckpt_put32(p, q->frozen ? AD__CKPT_FROZEN : 0);
+        p = ad__ckpt_put32(p, (q->frozen ? AD__CKPT_FROZEN : 0) | (q->no_decay ? AD__CKPT_NO_DECAY : 0));
+        p = ad__ckpt_putf64(p, q->lr_scale);
     }
     p = ad__ckpt_put_reals(p, P->value, P->nscalars);
     if (O) {
@@ -9650,6 +9931,10 @@ AD__PRIVATE void ad__ckpt_write(unsigned char *buf, size_t len, const ad_params 
         p = ad__ckpt_putf64(p, O->d.eps);
         p = ad__ckpt_put32(p, O->d.nesterov != 0);
         p = ad__ckpt_put32(p, O->d.zero_grad != 0);
+        p = ad__ckpt_putf64(p, O->d.alpha);
+        p = ad__ckpt_putf64(p, O->d.lr_decay);
+        p = ad__ckpt_putf64(p, O->d.initial_accumulator_value);
+        p = ad__ckpt_put32(p, O->d.centered != 0);
         p = ad__ckpt_put32(p, (uint32_t)O->nbuf);
         p = ad__ckpt_put_reals(p, O->state, (size_t)O->nbuf * O->n);
     }
@@ -9698,7 +9983,9 @@ typedef struct ad__ckpt {
     uint32_t kind;                 /* optimizer field of the header */
     uint64_t steps;
     ad_optim_desc d;
-    int has_zero_grad;             /* d.zero_grad comes from the file (version 2) */
+    int has_zero_grad;             /* d.zero_grad comes from the file (version 2 on) */
+    int has_v3_settings;           /* so do alpha, lr_decay, initial_accumulator_value and
+                                      centered (version 3) */
     const unsigned char *extra;    /* the program's extra bytes */
     size_t extra_len;
 } ad__ckpt;
@@ -9742,7 +10029,7 @@ AD__PRIVATE int ad__ckpt_header(ad_params *P, const char *what, const unsigned c
                   stated > (uint64_t)len ? "truncated" : "trailing bytes", len, (unsigned long long)stated);
     else if (ad__ckpt_hash(data, len - 8) != ad__ckpt_get64(data + len - 8))
         ad__pfail(P, "%s: checksum mismatch: the file is corrupt", what);
-    else if ((c->kind = ad__ckpt_get32(data + 28)) > 3)
+    else if ((c->kind = ad__ckpt_get32(data + 28)) > (c->version >= 3 ? 5u : 3u))
         ad__pfail(P, "%s: unknown optimizer kind %lu", what, (unsigned long)c->kind);
     else {
         c->p = data + AD__CKPT_HEADER;
@@ -9763,16 +10050,31 @@ AD__PRIVATE char *ad__file_dims_str(const unsigned char *p, uint32_t ndim, char 
     return buf;
 }
 
-/* A parameter's flags (version 2; version 1 has none: 0), into *flags when it is not NULL. */
-AD__PRIVATE int ad__ckpt_flags(ad_params *P, const char *what, ad__ckpt *c, int i, uint32_t *flags)
+/* A parameter's flags (version 2 on; version 1 has none: 0) and lr scale (version 3; before
+   it: 1), into *flags and *scale when they are not NULL. */
+AD__PRIVATE int ad__ckpt_flags(ad_params *P, const char *what, ad__ckpt *c, int i, uint32_t *flags, double *scale)
 {
-    const unsigned char *p = c->version >= 2 ? ad__ckpt_take(c, 4) : NULL;
+    const unsigned char *p = c->version >= 2 ? ad__ckpt_take(c, 4) : NULL, *s = NULL;
     uint32_t f = p ? ad__ckpt_get32(p) : 0;
-    if (c->version >= 2 && (!p || (f & ~AD__CKPT_FROZEN))) {
+    uint32_t known = c->version >= 3 ? AD__CKPT_FROZEN | AD__CKPT_NO_DECAY : AD__CKPT_FROZEN;
+    double x = 1;
+    if (c->version >= 2 && (!p || (f & ~known))) {
         ad__pfail(P, "%s: parameter %d: malformed flags", what, i);
         return 0;
     }
+    if (c->version >= 3) {
+        if (!(s = ad__ckpt_take(c, 8))) {
+            ad__pfail(P, "%s: parameter %d: malformed lr scale", what, i);
+            return 0;
+        }
+        x = ad__ckpt_getf64(s);
+        if (!ad__train_finite(x) || x < 0) {
+            ad__pfail(P, "%s: parameter %d: lr scale %g; it must be finite and >= 0", what, i, x);
+            return 0;
+        }
+    }
     if (flags) *flags = f;
+    if (scale) *scale = x;
     return 1;
 }
 
@@ -9805,17 +10107,18 @@ AD__PRIVATE int ad__ckpt_entry(ad_params *P, const char *what, ad__ckpt *c, int 
         ad__pfail(P, "%s: parameter %d (\"%.200s\"): shape %s in the file, %s in the store", what, i, q->name, s1, s2);
         return 0;
     }
-    return ad__ckpt_flags(P, what, c, i, NULL);
+    return ad__ckpt_flags(P, what, c, i, NULL, NULL);
 }
 
 /* The optimizer section: settings, step count, state buffers; they must suit O when given. */
 AD__PRIVATE int ad__ckpt_optim(ad_params *P, const char *what, ad__ckpt *c, const ad_optim *O)
 {
-    static const char *const names[] = {"SGD", "Adam", "AdamW"};
-    size_t section = c->version >= 2 ? AD__CKPT_OPTIM : AD__CKPT_OPTIM_V1;
+    static const char *const names[] = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad"};
+    size_t section = c->version >= 3 ? AD__CKPT_OPTIM : c->version >= 2 ? AD__CKPT_OPTIM_V2 : AD__CKPT_OPTIM_V1;
     const unsigned char *p = ad__ckpt_take(c, section);
     const char *why;
-    uint32_t nbuf, nesterov, zero_grad = 0, k;
+    char count[96];
+    uint32_t nbuf, nesterov, zero_grad = 0, centered = 0, k;
     if (!p) {
         ad__pfail(P, "%s: malformed optimizer section", what);
         return 0;
@@ -9835,14 +10138,32 @@ AD__PRIVATE int ad__ckpt_optim(ad_params *P, const char *what, ad__ckpt *c, cons
     if (c->version >= 2) zero_grad = ad__ckpt_get32(p + 68);
     c->d.zero_grad = zero_grad != 0;
     c->has_zero_grad = c->version >= 2;
+    if (c->version >= 3) {
+        c->d.alpha = ad__ckpt_getf64(p + 72);
+        c->d.lr_decay = ad__ckpt_getf64(p + 80);
+        c->d.initial_accumulator_value = ad__ckpt_getf64(p + 88);
+        centered = ad__ckpt_get32(p + 96);
+        c->d.centered = centered != 0;
+    }
+    c->has_v3_settings = c->version >= 3;
     nbuf = ad__ckpt_get32(p + section - 4);
     if (O && c->d.kind != O->d.kind) {
         ad__pfail(P, "%s: optimizer %s in the file, %s here", what, names[c->kind - 1], names[O->d.kind]);
         return 0;
     }
-    why = nesterov > 1 ? "nesterov is not 0 or 1" : zero_grad > 1 ? "zero_grad is not 0 or 1" : ad__optim_invalid(&c->d);
+    why = nesterov > 1     ? "nesterov is not 0 or 1"
+          : zero_grad > 1  ? "zero_grad is not 0 or 1"
+          : centered > 1   ? "centered is not 0 or 1"
+                           : ad__optim_invalid(&c->d);
     if (!why && nbuf != (uint32_t)ad__optim_buffers(&c->d)) why = "wrong number of state buffers";
-    if (!why && O && nbuf != (uint32_t)O->nbuf) why = "momentum is on in one of file and optimizer, off in the other";
+    if (!why && O && nbuf != (uint32_t)O->nbuf) {
+        if (c->d.kind == AD_OPTIM_SGD) why = "momentum is on in one of file and optimizer, off in the other";
+        else {
+            snprintf(count, sizeof count, "the file's momentum and centered need %lu state buffers, the optimizer "
+                     "has %d", (unsigned long)nbuf, O->nbuf);
+            why = count;
+        }
+    }
     if (why) {
         ad__pfail(P, "%s: optimizer settings: %s", what, why);
         return 0;
@@ -9874,6 +10195,19 @@ AD__PRIVATE int ad__ckpt_extra(ad_params *P, const char *what, ad__ckpt *c)
     c->extra_len = (size_t)n;
     c->extra = ad__ckpt_take(c, c->extra_len);
     return 1;
+}
+
+/* Sets every parameter's group from the table of a version 3 file at p, already validated. */
+AD__PRIVATE void ad__ckpt_set_groups(ad_params *P, const unsigned char *p)
+{
+    int i;
+    for (i = 0; i < P->n; i++) {
+        p += 4 + ad__ckpt_get32(p);
+        p += 4 + 4 * (size_t)ad__ckpt_get32(p);
+        P->items[i].no_decay = (ad__ckpt_get32(p) & AD__CKPT_NO_DECAY) != 0;
+        P->items[i].lr_scale = ad__ckpt_getf64(p + 4);
+        p += 12;
+    }
 }
 
 /* Validates the whole checkpoint against P and O; then, and only then, loads it. */
@@ -9911,8 +10245,15 @@ AD__PRIVATE int ad__ckpt_load(const char *what, const unsigned char *data, size_
         return -1;
     }
     ad__ckpt_get_reals(P->value, c.values, P->nscalars);
+    if (c.version >= 3) ad__ckpt_set_groups(P, data + AD__CKPT_HEADER);
     if (O) {
         if (!c.has_zero_grad) c.d.zero_grad = O->d.zero_grad;
+        if (!c.has_v3_settings) {
+            c.d.alpha = O->d.alpha;
+            c.d.centered = O->d.centered;
+            c.d.lr_decay = O->d.lr_decay;
+            c.d.initial_accumulator_value = O->d.initial_accumulator_value;
+        }
         O->d = c.d;
         O->steps = c.steps;
         ad__ckpt_get_reals(O->state, c.state, (size_t)O->nbuf * O->n);
@@ -10068,7 +10409,7 @@ AUTODIFF_API int ad_checkpoint_load(const char *path, ad_params *P, ad_optim *O)
         ad__pfail(P, "ad_checkpoint_load: path is NULL");
         return -1;
     }
-    limit = ad__ckpt_bytes(P, 2, AD_PARAMS_EXTRA_MAX);
+    limit = ad__ckpt_bytes(P, AD__OPTIM_MAX_BUFFERS, AD_PARAMS_EXTRA_MAX);
     if (limit == 0 || limit > (size_t)-1 / 2) limit = (size_t)-1 / 2;
     data = ad__ckpt_read_file(P, "ad_checkpoint_load", path, limit, &len);
     if (!data) return -1;
@@ -10099,7 +10440,7 @@ AD__PRIVATE int ad__ckpt_read_entry(ad_params *P, const char *what, ad__ckpt *c,
         uint32_t dim = ad__ckpt_get32(dims + 4 * k);
         shape[k] = dim > INT_MAX ? -1 : (int)dim; /* ad_params_add refuses what is not positive */
     }
-    return ad__ckpt_flags(P, what, c, (int)i, flags);
+    return ad__ckpt_flags(P, what, c, (int)i, flags, NULL);
 }
 
 /* Adds to the empty store P every parameter named in the checkpoint's table, with zero values,
@@ -10166,9 +10507,12 @@ AUTODIFF_API ad_params *ad_params_load(const char *path, char *err, size_t errle
 
 #undef AD__CKPT_HEADER
 #undef AD__CKPT_OPTIM_V1
+#undef AD__CKPT_OPTIM_V2
 #undef AD__CKPT_OPTIM
 #undef AD__CKPT_VERSION
 #undef AD__CKPT_FROZEN
+#undef AD__CKPT_NO_DECAY
+#undef AD__OPTIM_MAX_BUFFERS
 #undef AD__PARAMS_MAX
 
 /* >>impl:data ------------------------------------------------------------------------------- */
