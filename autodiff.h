@@ -753,7 +753,7 @@ AUTODIFF_API int ad_params_set_trainable(ad_params *P, int id, int trainable);
    with weight_decay, leaves biases, norms and embeddings undecayed. Every optimizer kind
    honours both, on threads too (ad_optim_step_on), including a schedule's lr set with
    ad_optim_set_lr, which each step scales anew. Checkpoints keep both, and loading one restores
-   them (see >>api:checkpoint).
+   them (see >>api:checkpoint). ad_lbfgs ignores them (PyTorch's LBFGS allows one group).
    Returns 0, or -1 with the store's error set (no such parameter, or lr_scale negative or not
    finite; the setting stays as it was). */
 AUTODIFF_API int ad_params_set_group(ad_params *P, int id, double lr_scale, int weight_decay);
@@ -783,7 +783,9 @@ AUTODIFF_API ad_tensor *ad_param(ad_tape *T, ad_params *P, int id);
    (momentum, m, v, running means, sums of squares) lives in flat buffers parallel to the
    store's. Each parameter's learning rate is lr times its group's lr scale, and its weight
    decay is the optimizer's or none (ad_params_set_group). Make the optimizer after adding every
-   parameter. Errors go to the store's message. */
+   parameter. Errors go to the store's message.
+   ad_lbfgs, at the end of this section, is L-BFGS for full-batch fitting: it evaluates the loss
+   itself, through a closure, as torch.optim.LBFGS does. */
 typedef enum ad_optim_kind {
     AD_OPTIM_SGD = 0,
     AD_OPTIM_ADAM,
@@ -873,6 +875,71 @@ AUTODIFF_API double ad_lr_step_decay(double lr0, int64_t step_size, double gamma
    A negative step counts as 0. */
 AUTODIFF_API double ad_lr_cosine(double lr0, double min_lr, int64_t warmup_steps, int64_t total_steps,
                                  int64_t step);
+
+/* L-BFGS, as torch.optim.LBFGS: each ad_lbfgs_step runs up to max_iter iterations of limited-
+   memory BFGS (the two-loop recursion over the last history_size pairs of steps and gradient
+   changes), each with a fixed step lr (the first of all: lr * min(1, 1 / sum |g|)) or a line
+   search that meets the strong Wolfe conditions (c1 1e-4, c2 0.9, at most 25 evaluations, by
+   cubic interpolation, as PyTorch's _strong_wolfe). It suits full-batch fitting of small and
+   middle-sized problems, and needs the loss as a function it can evaluate again: a closure.
+
+   The closure records the loss on tape T from the store's parameters (ad_param), runs
+   ad_backward on it and returns its value (ad_item), or NaN when something failed. Before each
+   call ad_lbfgs_step resets T and sets the store's gradients to zero, so the closure needs
+   neither; keep nothing on T across a step. Trained parameters move; frozen ones
+   (ad_params_set_trainable) stay, and lr scales and weight-decay groups are ignored, as
+   PyTorch's LBFGS takes one group. The state (history, last direction and step) is kept
+   between steps, not in checkpoints. */
+typedef double (*ad_closure)(ad_tape *T, void *ctx);
+
+typedef enum ad_line_search {
+    AD_LINE_SEARCH_NONE = 0,     /* a fixed step of lr along the direction */
+    AD_LINE_SEARCH_STRONG_WOLFE  /* PyTorch's line_search_fn="strong_wolfe" */
+} ad_line_search;
+
+/* L-BFGS settings; a zero field takes PyTorch's default shown.
+       field             default             meaning
+       lr                1                   step length (the line search's first trial)
+       max_iter          20                  iterations per ad_lbfgs_step
+       max_eval          max_iter * 5 / 4    closure calls per step (checked after each iteration)
+       tolerance_grad    1e-7                stop when max |g| is at most this
+       tolerance_change  1e-9                stop when the loss or every component of the step
+                                             changes by less (directional derivative: above -it)
+       history_size      100                 pairs of steps and gradient changes kept
+       line_search       AD_LINE_SEARCH_NONE
+   Negative numbers are refused; tolerances of exactly 0 cannot be set (zero means default), but
+   a tiny one such as 1e-300 stops no sooner. */
+typedef struct ad_lbfgs_desc {
+    double lr;
+    int max_iter, max_eval;
+    double tolerance_grad, tolerance_change;
+    int history_size;
+    ad_line_search line_search;
+} ad_lbfgs_desc;
+
+typedef struct ad_lbfgs ad_lbfgs;
+
+/* L-BFGS over the trained parameters of P (desc NULL: all defaults). Make it after adding every
+   parameter. Returns NULL when the settings are invalid or memory runs out, with P's error set.
+   Its memory: about 8 copies of the store's values, and 2 more for each history pair, made as
+   the history grows. */
+AUTODIFF_API ad_lbfgs *ad_lbfgs_new(ad_params *P, const ad_lbfgs_desc *desc);
+AUTODIFF_API void ad_lbfgs_free(ad_lbfgs *L);
+/* One optimization step (up to max_iter iterations) with closure(T, ctx) evaluating the loss.
+   Returns the loss at the parameters as they were when it was called, as PyTorch's step does.
+   On failure (the closure returned NaN, a gradient had a NaN or an infinity, T or closure NULL,
+   parameters added after ad_lbfgs_new, out of memory) returns NaN with P's error set, which
+   quotes T's error when the closure left one; the parameters are then those of the last
+   completed iteration, and a later step goes on from there. A loss of +Inf at a trial point is
+   no failure: the line search backs off from it. Threads: the closure's ops
+   and the zeroing of gradients run on T's threads; L-BFGS's own arithmetic (dot products in
+   double, in one fixed order) on the calling thread, so results do not depend on the count. */
+AUTODIFF_API double ad_lbfgs_step(ad_lbfgs *L, ad_tape *T, ad_closure closure, void *ctx);
+/* The settings in use, defaults filled in (all zero for NULL). */
+AUTODIFF_API ad_lbfgs_desc ad_lbfgs_settings(const ad_lbfgs *L);
+/* Iterations and closure calls of all steps so far (PyTorch's state n_iter and func_evals). */
+AUTODIFF_API int64_t ad_lbfgs_iterations(const ad_lbfgs *L);
+AUTODIFF_API int64_t ad_lbfgs_evaluations(const ad_lbfgs *L);
 
 /* >>api:checkpoint ----------------------------------------------------------------------------
    A checkpoint holds every parameter's name, shape, frozen flag, group (lr scale and whether
@@ -9768,6 +9835,480 @@ AUTODIFF_API double ad_lr_cosine(double lr0, double min_lr, int64_t warmup_steps
     if (step >= total_steps) return min_lr;
     t = (double)(step - warmup_steps) / (double)(total_steps - warmup_steps);
     return min_lr + (lr0 - min_lr) * 0.5 * (1 + cos(3.14159265358979323846 * t));
+}
+
+/* L-BFGS, a port of torch.optim.LBFGS (its step, _strong_wolfe and _cubic_interpolate) that
+   keeps its order of operations: vectors of n scalars (the whole store; frozen parameters'
+   gradients read as 0, so their components of every direction are 0 and they never move) in
+   ad_real, scalars (losses, dot products, steps) in double. */
+struct ad_lbfgs {
+    ad_params *P;
+    ad_lbfgs_desc d;      /* the settings, defaults filled in */
+    size_t n;             /* scalars of the store it was made for */
+    int64_t iterations;   /* PyTorch's state n_iter */
+    int64_t evaluations;  /* and func_evals */
+    ad_real *x;           /* the parameters where the present iteration started */
+    ad_real *dir;         /* d, the direction */
+    ad_real *g;           /* flat_grad, the gradient at the present point */
+    ad_real *g_prev;      /* prev_flat_grad */
+    ad_real *ls;          /* the line search's four gradients (g_new, g_prev, the bracket's two) */
+    ad_real **hist;       /* history pairs, oldest first: hist[k] holds y, then s (2n values) */
+    ad_real *spare;       /* a pair's room for the next y and s, or NULL */
+    double *ro, *al;      /* 1 / (y . s) of each pair; the two-loop recursion's alphas */
+    int nhist;            /* pairs held, up to history_size */
+    double t, H_diag, prev_loss;
+};
+
+AD__PRIVATE ad_lbfgs_desc ad__lbfgs_defaults(const ad_lbfgs_desc *desc)
+{
+    ad_lbfgs_desc d;
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    if (d.lr == 0) d.lr = 1;
+    if (d.max_iter == 0) d.max_iter = 20;
+    if (d.max_eval == 0) d.max_eval = d.max_iter > INT_MAX / 5 ? INT_MAX / 4 : d.max_iter * 5 / 4;
+    if (d.tolerance_grad == 0) d.tolerance_grad = 1e-7;
+    if (d.tolerance_change == 0) d.tolerance_change = 1e-9;
+    if (d.history_size == 0) d.history_size = 100;
+    return d;
+}
+
+AD__PRIVATE const char *ad__lbfgs_invalid(const ad_lbfgs_desc *d)
+{
+    if (!ad__train_finite(d->lr) || d->lr < 0) return "lr must be finite and >= 0";
+    if (d->max_iter < 0 || d->max_eval < 0) return "max_iter and max_eval must be >= 0";
+    if (!ad__train_finite(d->tolerance_grad) || d->tolerance_grad < 0 || !ad__train_finite(d->tolerance_change) ||
+        d->tolerance_change < 0)
+        return "tolerance_grad and tolerance_change must be finite and >= 0";
+    if (d->history_size < 0) return "history_size must be >= 0";
+    if ((int)d->line_search < (int)AD_LINE_SEARCH_NONE || (int)d->line_search > (int)AD_LINE_SEARCH_STRONG_WOLFE)
+        return "unknown line search";
+    return NULL;
+}
+
+AUTODIFF_API ad_lbfgs *ad_lbfgs_new(ad_params *P, const ad_lbfgs_desc *desc)
+{
+    ad_lbfgs_desc d = ad__lbfgs_defaults(desc);
+    const char *why = ad__lbfgs_invalid(&d);
+    size_t vectors = d.line_search == AD_LINE_SEARCH_STRONG_WOLFE ? 8 : 4, n, h;
+    ad_lbfgs *L;
+    if (!P) return NULL;
+    if (why) {
+        ad__pfail(P, "ad_lbfgs_new: %s", why);
+        return NULL;
+    }
+    n = P->nscalars ? P->nscalars : 1;
+    h = (size_t)d.history_size;
+    if (n > (size_t)-1 / sizeof(ad_real) / 8 || h > (size_t)-1 / sizeof(double) / 4) {
+        ad__pfail(P, "ad_lbfgs_new: %zu scalars and %zu history pairs are too many", P->nscalars, h);
+        return NULL;
+    }
+    L = (ad_lbfgs *)AUTODIFF_MALLOC(sizeof(ad_lbfgs));
+    if (L) {
+        memset(L, 0, sizeof *L);
+        L->x = (ad_real *)AUTODIFF_MALLOC(vectors * n * sizeof(ad_real));
+        L->hist = (ad_real **)AUTODIFF_MALLOC((h ? h : 1) * sizeof(ad_real *));
+        L->ro = (double *)AUTODIFF_MALLOC((h ? 2 * h : 1) * sizeof(double));
+    }
+    if (!L || !L->x || !L->hist || !L->ro) {
+        if (L) {
+            AUTODIFF_FREE(L->x);
+            AUTODIFF_FREE(L->hist);
+            AUTODIFF_FREE(L->ro);
+            AUTODIFF_FREE(L);
+        }
+        ad__pfail(P, "ad_lbfgs_new: out of memory for %zu scalars", vectors * n);
+        return NULL;
+    }
+    L->P = P;
+    L->d = d;
+    L->n = P->nscalars;
+    L->dir = L->x + n;
+    L->g = L->dir + n;
+    L->g_prev = L->g + n;
+    L->ls = vectors > 4 ? L->g_prev + n : NULL;
+    L->al = L->ro + h;
+    L->H_diag = 1;
+    return L;
+}
+
+AUTODIFF_API void ad_lbfgs_free(ad_lbfgs *L)
+{
+    int k;
+    if (!L) return;
+    for (k = 0; k < L->nhist; k++) AUTODIFF_FREE(L->hist[k]);
+    AUTODIFF_FREE(L->spare);
+    AUTODIFF_FREE(L->hist);
+    AUTODIFF_FREE(L->ro);
+    AUTODIFF_FREE(L->x);
+    AUTODIFF_FREE(L);
+}
+
+AUTODIFF_API ad_lbfgs_desc ad_lbfgs_settings(const ad_lbfgs *L)
+{
+    ad_lbfgs_desc d;
+    if (L) return L->d;
+    memset(&d, 0, sizeof d);
+    return d;
+}
+
+AUTODIFF_API int64_t ad_lbfgs_iterations(const ad_lbfgs *L) { return L ? L->iterations : 0; }
+AUTODIFF_API int64_t ad_lbfgs_evaluations(const ad_lbfgs *L) { return L ? L->evaluations : 0; }
+
+AD__PRIVATE double ad__lbfgs_dot(const ad_real *a, const ad_real *b, size_t n)
+{
+    double s = 0;
+    size_t i;
+    for (i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
+    return s;
+}
+
+AD__PRIVATE double ad__lbfgs_max_abs(const ad_real *a, size_t n)
+{
+    double m = 0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        double v = AD__F(fabs)(a[i]);
+        if (v > m || v != v) m = v;
+    }
+    return m;
+}
+
+/* The trained parameters set to base + t dir (PyTorch's _add_grad from base); frozen ones, whose
+   direction is 0, are left alone. */
+AD__PRIVATE void ad__lbfgs_move(ad_lbfgs *L, const ad_real *base, double t)
+{
+    ad_params *P = L->P;
+    ad_real tr = (ad_real)t;
+    size_t i;
+    int k;
+    for (k = 0; k < P->n; k++) {
+        const ad__param *q = &P->items[k];
+        if (q->frozen) continue;
+        for (i = q->offset; i < q->offset + q->size; i++) P->value[i] = base[i] + tr * L->dir[i];
+    }
+}
+
+/* One call of the closure on a reset tape with zeroed gradients; its gradient goes into g
+   (frozen parameters' as 0). Returns the loss, or NaN with the store's error set. */
+AD__PRIVATE double ad__lbfgs_eval(ad_lbfgs *L, ad_tape *T, ad_closure closure, void *ctx, ad_real *g)
+{
+    ad_params *P = L->P;
+    double f;
+    int k;
+    ad_params_zero_grad_on(P, T);
+    ad_tape_reset(T);
+    f = closure(T, ctx);
+    if (f != f) {
+        const char *terr = ad_tape_error(T);
+        ad__pfail(P, "ad_lbfgs_step: the closure returned NaN (evaluation %lld)%s%.200s", (long long)L->evaluations + 1,
+                  terr ? "; the tape's error: " : "", terr ? terr : "");
+        return f;
+    }
+    L->evaluations++;
+    for (k = 0; k < P->n; k++) {
+        const ad__param *q = &P->items[k];
+        if (q->frozen) memset(g + q->offset, 0, q->size * sizeof(ad_real));
+        else memcpy(g + q->offset, P->grad + q->offset, q->size * sizeof(ad_real));
+    }
+    /* a NaN or infinite gradient would carry into every later direction and parameter */
+    if (!ad__train_finite(ad__lbfgs_max_abs(g, L->n))) {
+        ad__pfail(P, "ad_lbfgs_step: the gradient at evaluation %lld is not finite (loss %g)",
+                  (long long)L->evaluations, f);
+        return NAN;
+    }
+    return f;
+}
+
+/* _cubic_interpolate: the minimiser of the cubic through (x1, f1) and (x2, f2) with slopes g1
+   and g2, clamped to bounds (NULL: the interval between x1 and x2), or the bounds' midpoint
+   when the cubic has none. The clamps compare as Python's max and min do. A loss of +Inf (a
+   trial step too long for the model, exp overflowing) makes the minimiser NaN, which PyTorch
+   would step to; the midpoint instead halves the bracket, so the search backs off. */
+AD__PRIVATE double ad__cubic_interpolate(double x1, double f1, double g1, double x2, double f2, double g2,
+                                         const double *bounds)
+{
+    double lo = bounds ? bounds[0] : x1 <= x2 ? x1 : x2, hi = bounds ? bounds[1] : x1 <= x2 ? x2 : x1;
+    double d1 = g1 + g2 - 3 * (f1 - f2) / (x1 - x2), d2_square = d1 * d1 - g1 * g2, d2, min_pos;
+    if (d2_square >= 0) {
+        d2 = sqrt(d2_square);
+        if (x1 <= x2) min_pos = x2 - (x2 - x1) * ((g2 + d2 - d1) / (g2 - g1 + 2 * d2));
+        else min_pos = x1 - (x1 - x2) * ((g1 + d2 - d1) / (g1 - g2 + 2 * d2));
+        if (lo > min_pos) min_pos = lo;
+        if (hi < min_pos) min_pos = hi;
+        if (min_pos == min_pos) return min_pos;
+    }
+    return (lo + hi) / 2.; /* also where an infinite loss made the cubic NaN (PyTorch's NaN) */
+}
+
+/* One evaluation of the line search at x + t d; the parameters go back to x afterwards. */
+AD__PRIVATE double ad__lbfgs_try(ad_lbfgs *L, ad_tape *T, ad_closure closure, void *ctx, double t, ad_real *g)
+{
+    double f;
+    ad__lbfgs_move(L, L->x, t);
+    f = ad__lbfgs_eval(L, T, closure, ctx, g);
+    memcpy(L->P->value, L->x, L->n * sizeof(ad_real));
+    return f;
+}
+
+/* _strong_wolfe from x (L->x) along d with first trial t, loss f, gradient L->g and directional
+   derivative gtd, with PyTorch's c1 1e-4, c2 0.9, tolerance_change 1e-9 (its default, which
+   LBFGS does not pass on) and max_ls 25. Sets *t, *f and L->g to the point found; returns the
+   number of evaluations, or -1 when the closure failed. */
+AD__PRIVATE int ad__strong_wolfe(ad_lbfgs *L, ad_tape *T, ad_closure closure, void *ctx, double *t_io, double *f_io,
+                                 double gtd)
+{
+    const double c1 = 1e-4, c2 = 0.9, tolerance_change = 1e-9;
+    const int max_ls = 25;
+    size_t n = L->n;
+    ad_real *g = L->g, *g_new = L->ls, *g_prev_buf = g_new + n, *bg[2];
+    const ad_real *g_prev = g;
+    double t = *t_io, f = *f_io, d_norm = ad__lbfgs_max_abs(L->dir, n), f_new, gtd_new, t_prev = 0, f_prev = f;
+    double gtd_prev = gtd, bracket[2], bracket_f[2], bracket_gtd[2] = {0, 0}, bounds[2], tmp, eps;
+    int evals = 1, ls_iter = 0, done = 0, nbracket = 0, low, high, insuf_progress = 0;
+    bg[0] = g_prev_buf + n;
+    bg[1] = bg[0] + n;
+    f_new = ad__lbfgs_try(L, T, closure, ctx, t, g_new);
+    if (f_new != f_new) return -1;
+    gtd_new = ad__lbfgs_dot(g_new, L->dir, n);
+    while (ls_iter < max_ls) {
+        int above = f_new > (f + c1 * t * gtd) || (ls_iter > 1 && f_new >= f_prev);
+        if (!above && fabs(gtd_new) <= -c2 * gtd) {
+            bracket[0] = t;
+            bracket_f[0] = f_new;
+            memcpy(bg[0], g_new, n * sizeof(ad_real));
+            nbracket = 1;
+            done = 1;
+            break;
+        }
+        if (above || gtd_new >= 0) { /* a bracket: above the Armijo line, or past the minimum */
+            bracket[0] = t_prev, bracket[1] = t;
+            bracket_f[0] = f_prev, bracket_f[1] = f_new;
+            bracket_gtd[0] = gtd_prev, bracket_gtd[1] = gtd_new;
+            memcpy(bg[0], g_prev, n * sizeof(ad_real));
+            memcpy(bg[1], g_new, n * sizeof(ad_real));
+            nbracket = 2;
+            break;
+        }
+        bounds[0] = t + 0.01 * (t - t_prev); /* interpolate */
+        bounds[1] = t * 10;
+        tmp = t;
+        t = ad__cubic_interpolate(t_prev, f_prev, gtd_prev, t, f_new, gtd_new, bounds);
+        t_prev = tmp; /* next step */
+        f_prev = f_new;
+        memcpy(g_prev_buf, g_new, n * sizeof(ad_real));
+        g_prev = g_prev_buf;
+        gtd_prev = gtd_new;
+        f_new = ad__lbfgs_try(L, T, closure, ctx, t, g_new);
+        evals++;
+        if (f_new != f_new) return -1;
+        gtd_new = ad__lbfgs_dot(g_new, L->dir, n);
+        ls_iter++;
+    }
+    if (ls_iter == max_ls) { /* reached the most evaluations */
+        bracket[0] = 0, bracket[1] = t;
+        bracket_f[0] = f, bracket_f[1] = f_new;
+        memcpy(bg[0], g, n * sizeof(ad_real));
+        memcpy(bg[1], g_new, n * sizeof(ad_real));
+        nbracket = 2;
+    }
+    /* zoom: refine the bracket until a point meets the conditions */
+    low = bracket_f[0] <= bracket_f[nbracket - 1] ? 0 : 1;
+    high = 1 - low;
+    while (!done && ls_iter < max_ls) {
+        double bmax = bracket[1] > bracket[0] ? bracket[1] : bracket[0];
+        double bmin = bracket[1] < bracket[0] ? bracket[1] : bracket[0];
+        if (fabs(bracket[1] - bracket[0]) * d_norm < tolerance_change) break;
+        t = ad__cubic_interpolate(bracket[0], bracket_f[0], bracket_gtd[0], bracket[1], bracket_f[1], bracket_gtd[1],
+                                  NULL);
+        /* a trial close to an end of the bracket after one without progress, or outside it, is
+           moved a tenth of the bracket inside */
+        eps = 0.1 * (bmax - bmin);
+        if ((t - bmin < bmax - t ? t - bmin : bmax - t) < eps) {
+            if (insuf_progress || t >= bmax || t <= bmin) {
+                if (fabs(t - bmax) < fabs(t - bmin)) t = bmax - eps;
+                else t = bmin + eps;
+                insuf_progress = 0;
+            } else {
+                insuf_progress = 1;
+            }
+        } else {
+            insuf_progress = 0;
+        }
+        f_new = ad__lbfgs_try(L, T, closure, ctx, t, g_new);
+        evals++;
+        if (f_new != f_new) return -1;
+        gtd_new = ad__lbfgs_dot(g_new, L->dir, n);
+        ls_iter++;
+        if (f_new > (f + c1 * t * gtd) || f_new >= bracket_f[low]) {
+            /* Armijo's condition fails, or no lower than the lowest point */
+            bracket[high] = t;
+            bracket_f[high] = f_new;
+            memcpy(bg[high], g_new, n * sizeof(ad_real));
+            bracket_gtd[high] = gtd_new;
+            low = bracket_f[0] <= bracket_f[1] ? 0 : 1;
+            high = 1 - low;
+        } else {
+            if (fabs(gtd_new) <= -c2 * gtd) {
+                done = 1; /* the Wolfe conditions hold */
+            } else if (gtd_new * (bracket[high] - bracket[low]) >= 0) {
+                ad_real *swap = bg[high]; /* the old high becomes the new low */
+                bracket[high] = bracket[low];
+                bracket_f[high] = bracket_f[low];
+                bg[high] = bg[low];
+                bg[low] = swap;
+                bracket_gtd[high] = bracket_gtd[low];
+            }
+            bracket[low] = t; /* the new point becomes the new low */
+            bracket_f[low] = f_new;
+            memcpy(bg[low], g_new, n * sizeof(ad_real));
+            bracket_gtd[low] = gtd_new;
+        }
+    }
+    *t_io = bracket[low];
+    *f_io = bracket_f[low];
+    memcpy(g, bg[low], n * sizeof(ad_real));
+    return evals;
+}
+
+/* The L-BFGS direction into dir: the two-loop recursion over the history from -g. */
+AD__PRIVATE void ad__lbfgs_direction(ad_lbfgs *L)
+{
+    size_t n = L->n, i;
+    ad_real *q = L->dir, hd = (ad_real)L->H_diag;
+    int k;
+    for (i = 0; i < n; i++) q[i] = -L->g[i];
+    for (k = L->nhist - 1; k >= 0; k--) {
+        const ad_real *y = L->hist[k], *s = y + n;
+        ad_real a;
+        L->al[k] = ad__lbfgs_dot(s, q, n) * L->ro[k];
+        a = (ad_real)-L->al[k];
+        for (i = 0; i < n; i++) q[i] += a * y[i];
+    }
+    for (i = 0; i < n; i++) q[i] *= hd; /* times the initial Hessian: r, the direction */
+    for (k = 0; k < L->nhist; k++) {
+        const ad_real *y = L->hist[k], *s = y + n;
+        double be = ad__lbfgs_dot(y, q, n) * L->ro[k];
+        ad_real a = (ad_real)(L->al[k] - be);
+        for (i = 0; i < n; i++) q[i] += a * s[i];
+    }
+}
+
+/* The history update of an iteration after the first: y = g - g_prev and s = t d become the
+   newest pair when y . s > 1e-10 (the oldest goes when history_size are held). Returns 0, or -1
+   when memory ran out (the history then stays as it was). */
+AD__PRIVATE int ad__lbfgs_update(ad_lbfgs *L)
+{
+    size_t n = L->n, i;
+    ad_real *y, *s, tr = (ad_real)L->t;
+    double ys;
+    int k;
+    if (!L->spare && !(L->spare = (ad_real *)AUTODIFF_MALLOC(2 * (n ? n : 1) * sizeof(ad_real)))) {
+        ad__pfail(L->P, "ad_lbfgs_step: out of memory for a history pair of %zu scalars", 2 * n);
+        return -1;
+    }
+    y = L->spare;
+    s = y + n;
+    for (i = 0; i < n; i++) {
+        y[i] = L->g[i] - L->g_prev[i];
+        s[i] = L->dir[i] * tr;
+    }
+    ys = ad__lbfgs_dot(y, s, n);
+    if (ys > 1e-10) {
+        if (L->nhist == L->d.history_size) { /* the oldest pair makes room */
+            ad_real *oldest = L->hist[0];
+            for (k = 1; k < L->nhist; k++) {
+                L->hist[k - 1] = L->hist[k];
+                L->ro[k - 1] = L->ro[k];
+            }
+            L->nhist--;
+            L->spare = oldest;
+        } else {
+            L->spare = NULL;
+        }
+        L->hist[L->nhist] = y;
+        L->ro[L->nhist] = 1. / ys;
+        L->nhist++;
+        L->H_diag = ys / ad__lbfgs_dot(y, y, n);
+    }
+    return 0;
+}
+
+AUTODIFF_API double ad_lbfgs_step(ad_lbfgs *L, ad_tape *T, ad_closure closure, void *ctx)
+{
+    ad_params *P;
+    double orig_loss, loss, gtd, sum;
+    size_t n, i;
+    int n_iter = 0, current_evals = 1, ls_evals, opt_cond;
+    if (!L) return NAN;
+    P = L->P;
+    n = L->n;
+    if (P->nscalars != L->n) {
+        ad__pfail(P, "ad_lbfgs_step: the store has %zu scalars, L-BFGS was made for %zu; make it after adding every "
+                  "parameter", P->nscalars, L->n);
+        return NAN;
+    }
+    if (!T || !closure) {
+        ad__pfail(P, "ad_lbfgs_step: %s is NULL", !T ? "the tape" : "the closure");
+        return NAN;
+    }
+    orig_loss = loss = ad__lbfgs_eval(L, T, closure, ctx, L->g);
+    if (loss != loss) return loss;
+    opt_cond = ad__lbfgs_max_abs(L->g, n) <= L->d.tolerance_grad;
+    if (opt_cond) return orig_loss;
+    while (n_iter < L->d.max_iter) {
+        if (L->iterations > 0 && ad__lbfgs_update(L) != 0) return NAN;
+        n_iter++;
+        L->iterations++;
+        /* the direction: steepest descent at the very first iteration, then L-BFGS's */
+        if (L->iterations == 1) {
+            for (i = 0; i < n; i++) L->dir[i] = -L->g[i];
+            L->H_diag = 1;
+        } else {
+            ad__lbfgs_direction(L);
+        }
+        memcpy(L->g_prev, L->g, n * sizeof(ad_real));
+        L->prev_loss = loss;
+        /* the step length: a first guess */
+        if (L->iterations == 1) {
+            for (i = 0, sum = 0; i < n; i++) sum += AD__F(fabs)(L->g[i]);
+            sum = 1. / sum;
+            L->t = (sum < 1. ? sum : 1.) * L->d.lr; /* Python's min(1., 1. / sum) */
+        } else {
+            L->t = L->d.lr;
+        }
+        gtd = ad__lbfgs_dot(L->g, L->dir, n);
+        if (gtd > -L->d.tolerance_change) break; /* the directional derivative is below tolerance */
+        memcpy(L->x, P->value, n * sizeof(ad_real));
+        ls_evals = 0;
+        if (L->d.line_search == AD_LINE_SEARCH_STRONG_WOLFE) {
+            ls_evals = ad__strong_wolfe(L, T, closure, ctx, &L->t, &loss, gtd);
+            if (ls_evals < 0) return NAN;
+            ad__lbfgs_move(L, L->x, L->t);
+            opt_cond = ad__lbfgs_max_abs(L->g, n) <= L->d.tolerance_grad;
+        } else {
+            ad__lbfgs_move(L, L->x, L->t);
+            if (n_iter != L->d.max_iter) { /* no evaluation after the last iteration */
+                loss = ad__lbfgs_eval(L, T, closure, ctx, L->g);
+                if (loss != loss) {
+                    memcpy(P->value, L->x, n * sizeof(ad_real));
+                    return NAN;
+                }
+                opt_cond = ad__lbfgs_max_abs(L->g, n) <= L->d.tolerance_grad;
+                ls_evals = 1;
+            }
+        }
+        current_evals += ls_evals;
+        /* the conditions to stop */
+        if (n_iter == L->d.max_iter || current_evals >= L->d.max_eval || opt_cond) break;
+        for (i = 0, sum = 0; i < n; i++) { /* lack of progress: max |d t| */
+            double v = fabs((double)(L->dir[i] * (ad_real)L->t));
+            if (v > sum) sum = v;
+        }
+        if (sum <= L->d.tolerance_change) break;
+        if (fabs(loss - L->prev_loss) < L->d.tolerance_change) break;
+    }
+    return orig_loss;
 }
 
 /* >>impl:checkpoint ---------------------------------------------------------------------------
