@@ -1,4 +1,4 @@
-/* autodiff.h - v0.5.0 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.6.0 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -145,7 +145,8 @@
    stretches of whole cache lines; sums over the last axis by rows and sums of everything (from
    256K values) in chunks whose length depends on the size alone.
    ad_optim_step_on(O, T) and ad_params_zero_grad_on(P, T) lend the same threads to the
-   parameter update of a large store. ad_set_threads(T, n) sets the count; the default is the
+   parameter update of a large store; ad_lbfgs_step runs its closure's ops on T's threads and
+   its own vector arithmetic on the calling thread. ad_set_threads(T, n) sets the count; the default is the
    environment variable AUTODIFF_THREADS, else the number of online processors. Every output
    element is computed by the same operations in the same order whatever the split (sums over
    a convolution's images are taken in parts fixed by the batch size), so results are bitwise
@@ -204,6 +205,12 @@
                       of that size is allocated (images probed before decoding); killed saves'
                       temporary files removed by the next save; ad_batch_norm_init takes err,
                       errlen; loader messages name the function called.
+   0.6.0  2026-11-25  RMSprop (alpha, eps, momentum, centered) and Adagrad (lr_decay,
+                      initial_accumulator_value) as PyTorch's; parameter groups
+                      (ad_params_set_group: an lr scale, weight decay on or off) honoured by
+                      every optimizer; checkpoint format 3 keeps them and the new settings
+                      (formats 1 and 2 still read); ad_lbfgs: torch.optim.LBFGS with its
+                      strong-Wolfe line search, over a closure that records the loss.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -212,7 +219,7 @@
 #include <stdint.h>
 
 #define AUTODIFF_VERSION_MAJOR 0
-#define AUTODIFF_VERSION_MINOR 5
+#define AUTODIFF_VERSION_MINOR 6
 #define AUTODIFF_VERSION_PATCH 0
 
 #ifdef AUTODIFF_STATIC
