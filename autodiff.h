@@ -1,4 +1,4 @@
-/* autodiff.h - v0.5.0 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.6.0 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -134,7 +134,8 @@
    elementwise ops and reductions over large tensors, row gathers) is split over a small pool of
    POSIX threads that each tape starts on first use; plain `cc` on Linux needs no flag (glibc
    older than 2.34 needs -lpthread). ad_optim_step_on(O, T) and ad_params_zero_grad_on(P, T)
-   lend the same threads to the update of a large store.
+   lend the same threads to the update of a large store; ad_lbfgs_step runs its closure's ops
+   on T's threads and its own vector arithmetic on the calling thread.
    ad_set_threads(T, n) sets the count; the default is the environment variable
    AUTODIFF_THREADS, else the number of online processors; ad_set_threads(T, 1) stops the
    workers, which otherwise spin for about a millisecond between jobs before they sleep.
@@ -190,6 +191,20 @@
                       of that size is allocated (images probed before decoding); killed saves'
                       temporary files removed by the next save; ad_batch_norm_init takes err,
                       errlen; loader messages name the function called.
+   0.6.0  2026-11-25  RMSprop (alpha, eps, momentum, centered) and Adagrad (lr_decay,
+                      initial_accumulator_value) as PyTorch's; parameter groups
+                      (ad_params_set_group: an lr scale, weight decay on or off) honoured by
+                      every optimizer; checkpoint format 3 keeps them and the new settings
+                      (formats 1 and 2 still read); ad_lbfgs: torch.optim.LBFGS with its
+                      strong-Wolfe line search, over a closure that records the loss.
+                      Each op defined once: unary, binary and reduction ops are rows of tables
+                      (forward, derivative, split) from which the fused and recorded backward
+                      are generated; typed saved state per family of ops. New ops: log1p,
+                      expm1, softplus, silu, erf, atan, reciprocal, rsqrt, elu, pow_tensor,
+                      min, min_axis, argmax_axis, logsumexp, var_axis, std_axis, prod_axis,
+                      cumsum, squeeze, unsqueeze, stack, pad, index_select, gather, where,
+                      masked_fill; NLL, L1, Huber and KL losses. ad_max passes on NaN as
+                      PyTorch does.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -198,7 +213,7 @@
 #include <stdint.h>
 
 #define AUTODIFF_VERSION_MAJOR 0
-#define AUTODIFF_VERSION_MINOR 5
+#define AUTODIFF_VERSION_MINOR 6
 #define AUTODIFF_VERSION_PATCH 0
 
 #ifdef AUTODIFF_STATIC
@@ -733,6 +748,20 @@ AUTODIFF_API void ad_params_zero_grad_on(ad_params *P, ad_tape *T);
    alone; checkpoints keep them. Frozen entries suit state that is not learned by gradient,
    such as batch norm's running statistics. Returns 0, or -1 with the store's error set. */
 AUTODIFF_API int ad_params_set_trainable(ad_params *P, int id, int trainable);
+/* Puts parameter id in a parameter group, as PyTorch's param groups are used: its learning rate
+   is the optimizer's lr times lr_scale (default 1; finite and >= 0), and weight_decay 0 exempts
+   it from the optimizer's weight decay (default 1: decayed), so that AdamW, or any optimizer
+   with weight_decay, leaves biases, norms and embeddings undecayed. Every optimizer kind
+   honours both, on threads too (ad_optim_step_on), including a schedule's lr set with
+   ad_optim_set_lr, which each step scales anew. Checkpoints keep both, and loading one restores
+   them (see >>api:checkpoint). ad_lbfgs ignores them (PyTorch's LBFGS allows one group).
+   Returns 0, or -1 with the store's error set (no such parameter, or lr_scale negative or not
+   finite; the setting stays as it was). */
+AUTODIFF_API int ad_params_set_group(ad_params *P, int id, double lr_scale, int weight_decay);
+/* Parameter id's group settings into *lr_scale and *weight_decay (1: decayed, 0: exempt);
+   either pointer may be NULL. Returns 0, or -1 with the store's error set when there is no
+   such parameter (the outputs are then left alone). */
+AUTODIFF_API int ad_params_group(ad_params *P, int id, double *lr_scale, int *weight_decay);
 /* Bytes of the program's own that travel with the store's checkpoints: what a training run
    needs to continue where it stopped beyond the parameters and the optimizer (the epoch, a
    batcher's position from ad_batcher_get_state, the random state of dropout masks). The len
@@ -751,28 +780,49 @@ AUTODIFF_API ad_tensor *ad_param(ad_tape *T, ad_params *P, int id);
 
 /* >>api:optim ---------------------------------------------------------------------------------
    Optimizers update a whole store from its gradients with PyTorch's semantics (torch.optim.SGD,
-   Adam, AdamW, without amsgrad / maximize). Their state (momentum, m, v) lives in flat buffers
-   parallel to the store's. Make the optimizer after adding every parameter. Errors go to the
-   store's message. */
-typedef enum ad_optim_kind { AD_OPTIM_SGD = 0, AD_OPTIM_ADAM, AD_OPTIM_ADAMW } ad_optim_kind;
+   Adam, AdamW, RMSprop, Adagrad, without amsgrad / maximize / sparse gradients). Their state
+   (momentum, m, v, running means, sums of squares) lives in flat buffers parallel to the
+   store's. Each parameter's learning rate is lr times its group's lr scale, and its weight
+   decay is the optimizer's or none (ad_params_set_group). Make the optimizer after adding every
+   parameter. Errors go to the store's message.
+   ad_lbfgs, at the end of this section, is L-BFGS for full-batch fitting: it evaluates the loss
+   itself, through a closure, as torch.optim.LBFGS does. */
+typedef enum ad_optim_kind {
+    AD_OPTIM_SGD = 0,
+    AD_OPTIM_ADAM,
+    AD_OPTIM_ADAMW,
+    AD_OPTIM_RMSPROP,
+    AD_OPTIM_ADAGRAD
+} ad_optim_kind;
 
 /* Optimizer settings; a zero field takes the default shown.
        field         default                  used by
        kind          AD_OPTIM_SGD
-       lr            1e-3                     all
-       momentum      0 (none)                 SGD
+       lr            1e-3; RMSprop and        all (times each parameter's lr scale)
+                     Adagrad: 1e-2
+       momentum      0 (none)                 SGD, RMSprop (its buffer adds g / avg)
        dampening     0                        SGD
        nesterov      0 (off)                  SGD; needs momentum > 0 and dampening 0
-       weight_decay  0; AdamW: 1e-2           SGD and Adam add weight_decay * p to the gradient;
-                                              AdamW multiplies p by 1 - lr * weight_decay
+       weight_decay  0; AdamW: 1e-2           SGD, Adam, RMSprop and Adagrad add weight_decay * p
+                                              to the gradient; AdamW multiplies p by
+                                              1 - lr * weight_decay; parameters put in a group
+                                              without weight decay get none
        beta1, beta2  0.9, 0.999               Adam, AdamW
-       eps           1e-8                     Adam, AdamW
+       eps           1e-8; Adagrad: 1e-10     Adam, AdamW, RMSprop, Adagrad: added to the root
+                                              of the mean (Adagrad: the sum) of squares
        zero_grad     0 (off)                  all: when set, each step also sets every gradient
                                               of the store to zero, each piece right after its
                                               update while it is still in cache, so that the
                                               training loop needs no ad_params_zero_grad pass
-   Because zero means "default", lr, beta1, beta2, eps and AdamW's weight_decay cannot be set to
-   exactly 0 here (AdamW without decay is Adam; ad_optim_set_lr accepts 0). */
+       alpha         0.99                     RMSprop: the running mean of squares is
+                                              v = alpha v + (1 - alpha) g^2
+       centered      0 (off)                  RMSprop: when set, divides by the root of v minus
+                                              the squared running mean of g (same alpha)
+       lr_decay      0                        Adagrad: step t uses lr / (1 + (t - 1) lr_decay)
+       initial_accumulator_value  0           Adagrad: where each sum of squares starts
+   Because zero means "default", lr, beta1, beta2, eps, alpha and AdamW's weight_decay cannot be
+   set to exactly 0 here (AdamW without decay is Adam; ad_optim_set_lr accepts 0). Fields a kind
+   does not use are ignored, but must be finite (a checkpoint stores them all). */
 typedef struct ad_optim_desc {
     ad_optim_kind kind;
     double lr;
@@ -781,6 +831,9 @@ typedef struct ad_optim_desc {
     double weight_decay;
     double beta1, beta2, eps;
     int zero_grad;
+    double alpha;
+    int centered;
+    double lr_decay, initial_accumulator_value;
 } ad_optim_desc;
 
 typedef struct ad_optim ad_optim;
@@ -824,20 +877,90 @@ AUTODIFF_API double ad_lr_step_decay(double lr0, int64_t step_size, double gamma
 AUTODIFF_API double ad_lr_cosine(double lr0, double min_lr, int64_t warmup_steps, int64_t total_steps,
                                  int64_t step);
 
+/* L-BFGS, as torch.optim.LBFGS: each ad_lbfgs_step runs up to max_iter iterations of limited-
+   memory BFGS (the two-loop recursion over the last history_size pairs of steps and gradient
+   changes), each with a fixed step lr (the first of all: lr * min(1, 1 / sum |g|)) or a line
+   search that meets the strong Wolfe conditions (c1 1e-4, c2 0.9, at most 25 evaluations, by
+   cubic interpolation, as PyTorch's _strong_wolfe). It suits full-batch fitting of small and
+   middle-sized problems, and needs the loss as a function it can evaluate again: a closure.
+
+   The closure records the loss on tape T from the store's parameters (ad_param), runs
+   ad_backward on it and returns its value (ad_item), or NaN when something failed. Before each
+   call ad_lbfgs_step resets T and sets the store's gradients to zero, so the closure needs
+   neither; keep nothing on T across a step. Trained parameters move; frozen ones
+   (ad_params_set_trainable) stay, and lr scales and weight-decay groups are ignored, as
+   PyTorch's LBFGS takes one group. The state (history, last direction and step) is kept
+   between steps, not in checkpoints. */
+typedef double (*ad_closure)(ad_tape *T, void *ctx);
+
+typedef enum ad_line_search {
+    AD_LINE_SEARCH_NONE = 0,     /* a fixed step of lr along the direction */
+    AD_LINE_SEARCH_STRONG_WOLFE  /* PyTorch's line_search_fn="strong_wolfe" */
+} ad_line_search;
+
+/* L-BFGS settings; a zero field takes PyTorch's default shown.
+       field             default             meaning
+       lr                1                   step length (the line search's first trial)
+       max_iter          20                  iterations per ad_lbfgs_step
+       max_eval          max_iter * 5 / 4    closure calls per step (checked after each iteration)
+       tolerance_grad    1e-7                stop when max |g| is at most this
+       tolerance_change  1e-9                stop when the loss or every component of the step
+                                             changes by less (directional derivative: above -it)
+       history_size      100                 pairs of steps and gradient changes kept
+       line_search       AD_LINE_SEARCH_NONE
+   Negative numbers are refused; tolerances of exactly 0 cannot be set (zero means default), but
+   a tiny one such as 1e-300 stops no sooner. */
+typedef struct ad_lbfgs_desc {
+    double lr;
+    int max_iter, max_eval;
+    double tolerance_grad, tolerance_change;
+    int history_size;
+    ad_line_search line_search;
+} ad_lbfgs_desc;
+
+typedef struct ad_lbfgs ad_lbfgs;
+
+/* L-BFGS over the trained parameters of P (desc NULL: all defaults). Make it after adding every
+   parameter. Returns NULL when the settings are invalid or memory runs out, with P's error set.
+   Its memory: about 8 copies of the store's values, and 2 more for each history pair, made as
+   the history grows. */
+AUTODIFF_API ad_lbfgs *ad_lbfgs_new(ad_params *P, const ad_lbfgs_desc *desc);
+AUTODIFF_API void ad_lbfgs_free(ad_lbfgs *L);
+/* One optimization step (up to max_iter iterations) with closure(T, ctx) evaluating the loss.
+   Returns the loss at the parameters as they were when it was called, as PyTorch's step does.
+   On failure (the closure returned NaN, a gradient had a NaN or an infinity, T or closure NULL,
+   parameters added after ad_lbfgs_new, out of memory) returns NaN with P's error set, which
+   quotes T's error when the closure left one; the parameters are then those of the last
+   completed iteration, and a later step goes on from there. A loss of +Inf at a trial point is
+   no failure: the line search backs off from it. Threads: the closure's ops
+   and the zeroing of gradients run on T's threads; L-BFGS's own arithmetic (dot products in
+   double, in one fixed order) on the calling thread, so results do not depend on the count. */
+AUTODIFF_API double ad_lbfgs_step(ad_lbfgs *L, ad_tape *T, ad_closure closure, void *ctx);
+/* The settings in use, defaults filled in (all zero for NULL). */
+AUTODIFF_API ad_lbfgs_desc ad_lbfgs_settings(const ad_lbfgs *L);
+/* Iterations and closure calls of all steps so far (PyTorch's state n_iter and func_evals). */
+AUTODIFF_API int64_t ad_lbfgs_iterations(const ad_lbfgs *L);
+AUTODIFF_API int64_t ad_lbfgs_evaluations(const ad_lbfgs *L);
+
 /* >>api:checkpoint ----------------------------------------------------------------------------
-   A checkpoint holds every parameter's name, shape, frozen flag and values, optionally an
-   optimizer's kind, settings, step count and state, and the store's extra bytes (the
-   program's own state: ad_params_set_extra), in the little-endian format described at
-   >>impl:checkpoint. Loading validates the whole file against the store (and optimizer) before
-   it changes anything: a truncated, corrupt, foreign or mismatched file is refused with the
-   reason in the store's error, and the parameters and optimizer stay bit for bit as they were.
-   Loading restores the values and the extra bytes, and with an optimizer its step count, state
-   and settings: the file's settings win over the optimizer's, every field of ad_optim_desc
-   (lr and zero_grad included), except that a version 1 file, which has no zero_grad, leaves the
-   optimizer's. The optimizer's kind must be the file's. Gradients are not touched, nor which
-   parameters are frozen (the store's own setting). A file written with an optimizer may be
-   loaded without one. Together these let training continue exactly where a run stopped: the
-   same steps give the same parameters, bit for bit, as if it had never stopped.
+   A checkpoint holds every parameter's name, shape, frozen flag, group (lr scale and whether
+   weight decay applies: ad_params_set_group) and values, optionally an optimizer's kind,
+   settings, step count and state, and the store's extra bytes (the program's own state:
+   ad_params_set_extra), in the little-endian format described at >>impl:checkpoint. Loading
+   validates the whole file against the store (and optimizer) before it changes anything: a
+   truncated, corrupt, foreign or mismatched file is refused with the reason in the store's
+   error, and the parameters and optimizer stay bit for bit as they were.
+   Loading restores the values, the parameters' groups and the extra bytes, and with an
+   optimizer its step count, state and settings: the file's settings win over the optimizer's,
+   every field of ad_optim_desc (lr and zero_grad included), and the file's groups over the
+   store's, as settings of the training; a file of an older version leaves what it does not
+   hold as it was (version 1 has no zero_grad, versions 1 and 2 no groups and none of the
+   RMSprop and Adagrad settings). The optimizer's kind must be the file's, and so must the
+   number of its state buffers (SGD's momentum, RMSprop's momentum and centered). Gradients are
+   not touched, nor which parameters are frozen (the store's own setting, part of its model).
+   A file written with an optimizer may be loaded without one. Together these let training
+   continue exactly where a run stopped: the same steps give the same parameters, bit for bit,
+   as if it had never stopped.
    Every function returns 0 on success and -1 (store's error set) on failure. */
 
 /* Bytes of a checkpoint of P with optimizer O (may be NULL), or 0 when P is NULL or the size
@@ -858,8 +981,8 @@ AUTODIFF_API int ad_checkpoint_save(const char *path, ad_params *P, const ad_opt
 /* Reads the whole file (at most the size of the largest checkpoint this store can accept) and
    loads it as ad_checkpoint_load_memory does. */
 AUTODIFF_API int ad_checkpoint_load(const char *path, ad_params *P, ad_optim *O);
-/* A new store holding the parameters of a checkpoint file (names, shapes, frozen flags, values
-   and extra bytes; optimizer state is skipped), for programs that only run a trained model or
+/* A new store holding the parameters of a checkpoint file (names, shapes, frozen flags, groups,
+   values and extra bytes; optimizer state is skipped), for programs that only run a trained model or
    that read the extra bytes before building their model. The file's table is checked against
    its length before the store grows. Returns NULL on failure with the reason in err (errlen
    bytes, always terminated; may be NULL). */
@@ -8744,6 +8867,8 @@ typedef struct ad__param {
     int ndim;
     int shape[AD_MAX_DIMS];
     int frozen;          /* left alone by optimizers */
+    int no_decay;        /* its group has no weight decay */
+    double lr_scale;     /* its group's factor on the optimizer's lr */
 } ad__param;
 
 struct ad_params {
@@ -8918,6 +9043,7 @@ AUTODIFF_API int ad_params_add(ad_params *P, const char *name, int ndim, const i
     p->offset = P->nscalars;
     p->size = size;
     p->ndim = ndim;
+    p->lr_scale = 1;
     if (ndim > 0) memcpy(p->shape, shape, (size_t)ndim * sizeof(int));
     memset(P->grad + p->offset, 0, size * sizeof(ad_real));
     P->nscalars += size;
@@ -9039,6 +9165,35 @@ AUTODIFF_API int ad_params_set_trainable(ad_params *P, int id, int trainable)
     return 0;
 }
 
+AUTODIFF_API int ad_params_set_group(ad_params *P, int id, double lr_scale, int weight_decay)
+{
+    if (!P) return -1;
+    if (id < 0 || id >= P->n) {
+        ad__pfail(P, "ad_params_set_group: no parameter %d (the store has %d)", id, P->n);
+        return -1;
+    }
+    if (!ad__train_finite(lr_scale) || lr_scale < 0) {
+        ad__pfail(P, "ad_params_set_group: \"%.200s\": lr_scale %g; it must be finite and >= 0", P->items[id].name,
+                  lr_scale);
+        return -1;
+    }
+    P->items[id].lr_scale = lr_scale;
+    P->items[id].no_decay = !weight_decay;
+    return 0;
+}
+
+AUTODIFF_API int ad_params_group(ad_params *P, int id, double *lr_scale, int *weight_decay)
+{
+    if (!P) return -1;
+    if (id < 0 || id >= P->n) {
+        ad__pfail(P, "ad_params_group: no parameter %d (the store has %d)", id, P->n);
+        return -1;
+    }
+    if (lr_scale) *lr_scale = P->items[id].lr_scale;
+    if (weight_decay) *weight_decay = !P->items[id].no_decay;
+    return 0;
+}
+
 /* Loops over a whole store (zeroing gradients, optimizer steps) are split over a tape's threads
    from AD__STORE_SPLIT scalars. Cuts fall on multiples of AD__STORE_BLOCK scalars. */
 
@@ -9130,8 +9285,9 @@ struct ad_optim {
     ad_optim_desc d;      /* the settings, defaults filled in */
     uint64_t steps;
     size_t n;             /* scalars of the store the state was made for */
-    int nbuf;             /* state buffers: SGD 0, or 1 with momentum; Adam, AdamW 2 (m, v) */
-    ad_real *state;       /* nbuf * n values, zero at the start */
+    int nbuf;             /* state buffers: SGD 0, or 1 with momentum; Adam, AdamW 2 (m, v);
+                             RMSprop 1 (v), + 1 with momentum, + 1 centered; Adagrad 1 */
+    ad_real *state;       /* nbuf * n values, zero at the start (Adagrad's: its initial value) */
     double correct1;      /* Adam's bias corrections at the current step t: 1 - beta1^t */
     double correct2;      /* and sqrt(1 - beta2^t) */
 };
@@ -9142,20 +9298,21 @@ AD__PRIVATE ad_optim_desc ad__optim_defaults(const ad_optim_desc *desc)
     ad_optim_desc d;
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
-    if (d.lr == 0) d.lr = 1e-3;
-    if (d.kind != AD_OPTIM_SGD) {
+    if (d.lr == 0) d.lr = d.kind == AD_OPTIM_RMSPROP || d.kind == AD_OPTIM_ADAGRAD ? 1e-2 : 1e-3;
+    if (d.kind == AD_OPTIM_ADAM || d.kind == AD_OPTIM_ADAMW) {
         if (d.beta1 == 0) d.beta1 = 0.9;
         if (d.beta2 == 0) d.beta2 = 0.999;
-        if (d.eps == 0) d.eps = 1e-8;
         if (d.kind == AD_OPTIM_ADAMW && d.weight_decay == 0) d.weight_decay = 1e-2;
     }
+    if (d.kind != AD_OPTIM_SGD && d.eps == 0) d.eps = d.kind == AD_OPTIM_ADAGRAD ? 1e-10 : 1e-8;
+    if (d.kind == AD_OPTIM_RMSPROP && d.alpha == 0) d.alpha = 0.99;
     return d;
 }
 
 /* Why the settings (defaults filled in) cannot be used by their kind of optimizer, or NULL. */
 AD__PRIVATE const char *ad__optim_invalid_for_kind(const ad_optim_desc *d)
 {
-    if ((int)d->kind < (int)AD_OPTIM_SGD || (int)d->kind > (int)AD_OPTIM_ADAMW) return "unknown optimizer kind";
+    if ((int)d->kind < (int)AD_OPTIM_SGD || (int)d->kind > (int)AD_OPTIM_ADAGRAD) return "unknown optimizer kind";
     if (!ad__train_finite(d->lr) || d->lr < 0) return "lr must be finite and >= 0";
     if (!ad__train_finite(d->weight_decay) || d->weight_decay < 0) return "weight_decay must be finite and >= 0";
     if (d->kind == AD_OPTIM_SGD) {
@@ -9165,8 +9322,18 @@ AD__PRIVATE const char *ad__optim_invalid_for_kind(const ad_optim_desc *d)
             return "Nesterov momentum needs momentum > 0 and dampening 0";
         return NULL;
     }
-    if (!(d->beta1 >= 0 && d->beta1 < 1) || !(d->beta2 >= 0 && d->beta2 < 1))
+    if ((d->kind == AD_OPTIM_ADAM || d->kind == AD_OPTIM_ADAMW) &&
+        (!(d->beta1 >= 0 && d->beta1 < 1) || !(d->beta2 >= 0 && d->beta2 < 1)))
         return "beta1 and beta2 must lie in [0, 1)";
+    if (d->kind == AD_OPTIM_RMSPROP) {
+        if (!ad__train_finite(d->momentum) || d->momentum < 0) return "momentum must be finite and >= 0";
+        if (!ad__train_finite(d->alpha) || d->alpha < 0) return "alpha must be finite and >= 0";
+    }
+    if (d->kind == AD_OPTIM_ADAGRAD) {
+        if (!ad__train_finite(d->lr_decay) || d->lr_decay < 0) return "lr_decay must be finite and >= 0";
+        if (!ad__train_finite(d->initial_accumulator_value) || d->initial_accumulator_value < 0)
+            return "initial_accumulator_value must be finite and >= 0";
+    }
     if (!ad__train_finite(d->eps) || d->eps <= 0) return "eps must be finite and > 0";
     return NULL;
 }
@@ -9177,14 +9344,24 @@ AD__PRIVATE const char *ad__optim_invalid(const ad_optim_desc *d)
 {
     const char *why = ad__optim_invalid_for_kind(d);
     if (!why && !(ad__train_finite(d->momentum) && ad__train_finite(d->dampening) && ad__train_finite(d->beta1) &&
-                  ad__train_finite(d->beta2) && ad__train_finite(d->eps)))
-        why = "momentum, dampening, beta1, beta2 and eps must be finite, even where unused";
+                  ad__train_finite(d->beta2) && ad__train_finite(d->eps) && ad__train_finite(d->alpha) &&
+                  ad__train_finite(d->lr_decay) && ad__train_finite(d->initial_accumulator_value)))
+        why = "momentum, dampening, beta1, beta2, eps, alpha, lr_decay and initial_accumulator_value must be "
+              "finite, even where unused";
     return why;
 }
 
+/* The most state buffers an optimizer has (centered RMSprop with momentum). */
+#define AD__OPTIM_MAX_BUFFERS 3
+
 AD__PRIVATE int ad__optim_buffers(const ad_optim_desc *d)
 {
-    return d->kind == AD_OPTIM_SGD ? d->momentum != 0 : 2;
+    switch (d->kind) {
+    case AD_OPTIM_SGD: return d->momentum != 0;
+    case AD_OPTIM_RMSPROP: return 1 + (d->momentum != 0) + (d->centered != 0);
+    case AD_OPTIM_ADAGRAD: return 1;
+    default: return 2;
+    }
 }
 
 AUTODIFF_API ad_optim *ad_optim_new(ad_params *P, const ad_optim_desc *desc)
@@ -9199,7 +9376,7 @@ AUTODIFF_API ad_optim *ad_optim_new(ad_params *P, const ad_optim_desc *desc)
         ad__pfail(P, "ad_optim_new: %s", why);
         return NULL;
     }
-    if (P->nscalars > (size_t)-1 / sizeof(ad_real) / 2) {
+    if (P->nscalars > (size_t)-1 / sizeof(ad_real) / AD__OPTIM_MAX_BUFFERS) {
         ad__pfail(P, "ad_optim_new: %zu scalars are too many for the optimizer's state", P->nscalars);
         return NULL;
     }
@@ -9212,6 +9389,11 @@ AUTODIFF_API ad_optim *ad_optim_new(ad_params *P, const ad_optim_desc *desc)
         return NULL;
     }
     memset(O->state, 0, bytes);
+    if (d.kind == AD_OPTIM_ADAGRAD) {
+        ad_real start = (ad_real)d.initial_accumulator_value;
+        size_t i;
+        for (i = 0; i < P->nscalars; i++) O->state[i] = start;
+    }
     O->P = P;
     O->d = d;
     O->steps = 0;
@@ -9231,14 +9413,15 @@ AUTODIFF_API void ad_optim_free(ad_optim *O)
 /* SGD as torch.optim.SGD: d = g + wd p; with momentum b = d at the first step, then
    b = mu b + (1 - dampening) d, and d = d + mu b (Nesterov) or d = b; finally p -= lr d.
    The branches are folded into coefficients (0 or 1) so that the loop has none. */
-/* One step over the scalars [lo, lo + n) of the store; the compiler vectorises its loops, at
-   the width of the instruction set of the function it is inlined into. With zero set, each
-   gradient is zeroed as soon as it is read: one pass over the gradients instead of two. */
-AD__HOT void ad__sgd_kernel(ad_optim *O, size_t lo, size_t n, int zero)
+/* One step over the scalars [lo, lo + n) of the store, whose group gives the learning rate lr
+   and the weight decay wd; the compiler vectorises its loops, at the width of the instruction
+   set of the function it is inlined into. With zero set, each gradient is zeroed as soon as it
+   is read: one pass over the gradients instead of two. */
+AD__HOT void ad__sgd_kernel(ad_optim *O, size_t lo, size_t n, int zero, double lr_run, double wd_run)
 {
     const ad_optim_desc *d = &O->d;
     ad_real *AD__RESTRICT p = O->P->value + lo, *AD__RESTRICT b = O->state + lo, *AD__RESTRICT g = O->P->grad + lo;
-    ad_real lr = (ad_real)d->lr, wd = (ad_real)d->weight_decay, mu = (ad_real)d->momentum;
+    ad_real lr = (ad_real)lr_run, wd = (ad_real)wd_run, mu = (ad_real)d->momentum;
     ad_real keep = O->steps == 1 ? 0 : mu, take = O->steps == 1 ? 1 : (ad_real)(1 - d->dampening);
     ad_real from_d = d->nesterov ? 1 : 0, from_b = d->nesterov ? mu : 1;
     size_t i;
@@ -9276,18 +9459,19 @@ typedef struct ad__adam_coefs {
     ad_real eps;
 } ad__adam_coefs;
 
-AD__PRIVATE ad__adam_coefs ad__adam_coefs_of(const ad_optim *O)
+/* The coefficients of a run whose group gives the learning rate lr and the weight decay wd. */
+AD__PRIVATE ad__adam_coefs ad__adam_coefs_of(const ad_optim *O, double lr, double wd)
 {
     const ad_optim_desc *d = &O->d;
     int decoupled = d->kind == AD_OPTIM_ADAMW;
     ad__adam_coefs c;
-    c.l2 = (ad_real)(decoupled ? 0 : d->weight_decay);
-    c.shrink = (ad_real)(decoupled ? 1 - d->lr * d->weight_decay : 1);
+    c.l2 = (ad_real)(decoupled ? 0 : wd);
+    c.shrink = (ad_real)(decoupled ? 1 - lr * wd : 1);
     c.b1 = (ad_real)d->beta1;
     c.c1 = (ad_real)(1 - d->beta1);
     c.b2 = (ad_real)d->beta2;
     c.c2 = (ad_real)(1 - d->beta2);
-    c.step = (ad_real)(d->lr / O->correct1);
+    c.step = (ad_real)(lr / O->correct1);
     c.root = (ad_real)O->correct2;
     c.eps = (ad_real)d->eps;
     return c;
@@ -9306,6 +9490,60 @@ AD__HOT void ad__adam_scalars(const ad__adam_coefs *c, ad_real *AD__RESTRICT p, 
     }
 }
 
+/* RMSprop as torch.optim.RMSprop: d = g + wd p; v = alpha v + (1 - alpha) d^2; centered:
+   a = alpha a + (1 - alpha) d and avg = sqrt(v - a^2) + eps, else avg = sqrt(v) + eps; with
+   momentum b = mu b + d / avg and p -= lr b, else p -= lr d / avg. Each product and quotient is
+   taken in PyTorch's order (its addcmul and addcdiv), so float results round as its do. */
+typedef struct ad__rmsprop_coefs {
+    ad_real l2;   /* weight decay, added to the gradient */
+    ad_real a, c; /* alpha, 1 - alpha */
+    ad_real mu;   /* momentum, used with a buffer */
+    ad_real lr, eps;
+} ad__rmsprop_coefs;
+
+/* RMSprop over n scalars, one at a time; b (momentum) and ga (centered) may be NULL. */
+AD__HOT void ad__rmsprop_scalars(const ad__rmsprop_coefs *c, ad_real *AD__RESTRICT p, ad_real *AD__RESTRICT v,
+                                 ad_real *AD__RESTRICT b, ad_real *AD__RESTRICT ga, const ad_real *AD__RESTRICT g,
+                                 size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        ad_real di = g[i] + c->l2 * p[i], avg;
+        v[i] = c->a * v[i] + c->c * di * di;
+        if (ga) {
+            ga[i] = c->a * ga[i] + c->c * di;
+            avg = AD__F(sqrt)(v[i] - ga[i] * ga[i]) + c->eps;
+        } else {
+            avg = AD__F(sqrt)(v[i]) + c->eps;
+        }
+        if (b) {
+            b[i] = c->mu * b[i] + di / avg;
+            p[i] = p[i] - c->lr * b[i];
+        } else {
+            p[i] = p[i] - c->lr * di / avg;
+        }
+    }
+}
+
+/* Adagrad as torch.optim.Adagrad at step t: d = g + wd p; s = s + d^2;
+   p -= clr d / (sqrt(s) + eps) with clr = lr / (1 + (t - 1) lr_decay). */
+typedef struct ad__adagrad_coefs {
+    ad_real l2;  /* weight decay, added to the gradient */
+    ad_real clr; /* the step's learning rate */
+    ad_real eps;
+} ad__adagrad_coefs;
+
+AD__HOT void ad__adagrad_scalars(const ad__adagrad_coefs *c, ad_real *AD__RESTRICT p, ad_real *AD__RESTRICT s,
+                                 const ad_real *AD__RESTRICT g, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        ad_real di = g[i] + c->l2 * p[i];
+        s[i] = s[i] + di * di;
+        p[i] = p[i] - c->clr * di / (AD__F(sqrt)(s[i]) + c->eps);
+    }
+}
+
 #if AD__X86_DISPATCH
 /* The optimizer's loops at the width of AVX-512 and of AVX2, chosen at run time like the GEMM
    kernels. SGD's loops are vectorised by the compiler. Adam's cannot be: sqrt may set errno,
@@ -9314,14 +9552,15 @@ AD__HOT void ad__adam_scalars(const ad__adam_coefs *c, ad_real *AD__RESTRICT p, 
    sqrtpd). Square roots and quotients are correctly rounded, so the two kernels differ from
    the portable one only where the compiler fuses a multiply and an add. */
 static __attribute__((target("avx512f,avx2,fma"))) AD__UNUSED void ad__sgd_avx512(ad_optim *O, size_t lo, size_t n,
-                                                                                  int zero)
+                                                                                  int zero, double lr, double wd)
 {
-    ad__sgd_kernel(O, lo, n, zero);
+    ad__sgd_kernel(O, lo, n, zero, lr, wd);
 }
 
-static __attribute__((target("avx2,fma"))) AD__UNUSED void ad__sgd_avx2(ad_optim *O, size_t lo, size_t n, int zero)
+static __attribute__((target("avx2,fma"))) AD__UNUSED void ad__sgd_avx2(ad_optim *O, size_t lo, size_t n, int zero,
+                                                                        double lr, double wd)
 {
-    ad__sgd_kernel(O, lo, n, zero);
+    ad__sgd_kernel(O, lo, n, zero, lr, wd);
 }
 
 typedef ad_real ad__adam_vec __attribute__((vector_size(32)));
@@ -9353,29 +9592,87 @@ ad__adam_avx2(const ad__adam_coefs *c, ad_real *AD__RESTRICT p, ad_real *AD__RES
     }
     ad__adam_scalars(c, p + i, m + i, v + i, g + i, n - i);
 }
+
+/* RMSprop and Adagrad the same way: their vectors spelled out, their roots and quotients
+   correctly rounded vector instructions. */
+static __attribute__((target("avx2,fma"))) AD__UNUSED void
+ad__rmsprop_avx2(const ad__rmsprop_coefs *c, ad_real *AD__RESTRICT p, ad_real *AD__RESTRICT v,
+                 ad_real *AD__RESTRICT b, ad_real *AD__RESTRICT ga, const ad_real *AD__RESTRICT g, size_t n)
+{
+    enum { VL = (int)(32 / sizeof(ad_real)) };
+    ad__adam_vec pv, vv, bv, av, gv, di, avg;
+    size_t i;
+    for (i = 0; i + VL <= n; i += VL) {
+        memcpy(&pv, p + i, sizeof pv);
+        memcpy(&vv, v + i, sizeof vv);
+        memcpy(&gv, g + i, sizeof gv);
+        di = gv + c->l2 * pv;
+        vv = c->a * vv + c->c * di * di;
+        memcpy(v + i, &vv, sizeof vv);
+        if (ga) {
+            memcpy(&av, ga + i, sizeof av);
+            av = c->a * av + c->c * di;
+            memcpy(ga + i, &av, sizeof av);
+            avg = AD__VEC_SQRT_256(vv - av * av) + c->eps;
+        } else {
+            avg = AD__VEC_SQRT_256(vv) + c->eps;
+        }
+        if (b) {
+            memcpy(&bv, b + i, sizeof bv);
+            bv = c->mu * bv + di / avg;
+            memcpy(b + i, &bv, sizeof bv);
+            pv = pv - c->lr * bv;
+        } else {
+            pv = pv - c->lr * di / avg;
+        }
+        memcpy(p + i, &pv, sizeof pv);
+    }
+    ad__rmsprop_scalars(c, p + i, v + i, b ? b + i : NULL, ga ? ga + i : NULL, g + i, n - i);
+}
+
+static __attribute__((target("avx2,fma"))) AD__UNUSED void
+ad__adagrad_avx2(const ad__adagrad_coefs *c, ad_real *AD__RESTRICT p, ad_real *AD__RESTRICT s,
+                 const ad_real *AD__RESTRICT g, size_t n)
+{
+    enum { VL = (int)(32 / sizeof(ad_real)) };
+    ad__adam_vec pv, sv, gv, di;
+    size_t i;
+    for (i = 0; i + VL <= n; i += VL) {
+        memcpy(&pv, p + i, sizeof pv);
+        memcpy(&sv, s + i, sizeof sv);
+        memcpy(&gv, g + i, sizeof gv);
+        di = gv + c->l2 * pv;
+        sv = sv + di * di;
+        pv = pv - c->clr * di / (AD__VEC_SQRT_256(sv) + c->eps);
+        memcpy(p + i, &pv, sizeof pv);
+        memcpy(s + i, &sv, sizeof sv);
+    }
+    ad__adagrad_scalars(c, p + i, s + i, g + i, n - i);
+}
 #endif
 
 /* One SGD step over the scalars [lo, lo + n) of the store, with the machine's widest vectors;
-   zero: the gradients are zeroed as they are read. */
-AD__PRIVATE void ad__sgd_step(ad_optim *O, size_t lo, size_t n, int zero)
+   zero: the gradients are zeroed as they are read. lr and wd: see ad__sgd_kernel. */
+AD__PRIVATE void ad__sgd_step(ad_optim *O, size_t lo, size_t n, int zero, double lr, double wd)
 {
 #if AD__X86_DISPATCH
     if (ad__isa() == AD__ISA_AVX512) {
-        ad__sgd_avx512(O, lo, n, zero);
+        ad__sgd_avx512(O, lo, n, zero, lr, wd);
         return;
     }
     if (ad__isa() == AD__ISA_AVX2) {
-        ad__sgd_avx2(O, lo, n, zero);
+        ad__sgd_avx2(O, lo, n, zero, lr, wd);
         return;
     }
 #endif
-    ad__sgd_kernel(O, lo, n, zero);
+    ad__sgd_kernel(O, lo, n, zero, lr, wd);
 }
 
-/* One Adam or AdamW step over the scalars [lo, lo + n) of the store. */
-AD__PRIVATE void ad__adam_step(ad_optim *O, size_t lo, size_t n)
+/* One Adam or AdamW step over the scalars [lo, lo + n) of the store, of a group with learning
+   rate lr and weight decay wd. */
+AD__PRIVATE void ad__adam_step(ad_optim *O, size_t lo, size_t n, double lr, double wd)
 {
-    ad__adam_coefs c = ad__adam_coefs_of(O);
+    ad__adam_coefs c = ad__adam_coefs_of(O, lr, wd);
     ad_real *p = O->P->value + lo, *m = O->state + lo, *v = O->state + O->n + lo;
     const ad_real *g = O->P->grad + lo;
 #if AD__X86_DISPATCH
@@ -9387,6 +9684,52 @@ AD__PRIVATE void ad__adam_step(ad_optim *O, size_t lo, size_t n)
     ad__adam_scalars(&c, p, m, v, g, n);
 }
 
+/* One RMSprop step over the scalars [lo, lo + n) of the store, the same way. Its buffers: v,
+   then the momentum buffer when momentum is on, then the mean of g when centered. */
+AD__PRIVATE void ad__rmsprop_step(ad_optim *O, size_t lo, size_t n, double lr, double wd)
+{
+    const ad_optim_desc *d = &O->d;
+    ad__rmsprop_coefs c;
+    ad_real *p = O->P->value + lo, *v = O->state + lo, *next = v + O->n, *b = NULL, *ga = NULL;
+    const ad_real *g = O->P->grad + lo;
+    if (d->momentum != 0) {
+        b = next;
+        next += O->n;
+    }
+    if (d->centered) ga = next;
+    c.l2 = (ad_real)wd;
+    c.a = (ad_real)d->alpha;
+    c.c = (ad_real)(1 - d->alpha);
+    c.mu = (ad_real)d->momentum;
+    c.lr = (ad_real)lr;
+    c.eps = (ad_real)d->eps;
+#if AD__X86_DISPATCH
+    if (ad__isa() >= AD__ISA_AVX2) {
+        ad__rmsprop_avx2(&c, p, v, b, ga, g, n);
+        return;
+    }
+#endif
+    ad__rmsprop_scalars(&c, p, v, b, ga, g, n);
+}
+
+/* One Adagrad step over the scalars [lo, lo + n) of the store, the same way. */
+AD__PRIVATE void ad__adagrad_step(ad_optim *O, size_t lo, size_t n, double lr, double wd)
+{
+    ad__adagrad_coefs c;
+    ad_real *p = O->P->value + lo, *s = O->state + lo;
+    const ad_real *g = O->P->grad + lo;
+    c.l2 = (ad_real)wd;
+    c.clr = (ad_real)(lr / (1 + (double)(O->steps - 1) * O->d.lr_decay));
+    c.eps = (ad_real)O->d.eps;
+#if AD__X86_DISPATCH
+    if (ad__isa() >= AD__ISA_AVX2) {
+        ad__adagrad_avx2(&c, p, s, g, n);
+        return;
+    }
+#endif
+    ad__adagrad_scalars(&c, p, s, g, n);
+}
+
 /* The gradients of frozen parameters, which an optimizer step does not visit, set to zero. */
 AD__PRIVATE void ad__zero_frozen_grads(ad_params *P)
 {
@@ -9395,15 +9738,24 @@ AD__PRIVATE void ad__zero_frozen_grads(ad_params *P)
         if (P->items[i].frozen) memset(P->grad + P->items[i].offset, 0, P->items[i].size * sizeof(ad_real));
 }
 
-/* A step walks the runs of consecutive trained parameters; frozen ones are skipped. Returns the
-   length of the next run at or after parameter *i, its first scalar in *lo, and moves *i past
-   it; 0 when there is none. */
-AD__PRIVATE size_t ad__optim_next_run(const ad_params *P, int *i, size_t *lo)
+/* A step walks the runs of consecutive trained parameters of one group (lr scale and weight
+   decay); frozen ones are skipped. Returns the length of the next run at or after parameter *i,
+   its first scalar in *lo and its first parameter in *first, and moves *i past it; 0 when there
+   is none. A store whose parameters all keep the default group has the runs of its frozen
+   parameters alone. */
+AD__PRIVATE size_t ad__optim_next_run(const ad_params *P, int *i, size_t *lo, int *first)
 {
+    const ad__param *q;
     size_t len = 0;
     while (*i < P->n && P->items[*i].frozen) (*i)++;
-    if (*i < P->n) *lo = P->items[*i].offset;
-    for (; *i < P->n && !P->items[*i].frozen; (*i)++) len += P->items[*i].size;
+    if (*i >= P->n) return 0;
+    *lo = P->items[*i].offset;
+    *first = *i;
+    q = &P->items[*i];
+    for (; *i < P->n && !P->items[*i].frozen && P->items[*i].no_decay == q->no_decay &&
+           P->items[*i].lr_scale == q->lr_scale;
+         (*i)++)
+        len += P->items[*i].size;
     return len;
 }
 
@@ -9426,17 +9778,20 @@ typedef struct ad__optim_job {
    right after its update while they are still in the first-level cache. SGD zeroes each
    gradient in its own loop, as it reads it. */
 
-/* Updates the scalars [lo, lo + n) of the store. */
-AD__PRIVATE void ad__optim_update(ad_optim *O, size_t lo, size_t n)
+/* Updates the scalars [lo, lo + n) of the store, which belong to parameters of group's group. */
+AD__PRIVATE void ad__optim_update(ad_optim *O, size_t lo, size_t n, const ad__param *group)
 {
     size_t piece = O->d.zero_grad ? AD__ZERO_PIECE : n, at, len;
+    double lr = O->d.lr * group->lr_scale, wd = group->no_decay ? 0 : O->d.weight_decay;
     if (O->d.kind == AD_OPTIM_SGD) {
-        ad__sgd_step(O, lo, n, O->d.zero_grad);
+        ad__sgd_step(O, lo, n, O->d.zero_grad, lr, wd);
         return;
     }
     for (at = 0; at < n; at += len) {
         len = n - at < piece ? n - at : piece;
-        ad__adam_step(O, lo + at, len);
+        if (O->d.kind == AD_OPTIM_RMSPROP) ad__rmsprop_step(O, lo + at, len, lr, wd);
+        else if (O->d.kind == AD_OPTIM_ADAGRAD) ad__adagrad_step(O, lo + at, len, lr, wd);
+        else ad__adam_step(O, lo + at, len, lr, wd);
         if (O->d.zero_grad) memset(O->P->grad + lo + at, 0, len * sizeof(ad_real));
     }
 }
@@ -9447,11 +9802,11 @@ AD__PRIVATE void ad__optim_task(void *ctx, int task, int thread)
     const ad__optim_job *job = (const ad__optim_job *)ctx;
     ad_optim *O = job->O;
     size_t from = (size_t)task * job->stretch, to = from + job->stretch, at = 0, lo = 0, len;
-    int i = 0;
+    int i = 0, first = 0;
     (void)thread;
-    while (at < to && (len = ad__optim_next_run(O->P, &i, &lo)) > 0) {
+    while (at < to && (len = ad__optim_next_run(O->P, &i, &lo, &first)) > 0) {
         size_t a = from > at ? from - at : 0, b = to - at < len ? to - at : len;
-        if (a < b) ad__optim_update(O, lo + a, b - a);
+        if (a < b) ad__optim_update(O, lo + a, b - a, &O->P->items[first]);
         at += ad__run_blocks(len);
     }
 }
@@ -9460,7 +9815,7 @@ AUTODIFF_API int ad_optim_step_on(ad_optim *O, ad_tape *T)
 {
     ad__optim_job job;
     size_t line = 0, lo, len;
-    int i = 0, tasks;
+    int i = 0, first, tasks;
     if (!O) return -1;
     if (O->P->nscalars != O->n) {
         ad__pfail(O->P, "%s: the store has %zu scalars, the optimizer was made for %zu; make the "
@@ -9471,7 +9826,7 @@ AUTODIFF_API int ad_optim_step_on(ad_optim *O, ad_tape *T)
     O->steps++;
     O->correct1 = 1 - pow(O->d.beta1, (double)O->steps);
     O->correct2 = sqrt(1 - pow(O->d.beta2, (double)O->steps));
-    while ((len = ad__optim_next_run(O->P, &i, &lo)) > 0) line += ad__run_blocks(len);
+    while ((len = ad__optim_next_run(O->P, &i, &lo, &first)) > 0) line += ad__run_blocks(len);
     tasks = ad__store_tasks(T, line);
     job.O = O;
     job.stretch = ad__store_stretch(line, tasks);
@@ -9540,34 +9895,515 @@ AUTODIFF_API double ad_lr_cosine(double lr0, double min_lr, int64_t warmup_steps
     return min_lr + (lr0 - min_lr) * 0.5 * (1 + cos(3.14159265358979323846 * t));
 }
 
+/* L-BFGS, a port of torch.optim.LBFGS (its step, _strong_wolfe and _cubic_interpolate) that
+   keeps its order of operations: vectors of n scalars (the whole store; frozen parameters'
+   gradients read as 0, so their components of every direction are 0 and they never move) in
+   ad_real, scalars (losses, dot products, steps) in double. */
+struct ad_lbfgs {
+    ad_params *P;
+    ad_lbfgs_desc d;      /* the settings, defaults filled in */
+    size_t n;             /* scalars of the store it was made for */
+    int64_t iterations;   /* PyTorch's state n_iter */
+    int64_t evaluations;  /* and func_evals */
+    ad_real *x;           /* the parameters where the present iteration started */
+    ad_real *dir;         /* d, the direction */
+    ad_real *g;           /* flat_grad, the gradient at the present point */
+    ad_real *g_prev;      /* prev_flat_grad */
+    ad_real *ls;          /* the line search's four gradients (g_new, g_prev, the bracket's two) */
+    ad_real **hist;       /* history pairs, oldest first: hist[k] holds y, then s (2n values) */
+    ad_real *spare;       /* a pair's room for the next y and s, or NULL */
+    double *ro, *al;      /* 1 / (y . s) of each pair; the two-loop recursion's alphas */
+    int nhist;            /* pairs held, up to history_size */
+    double t, H_diag, prev_loss;
+};
+
+AD__PRIVATE ad_lbfgs_desc ad__lbfgs_defaults(const ad_lbfgs_desc *desc)
+{
+    ad_lbfgs_desc d;
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    if (d.lr == 0) d.lr = 1;
+    if (d.max_iter == 0) d.max_iter = 20;
+    if (d.max_eval == 0) d.max_eval = d.max_iter > INT_MAX / 5 ? INT_MAX / 4 : d.max_iter * 5 / 4;
+    if (d.tolerance_grad == 0) d.tolerance_grad = 1e-7;
+    if (d.tolerance_change == 0) d.tolerance_change = 1e-9;
+    if (d.history_size == 0) d.history_size = 100;
+    return d;
+}
+
+AD__PRIVATE const char *ad__lbfgs_invalid(const ad_lbfgs_desc *d)
+{
+    if (!ad__train_finite(d->lr) || d->lr < 0) return "lr must be finite and >= 0";
+    if (d->max_iter < 0 || d->max_eval < 0) return "max_iter and max_eval must be >= 0";
+    if (!ad__train_finite(d->tolerance_grad) || d->tolerance_grad < 0 || !ad__train_finite(d->tolerance_change) ||
+        d->tolerance_change < 0)
+        return "tolerance_grad and tolerance_change must be finite and >= 0";
+    if (d->history_size < 0) return "history_size must be >= 0";
+    if ((int)d->line_search < (int)AD_LINE_SEARCH_NONE || (int)d->line_search > (int)AD_LINE_SEARCH_STRONG_WOLFE)
+        return "unknown line search";
+    return NULL;
+}
+
+AUTODIFF_API ad_lbfgs *ad_lbfgs_new(ad_params *P, const ad_lbfgs_desc *desc)
+{
+    ad_lbfgs_desc d = ad__lbfgs_defaults(desc);
+    const char *why = ad__lbfgs_invalid(&d);
+    size_t vectors = d.line_search == AD_LINE_SEARCH_STRONG_WOLFE ? 8 : 4, n, h;
+    ad_lbfgs *L;
+    if (!P) return NULL;
+    if (why) {
+        ad__pfail(P, "ad_lbfgs_new: %s", why);
+        return NULL;
+    }
+    n = P->nscalars ? P->nscalars : 1;
+    h = (size_t)d.history_size;
+    if (n > (size_t)-1 / sizeof(ad_real) / 8 || h > (size_t)-1 / sizeof(double) / 4) {
+        ad__pfail(P, "ad_lbfgs_new: %zu scalars and %zu history pairs are too many", P->nscalars, h);
+        return NULL;
+    }
+    L = (ad_lbfgs *)AUTODIFF_MALLOC(sizeof(ad_lbfgs));
+    if (L) {
+        memset(L, 0, sizeof *L);
+        L->x = (ad_real *)AUTODIFF_MALLOC(vectors * n * sizeof(ad_real));
+        L->hist = (ad_real **)AUTODIFF_MALLOC((h ? h : 1) * sizeof(ad_real *));
+        L->ro = (double *)AUTODIFF_MALLOC((h ? 2 * h : 1) * sizeof(double));
+    }
+    if (!L || !L->x || !L->hist || !L->ro) {
+        if (L) {
+            AUTODIFF_FREE(L->x);
+            AUTODIFF_FREE(L->hist);
+            AUTODIFF_FREE(L->ro);
+            AUTODIFF_FREE(L);
+        }
+        ad__pfail(P, "ad_lbfgs_new: out of memory for %zu scalars", vectors * n);
+        return NULL;
+    }
+    L->P = P;
+    L->d = d;
+    L->n = P->nscalars;
+    L->dir = L->x + n;
+    L->g = L->dir + n;
+    L->g_prev = L->g + n;
+    L->ls = vectors > 4 ? L->g_prev + n : NULL;
+    L->al = L->ro + h;
+    L->H_diag = 1;
+    return L;
+}
+
+AUTODIFF_API void ad_lbfgs_free(ad_lbfgs *L)
+{
+    int k;
+    if (!L) return;
+    for (k = 0; k < L->nhist; k++) AUTODIFF_FREE(L->hist[k]);
+    AUTODIFF_FREE(L->spare);
+    AUTODIFF_FREE(L->hist);
+    AUTODIFF_FREE(L->ro);
+    AUTODIFF_FREE(L->x);
+    AUTODIFF_FREE(L);
+}
+
+AUTODIFF_API ad_lbfgs_desc ad_lbfgs_settings(const ad_lbfgs *L)
+{
+    ad_lbfgs_desc d;
+    if (L) return L->d;
+    memset(&d, 0, sizeof d);
+    return d;
+}
+
+AUTODIFF_API int64_t ad_lbfgs_iterations(const ad_lbfgs *L) { return L ? L->iterations : 0; }
+AUTODIFF_API int64_t ad_lbfgs_evaluations(const ad_lbfgs *L) { return L ? L->evaluations : 0; }
+
+AD__PRIVATE double ad__lbfgs_dot(const ad_real *a, const ad_real *b, size_t n)
+{
+    double s = 0;
+    size_t i;
+    for (i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
+    return s;
+}
+
+AD__PRIVATE double ad__lbfgs_max_abs(const ad_real *a, size_t n)
+{
+    double m = 0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        double v = AD__F(fabs)(a[i]);
+        if (v > m || v != v) m = v;
+    }
+    return m;
+}
+
+/* The trained parameters set to base + t dir (PyTorch's _add_grad from base); frozen ones, whose
+   direction is 0, are left alone. */
+AD__PRIVATE void ad__lbfgs_move(ad_lbfgs *L, const ad_real *base, double t)
+{
+    ad_params *P = L->P;
+    ad_real tr = (ad_real)t;
+    size_t i;
+    int k;
+    for (k = 0; k < P->n; k++) {
+        const ad__param *q = &P->items[k];
+        if (q->frozen) continue;
+        for (i = q->offset; i < q->offset + q->size; i++) P->value[i] = base[i] + tr * L->dir[i];
+    }
+}
+
+/* One call of the closure on a reset tape with zeroed gradients; its gradient goes into g
+   (frozen parameters' as 0). Returns the loss, or NaN with the store's error set. */
+AD__PRIVATE double ad__lbfgs_eval(ad_lbfgs *L, ad_tape *T, ad_closure closure, void *ctx, ad_real *g)
+{
+    ad_params *P = L->P;
+    double f;
+    int k;
+    ad_params_zero_grad_on(P, T);
+    ad_tape_reset(T);
+    f = closure(T, ctx);
+    if (f != f) {
+        const char *terr = ad_tape_error(T);
+        ad__pfail(P, "ad_lbfgs_step: the closure returned NaN (evaluation %lld)%s%.200s", (long long)L->evaluations + 1,
+                  terr ? "; the tape's error: " : "", terr ? terr : "");
+        return f;
+    }
+    L->evaluations++;
+    for (k = 0; k < P->n; k++) {
+        const ad__param *q = &P->items[k];
+        if (q->frozen) memset(g + q->offset, 0, q->size * sizeof(ad_real));
+        else memcpy(g + q->offset, P->grad + q->offset, q->size * sizeof(ad_real));
+    }
+    /* a NaN or infinite gradient would carry into every later direction and parameter */
+    if (!ad__train_finite(ad__lbfgs_max_abs(g, L->n))) {
+        ad__pfail(P, "ad_lbfgs_step: the gradient at evaluation %lld is not finite (loss %g)",
+                  (long long)L->evaluations, f);
+        return NAN;
+    }
+    return f;
+}
+
+/* _cubic_interpolate: the minimiser of the cubic through (x1, f1) and (x2, f2) with slopes g1
+   and g2, clamped to bounds (NULL: the interval between x1 and x2), or the bounds' midpoint
+   when the cubic has none. The clamps compare as Python's max and min do. A loss of +Inf (a
+   trial step too long for the model, exp overflowing) makes the minimiser NaN, which PyTorch
+   would step to; the midpoint instead halves the bracket, so the search backs off. */
+AD__PRIVATE double ad__cubic_interpolate(double x1, double f1, double g1, double x2, double f2, double g2,
+                                         const double *bounds)
+{
+    double lo = bounds ? bounds[0] : x1 <= x2 ? x1 : x2, hi = bounds ? bounds[1] : x1 <= x2 ? x2 : x1;
+    double d1 = g1 + g2 - 3 * (f1 - f2) / (x1 - x2), d2_square = d1 * d1 - g1 * g2, d2, min_pos;
+    if (d2_square >= 0) {
+        d2 = sqrt(d2_square);
+        if (x1 <= x2) min_pos = x2 - (x2 - x1) * ((g2 + d2 - d1) / (g2 - g1 + 2 * d2));
+        else min_pos = x1 - (x1 - x2) * ((g1 + d2 - d1) / (g1 - g2 + 2 * d2));
+        if (lo > min_pos) min_pos = lo;
+        if (hi < min_pos) min_pos = hi;
+        if (min_pos == min_pos) return min_pos;
+    }
+    return (lo + hi) / 2.; /* also where an infinite loss made the cubic NaN (PyTorch's NaN) */
+}
+
+/* One evaluation of the line search at x + t d; the parameters go back to x afterwards. */
+AD__PRIVATE double ad__lbfgs_try(ad_lbfgs *L, ad_tape *T, ad_closure closure, void *ctx, double t, ad_real *g)
+{
+    double f;
+    ad__lbfgs_move(L, L->x, t);
+    f = ad__lbfgs_eval(L, T, closure, ctx, g);
+    memcpy(L->P->value, L->x, L->n * sizeof(ad_real));
+    return f;
+}
+
+/* _strong_wolfe from x (L->x) along d with first trial t, loss f, gradient L->g and directional
+   derivative gtd, with PyTorch's c1 1e-4, c2 0.9, tolerance_change 1e-9 (its default, which
+   LBFGS does not pass on) and max_ls 25. Sets *t, *f and L->g to the point found; returns the
+   number of evaluations, or -1 when the closure failed. */
+AD__PRIVATE int ad__strong_wolfe(ad_lbfgs *L, ad_tape *T, ad_closure closure, void *ctx, double *t_io, double *f_io,
+                                 double gtd)
+{
+    const double c1 = 1e-4, c2 = 0.9, tolerance_change = 1e-9;
+    const int max_ls = 25;
+    size_t n = L->n;
+    ad_real *g = L->g, *g_new = L->ls, *g_prev_buf = g_new + n, *bg[2];
+    const ad_real *g_prev = g;
+    double t = *t_io, f = *f_io, d_norm = ad__lbfgs_max_abs(L->dir, n), f_new, gtd_new, t_prev = 0, f_prev = f;
+    double gtd_prev = gtd, bracket[2], bracket_f[2], bracket_gtd[2] = {0, 0}, bounds[2], tmp, eps;
+    int evals = 1, ls_iter = 0, done = 0, nbracket = 0, low, high, insuf_progress = 0;
+    bg[0] = g_prev_buf + n;
+    bg[1] = bg[0] + n;
+    f_new = ad__lbfgs_try(L, T, closure, ctx, t, g_new);
+    if (f_new != f_new) return -1;
+    gtd_new = ad__lbfgs_dot(g_new, L->dir, n);
+    while (ls_iter < max_ls) {
+        int above = f_new > (f + c1 * t * gtd) || (ls_iter > 1 && f_new >= f_prev);
+        if (!above && fabs(gtd_new) <= -c2 * gtd) {
+            bracket[0] = t;
+            bracket_f[0] = f_new;
+            memcpy(bg[0], g_new, n * sizeof(ad_real));
+            nbracket = 1;
+            done = 1;
+            break;
+        }
+        if (above || gtd_new >= 0) { /* a bracket: above the Armijo line, or past the minimum */
+            bracket[0] = t_prev, bracket[1] = t;
+            bracket_f[0] = f_prev, bracket_f[1] = f_new;
+            bracket_gtd[0] = gtd_prev, bracket_gtd[1] = gtd_new;
+            memcpy(bg[0], g_prev, n * sizeof(ad_real));
+            memcpy(bg[1], g_new, n * sizeof(ad_real));
+            nbracket = 2;
+            break;
+        }
+        bounds[0] = t + 0.01 * (t - t_prev); /* interpolate */
+        bounds[1] = t * 10;
+        tmp = t;
+        t = ad__cubic_interpolate(t_prev, f_prev, gtd_prev, t, f_new, gtd_new, bounds);
+        t_prev = tmp; /* next step */
+        f_prev = f_new;
+        memcpy(g_prev_buf, g_new, n * sizeof(ad_real));
+        g_prev = g_prev_buf;
+        gtd_prev = gtd_new;
+        f_new = ad__lbfgs_try(L, T, closure, ctx, t, g_new);
+        evals++;
+        if (f_new != f_new) return -1;
+        gtd_new = ad__lbfgs_dot(g_new, L->dir, n);
+        ls_iter++;
+    }
+    if (ls_iter == max_ls) { /* reached the most evaluations */
+        bracket[0] = 0, bracket[1] = t;
+        bracket_f[0] = f, bracket_f[1] = f_new;
+        memcpy(bg[0], g, n * sizeof(ad_real));
+        memcpy(bg[1], g_new, n * sizeof(ad_real));
+        nbracket = 2;
+    }
+    /* zoom: refine the bracket until a point meets the conditions */
+    low = bracket_f[0] <= bracket_f[nbracket - 1] ? 0 : 1;
+    high = 1 - low;
+    while (!done && ls_iter < max_ls) {
+        double bmax = bracket[1] > bracket[0] ? bracket[1] : bracket[0];
+        double bmin = bracket[1] < bracket[0] ? bracket[1] : bracket[0];
+        if (fabs(bracket[1] - bracket[0]) * d_norm < tolerance_change) break;
+        t = ad__cubic_interpolate(bracket[0], bracket_f[0], bracket_gtd[0], bracket[1], bracket_f[1], bracket_gtd[1],
+                                  NULL);
+        /* a trial close to an end of the bracket after one without progress, or outside it, is
+           moved a tenth of the bracket inside */
+        eps = 0.1 * (bmax - bmin);
+        if ((t - bmin < bmax - t ? t - bmin : bmax - t) < eps) {
+            if (insuf_progress || t >= bmax || t <= bmin) {
+                if (fabs(t - bmax) < fabs(t - bmin)) t = bmax - eps;
+                else t = bmin + eps;
+                insuf_progress = 0;
+            } else {
+                insuf_progress = 1;
+            }
+        } else {
+            insuf_progress = 0;
+        }
+        f_new = ad__lbfgs_try(L, T, closure, ctx, t, g_new);
+        evals++;
+        if (f_new != f_new) return -1;
+        gtd_new = ad__lbfgs_dot(g_new, L->dir, n);
+        ls_iter++;
+        if (f_new > (f + c1 * t * gtd) || f_new >= bracket_f[low]) {
+            /* Armijo's condition fails, or no lower than the lowest point */
+            bracket[high] = t;
+            bracket_f[high] = f_new;
+            memcpy(bg[high], g_new, n * sizeof(ad_real));
+            bracket_gtd[high] = gtd_new;
+            low = bracket_f[0] <= bracket_f[1] ? 0 : 1;
+            high = 1 - low;
+        } else {
+            if (fabs(gtd_new) <= -c2 * gtd) {
+                done = 1; /* the Wolfe conditions hold */
+            } else if (gtd_new * (bracket[high] - bracket[low]) >= 0) {
+                ad_real *swap = bg[high]; /* the old high becomes the new low */
+                bracket[high] = bracket[low];
+                bracket_f[high] = bracket_f[low];
+                bg[high] = bg[low];
+                bg[low] = swap;
+                bracket_gtd[high] = bracket_gtd[low];
+            }
+            bracket[low] = t; /* the new point becomes the new low */
+            bracket_f[low] = f_new;
+            memcpy(bg[low], g_new, n * sizeof(ad_real));
+            bracket_gtd[low] = gtd_new;
+        }
+    }
+    *t_io = bracket[low];
+    *f_io = bracket_f[low];
+    memcpy(g, bg[low], n * sizeof(ad_real));
+    return evals;
+}
+
+/* The L-BFGS direction into dir: the two-loop recursion over the history from -g. */
+AD__PRIVATE void ad__lbfgs_direction(ad_lbfgs *L)
+{
+    size_t n = L->n, i;
+    ad_real *q = L->dir, hd = (ad_real)L->H_diag;
+    int k;
+    for (i = 0; i < n; i++) q[i] = -L->g[i];
+    for (k = L->nhist - 1; k >= 0; k--) {
+        const ad_real *y = L->hist[k], *s = y + n;
+        ad_real a;
+        L->al[k] = ad__lbfgs_dot(s, q, n) * L->ro[k];
+        a = (ad_real)-L->al[k];
+        for (i = 0; i < n; i++) q[i] += a * y[i];
+    }
+    for (i = 0; i < n; i++) q[i] *= hd; /* times the initial Hessian: r, the direction */
+    for (k = 0; k < L->nhist; k++) {
+        const ad_real *y = L->hist[k], *s = y + n;
+        double be = ad__lbfgs_dot(y, q, n) * L->ro[k];
+        ad_real a = (ad_real)(L->al[k] - be);
+        for (i = 0; i < n; i++) q[i] += a * s[i];
+    }
+}
+
+/* The history update of an iteration after the first: y = g - g_prev and s = t d become the
+   newest pair when y . s > 1e-10 (the oldest goes when history_size are held). Returns 0, or -1
+   when memory ran out (the history then stays as it was). */
+AD__PRIVATE int ad__lbfgs_update(ad_lbfgs *L)
+{
+    size_t n = L->n, i;
+    ad_real *y, *s, tr = (ad_real)L->t;
+    double ys;
+    int k;
+    if (!L->spare && !(L->spare = (ad_real *)AUTODIFF_MALLOC(2 * (n ? n : 1) * sizeof(ad_real)))) {
+        ad__pfail(L->P, "ad_lbfgs_step: out of memory for a history pair of %zu scalars", 2 * n);
+        return -1;
+    }
+    y = L->spare;
+    s = y + n;
+    for (i = 0; i < n; i++) {
+        y[i] = L->g[i] - L->g_prev[i];
+        s[i] = L->dir[i] * tr;
+    }
+    ys = ad__lbfgs_dot(y, s, n);
+    if (ys > 1e-10) {
+        if (L->nhist == L->d.history_size) { /* the oldest pair makes room */
+            ad_real *oldest = L->hist[0];
+            for (k = 1; k < L->nhist; k++) {
+                L->hist[k - 1] = L->hist[k];
+                L->ro[k - 1] = L->ro[k];
+            }
+            L->nhist--;
+            L->spare = oldest;
+        } else {
+            L->spare = NULL;
+        }
+        L->hist[L->nhist] = y;
+        L->ro[L->nhist] = 1. / ys;
+        L->nhist++;
+        L->H_diag = ys / ad__lbfgs_dot(y, y, n);
+    }
+    return 0;
+}
+
+AUTODIFF_API double ad_lbfgs_step(ad_lbfgs *L, ad_tape *T, ad_closure closure, void *ctx)
+{
+    ad_params *P;
+    double orig_loss, loss, gtd, sum;
+    size_t n, i;
+    int n_iter = 0, current_evals = 1, ls_evals, opt_cond;
+    if (!L) return NAN;
+    P = L->P;
+    n = L->n;
+    if (P->nscalars != L->n) {
+        ad__pfail(P, "ad_lbfgs_step: the store has %zu scalars, L-BFGS was made for %zu; make it after adding every "
+                  "parameter", P->nscalars, L->n);
+        return NAN;
+    }
+    if (!T || !closure) {
+        ad__pfail(P, "ad_lbfgs_step: %s is NULL", !T ? "the tape" : "the closure");
+        return NAN;
+    }
+    orig_loss = loss = ad__lbfgs_eval(L, T, closure, ctx, L->g);
+    if (loss != loss) return loss;
+    opt_cond = ad__lbfgs_max_abs(L->g, n) <= L->d.tolerance_grad;
+    if (opt_cond) return orig_loss;
+    while (n_iter < L->d.max_iter) {
+        if (L->iterations > 0 && ad__lbfgs_update(L) != 0) return NAN;
+        n_iter++;
+        L->iterations++;
+        /* the direction: steepest descent at the very first iteration, then L-BFGS's */
+        if (L->iterations == 1) {
+            for (i = 0; i < n; i++) L->dir[i] = -L->g[i];
+            L->H_diag = 1;
+        } else {
+            ad__lbfgs_direction(L);
+        }
+        memcpy(L->g_prev, L->g, n * sizeof(ad_real));
+        L->prev_loss = loss;
+        /* the step length: a first guess */
+        if (L->iterations == 1) {
+            for (i = 0, sum = 0; i < n; i++) sum += AD__F(fabs)(L->g[i]);
+            sum = 1. / sum;
+            L->t = (sum < 1. ? sum : 1.) * L->d.lr; /* Python's min(1., 1. / sum) */
+        } else {
+            L->t = L->d.lr;
+        }
+        gtd = ad__lbfgs_dot(L->g, L->dir, n);
+        if (gtd > -L->d.tolerance_change) break; /* the directional derivative is below tolerance */
+        memcpy(L->x, P->value, n * sizeof(ad_real));
+        ls_evals = 0;
+        if (L->d.line_search == AD_LINE_SEARCH_STRONG_WOLFE) {
+            ls_evals = ad__strong_wolfe(L, T, closure, ctx, &L->t, &loss, gtd);
+            if (ls_evals < 0) return NAN;
+            ad__lbfgs_move(L, L->x, L->t);
+            opt_cond = ad__lbfgs_max_abs(L->g, n) <= L->d.tolerance_grad;
+        } else {
+            ad__lbfgs_move(L, L->x, L->t);
+            if (n_iter != L->d.max_iter) { /* no evaluation after the last iteration */
+                loss = ad__lbfgs_eval(L, T, closure, ctx, L->g);
+                if (loss != loss) {
+                    memcpy(P->value, L->x, n * sizeof(ad_real));
+                    return NAN;
+                }
+                opt_cond = ad__lbfgs_max_abs(L->g, n) <= L->d.tolerance_grad;
+                ls_evals = 1;
+            }
+        }
+        current_evals += ls_evals;
+        /* the conditions to stop */
+        if (n_iter == L->d.max_iter || current_evals >= L->d.max_eval || opt_cond) break;
+        for (i = 0, sum = 0; i < n; i++) { /* lack of progress: max |d t| */
+            double v = fabs((double)(L->dir[i] * (ad_real)L->t));
+            if (v > sum) sum = v;
+        }
+        if (sum <= L->d.tolerance_change) break;
+        if (fabs(loss - L->prev_loss) < L->d.tolerance_change) break;
+    }
+    return orig_loss;
+}
+
 /* >>impl:checkpoint ---------------------------------------------------------------------------
-   Checkpoint format, version 2. Integers and values are little-endian; values are IEEE-754.
+   Checkpoint format, version 3. Integers and values are little-endian; values are IEEE-754.
        offset  bytes  field
        0       8      magic 89 41 44 43 4B 0D 0A 1A ("\x89ADCK\r\n\x1a": text-mode copies break it)
-       8       4      u32 format version: 2
+       8       4      u32 format version: 3
        12      4      u32 element type: 4 = float32, 8 = float64 (its size in bytes)
        16      8      u64 length of the whole file in bytes, checksum included
        24      4      u32 number of parameters
-       28      4      u32 optimizer: 0 none, 1 SGD, 2 Adam, 3 AdamW
+       28      4      u32 optimizer: 0 none, 1 SGD, 2 Adam, 3 AdamW, 4 RMSprop, 5 Adagrad
        32             per parameter, in the store's order: u32 name length (1..AD_PARAM_NAME_MAX),
                       the name's bytes (no terminator), u32 ndim, ndim x u32 dimensions, u32 flags
-                      (bit 0: frozen; the other bits 0)
+                      (bit 0: frozen; bit 1: no weight decay; the other bits 0), f64 lr scale
+                      (finite, >= 0)
        then           the values of every parameter in the same order (the store's flat buffer)
        then           when the optimizer field is not 0: u64 step count; f64 lr, momentum,
                       dampening, weight_decay, beta1, beta2, eps; u32 nesterov (0 or 1); u32
-                      zero_grad (0 or 1); u32 number of state buffers (SGD: 1 with momentum, else
-                      0; Adam, AdamW: 2, m then v); then each buffer, as many values as the
-                      parameters have scalars
+                      zero_grad (0 or 1); f64 alpha, lr_decay, initial_accumulator_value; u32
+                      centered (0 or 1); u32 number of state buffers (SGD: 1 with momentum, else
+                      0; Adam, AdamW: 2, m then v; RMSprop: v, then the momentum buffer with
+                      momentum, then the mean gradient when centered; Adagrad: 1, the sums of
+                      squares); then each buffer, as many values as the parameters have scalars
        then           u64 length of the program's extra bytes (ad_params_set_extra), the bytes
        last    8      u64 FNV-1a 64-bit hash of every byte before it
-   Version 1, still read, has no flags, no zero_grad field and no extra bytes.
+   Versions 1 and 2 are still read. Version 2 has no lr scales, no flag but bit 0, optimizers 0
+   to 3 only, and none of alpha, lr_decay, initial_accumulator_value and centered; version 1,
+   besides, no flags at all, no zero_grad field and no extra bytes.
    The loader checks magic, version, element type, length and hash, then walks the structure
    against the store with bounds checks on every read; it writes nothing until all of it passed. */
 #define AD__CKPT_HEADER 32
 #define AD__CKPT_OPTIM_V1 (8 + 7 * 8 + 4 + 4)
-#define AD__CKPT_OPTIM (AD__CKPT_OPTIM_V1 + 4)
-#define AD__CKPT_VERSION 2
+#define AD__CKPT_OPTIM_V2 (AD__CKPT_OPTIM_V1 + 4)
+#define AD__CKPT_OPTIM (AD__CKPT_OPTIM_V2 + 3 * 8 + 4)
+#define AD__CKPT_VERSION 3
 #define AD__CKPT_FROZEN 1u
+#define AD__CKPT_NO_DECAY 2u
 
 static const unsigned char ad__ckpt_magic[8] = {0x89, 'A', 'D', 'C', 'K', '\r', '\n', 0x1a};
 
@@ -9654,7 +10490,7 @@ AD__PRIVATE size_t ad__ckpt_bytes(const ad_params *P, int nbuf, size_t extra)
 {
     size_t total = AD__CKPT_HEADER + 8 + 8, values = P->nscalars * sizeof(ad_real);
     int i;
-    for (i = 0; i < P->n; i++) total = ad__ckpt_add(total, 12 + P->items[i].namelen + 4 * (size_t)P->items[i].ndim);
+    for (i = 0; i < P->n; i++) total = ad__ckpt_add(total, 20 + P->items[i].namelen + 4 * (size_t)P->items[i].ndim);
     total = ad__ckpt_add(total, values);
     if (nbuf >= 0) total = ad__ckpt_add(total, AD__CKPT_OPTIM);
     for (i = 0; i < nbuf; i++) total = ad__ckpt_add(total, values);
@@ -9679,7 +10515,8 @@ AD__PRIVATE void ad__ckpt_write(unsigned char *buf, size_t len, const ad_params 
         memcpy(p, q->name, q->namelen);
         p = ad__ckpt_put32(p + q->namelen, (uint32_t)q->ndim);
         for (k = 0; k < q->ndim; k++) p = ad__ckpt_put32(p, (uint32_t)q->shape[k]);
-        p = ad__ckpt_put32(p, q->frozen ? AD__CKPT_FROZEN : 0);
+        p = ad__ckpt_put32(p, (q->frozen ? AD__CKPT_FROZEN : 0) | (q->no_decay ? AD__CKPT_NO_DECAY : 0));
+        p = ad__ckpt_putf64(p, q->lr_scale);
     }
     p = ad__ckpt_put_reals(p, P->value, P->nscalars);
     if (O) {
@@ -9693,6 +10530,10 @@ AD__PRIVATE void ad__ckpt_write(unsigned char *buf, size_t len, const ad_params 
         p = ad__ckpt_putf64(p, O->d.eps);
         p = ad__ckpt_put32(p, O->d.nesterov != 0);
         p = ad__ckpt_put32(p, O->d.zero_grad != 0);
+        p = ad__ckpt_putf64(p, O->d.alpha);
+        p = ad__ckpt_putf64(p, O->d.lr_decay);
+        p = ad__ckpt_putf64(p, O->d.initial_accumulator_value);
+        p = ad__ckpt_put32(p, O->d.centered != 0);
         p = ad__ckpt_put32(p, (uint32_t)O->nbuf);
         p = ad__ckpt_put_reals(p, O->state, (size_t)O->nbuf * O->n);
     }
@@ -9741,7 +10582,9 @@ typedef struct ad__ckpt {
     uint32_t kind;                 /* optimizer field of the header */
     uint64_t steps;
     ad_optim_desc d;
-    int has_zero_grad;             /* d.zero_grad comes from the file (version 2) */
+    int has_zero_grad;             /* d.zero_grad comes from the file (version 2 on) */
+    int has_v3_settings;           /* so do alpha, lr_decay, initial_accumulator_value and
+                                      centered (version 3) */
     const unsigned char *extra;    /* the program's extra bytes */
     size_t extra_len;
 } ad__ckpt;
@@ -9785,7 +10628,7 @@ AD__PRIVATE int ad__ckpt_header(ad_params *P, const char *what, const unsigned c
                   stated > (uint64_t)len ? "truncated" : "trailing bytes", len, (unsigned long long)stated);
     else if (ad__ckpt_hash(data, len - 8) != ad__ckpt_get64(data + len - 8))
         ad__pfail(P, "%s: checksum mismatch: the file is corrupt", what);
-    else if ((c->kind = ad__ckpt_get32(data + 28)) > 3)
+    else if ((c->kind = ad__ckpt_get32(data + 28)) > (c->version >= 3 ? 5u : 3u))
         ad__pfail(P, "%s: unknown optimizer kind %lu", what, (unsigned long)c->kind);
     else {
         c->p = data + AD__CKPT_HEADER;
@@ -9806,16 +10649,31 @@ AD__PRIVATE char *ad__file_dims_str(const unsigned char *p, uint32_t ndim, char 
     return buf;
 }
 
-/* A parameter's flags (version 2; version 1 has none: 0), into *flags when it is not NULL. */
-AD__PRIVATE int ad__ckpt_flags(ad_params *P, const char *what, ad__ckpt *c, int i, uint32_t *flags)
+/* A parameter's flags (version 2 on; version 1 has none: 0) and lr scale (version 3; before
+   it: 1), into *flags and *scale when they are not NULL. */
+AD__PRIVATE int ad__ckpt_flags(ad_params *P, const char *what, ad__ckpt *c, int i, uint32_t *flags, double *scale)
 {
-    const unsigned char *p = c->version >= 2 ? ad__ckpt_take(c, 4) : NULL;
+    const unsigned char *p = c->version >= 2 ? ad__ckpt_take(c, 4) : NULL, *s = NULL;
     uint32_t f = p ? ad__ckpt_get32(p) : 0;
-    if (c->version >= 2 && (!p || (f & ~AD__CKPT_FROZEN))) {
+    uint32_t known = c->version >= 3 ? AD__CKPT_FROZEN | AD__CKPT_NO_DECAY : AD__CKPT_FROZEN;
+    double x = 1;
+    if (c->version >= 2 && (!p || (f & ~known))) {
         ad__pfail(P, "%s: parameter %d: malformed flags", what, i);
         return 0;
     }
+    if (c->version >= 3) {
+        if (!(s = ad__ckpt_take(c, 8))) {
+            ad__pfail(P, "%s: parameter %d: malformed lr scale", what, i);
+            return 0;
+        }
+        x = ad__ckpt_getf64(s);
+        if (!ad__train_finite(x) || x < 0) {
+            ad__pfail(P, "%s: parameter %d: lr scale %g; it must be finite and >= 0", what, i, x);
+            return 0;
+        }
+    }
     if (flags) *flags = f;
+    if (scale) *scale = x;
     return 1;
 }
 
@@ -9848,17 +10706,18 @@ AD__PRIVATE int ad__ckpt_entry(ad_params *P, const char *what, ad__ckpt *c, int 
         ad__pfail(P, "%s: parameter %d (\"%.200s\"): shape %s in the file, %s in the store", what, i, q->name, s1, s2);
         return 0;
     }
-    return ad__ckpt_flags(P, what, c, i, NULL);
+    return ad__ckpt_flags(P, what, c, i, NULL, NULL);
 }
 
 /* The optimizer section: settings, step count, state buffers; they must suit O when given. */
 AD__PRIVATE int ad__ckpt_optim(ad_params *P, const char *what, ad__ckpt *c, const ad_optim *O)
 {
-    static const char *const names[] = {"SGD", "Adam", "AdamW"};
-    size_t section = c->version >= 2 ? AD__CKPT_OPTIM : AD__CKPT_OPTIM_V1;
+    static const char *const names[] = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad"};
+    size_t section = c->version >= 3 ? AD__CKPT_OPTIM : c->version >= 2 ? AD__CKPT_OPTIM_V2 : AD__CKPT_OPTIM_V1;
     const unsigned char *p = ad__ckpt_take(c, section);
     const char *why;
-    uint32_t nbuf, nesterov, zero_grad = 0, k;
+    char count[96];
+    uint32_t nbuf, nesterov, zero_grad = 0, centered = 0, k;
     if (!p) {
         ad__pfail(P, "%s: malformed optimizer section", what);
         return 0;
@@ -9878,14 +10737,32 @@ AD__PRIVATE int ad__ckpt_optim(ad_params *P, const char *what, ad__ckpt *c, cons
     if (c->version >= 2) zero_grad = ad__ckpt_get32(p + 68);
     c->d.zero_grad = zero_grad != 0;
     c->has_zero_grad = c->version >= 2;
+    if (c->version >= 3) {
+        c->d.alpha = ad__ckpt_getf64(p + 72);
+        c->d.lr_decay = ad__ckpt_getf64(p + 80);
+        c->d.initial_accumulator_value = ad__ckpt_getf64(p + 88);
+        centered = ad__ckpt_get32(p + 96);
+        c->d.centered = centered != 0;
+    }
+    c->has_v3_settings = c->version >= 3;
     nbuf = ad__ckpt_get32(p + section - 4);
     if (O && c->d.kind != O->d.kind) {
         ad__pfail(P, "%s: optimizer %s in the file, %s here", what, names[c->kind - 1], names[O->d.kind]);
         return 0;
     }
-    why = nesterov > 1 ? "nesterov is not 0 or 1" : zero_grad > 1 ? "zero_grad is not 0 or 1" : ad__optim_invalid(&c->d);
+    why = nesterov > 1     ? "nesterov is not 0 or 1"
+          : zero_grad > 1  ? "zero_grad is not 0 or 1"
+          : centered > 1   ? "centered is not 0 or 1"
+                           : ad__optim_invalid(&c->d);
     if (!why && nbuf != (uint32_t)ad__optim_buffers(&c->d)) why = "wrong number of state buffers";
-    if (!why && O && nbuf != (uint32_t)O->nbuf) why = "momentum is on in one of file and optimizer, off in the other";
+    if (!why && O && nbuf != (uint32_t)O->nbuf) {
+        if (c->d.kind == AD_OPTIM_SGD) why = "momentum is on in one of file and optimizer, off in the other";
+        else {
+            snprintf(count, sizeof count, "the file's momentum and centered need %lu state buffers, the optimizer "
+                     "has %d", (unsigned long)nbuf, O->nbuf);
+            why = count;
+        }
+    }
     if (why) {
         ad__pfail(P, "%s: optimizer settings: %s", what, why);
         return 0;
@@ -9917,6 +10794,19 @@ AD__PRIVATE int ad__ckpt_extra(ad_params *P, const char *what, ad__ckpt *c)
     c->extra_len = (size_t)n;
     c->extra = ad__ckpt_take(c, c->extra_len);
     return 1;
+}
+
+/* Sets every parameter's group from the table of a version 3 file at p, already validated. */
+AD__PRIVATE void ad__ckpt_set_groups(ad_params *P, const unsigned char *p)
+{
+    int i;
+    for (i = 0; i < P->n; i++) {
+        p += 4 + ad__ckpt_get32(p);
+        p += 4 + 4 * (size_t)ad__ckpt_get32(p);
+        P->items[i].no_decay = (ad__ckpt_get32(p) & AD__CKPT_NO_DECAY) != 0;
+        P->items[i].lr_scale = ad__ckpt_getf64(p + 4);
+        p += 12;
+    }
 }
 
 /* Validates the whole checkpoint against P and O; then, and only then, loads it. */
@@ -9954,8 +10844,15 @@ AD__PRIVATE int ad__ckpt_load(const char *what, const unsigned char *data, size_
         return -1;
     }
     ad__ckpt_get_reals(P->value, c.values, P->nscalars);
+    if (c.version >= 3) ad__ckpt_set_groups(P, data + AD__CKPT_HEADER);
     if (O) {
         if (!c.has_zero_grad) c.d.zero_grad = O->d.zero_grad;
+        if (!c.has_v3_settings) {
+            c.d.alpha = O->d.alpha;
+            c.d.centered = O->d.centered;
+            c.d.lr_decay = O->d.lr_decay;
+            c.d.initial_accumulator_value = O->d.initial_accumulator_value;
+        }
         O->d = c.d;
         O->steps = c.steps;
         ad__ckpt_get_reals(O->state, c.state, (size_t)O->nbuf * O->n);
@@ -10111,7 +11008,7 @@ AUTODIFF_API int ad_checkpoint_load(const char *path, ad_params *P, ad_optim *O)
         ad__pfail(P, "ad_checkpoint_load: path is NULL");
         return -1;
     }
-    limit = ad__ckpt_bytes(P, 2, AD_PARAMS_EXTRA_MAX);
+    limit = ad__ckpt_bytes(P, AD__OPTIM_MAX_BUFFERS, AD_PARAMS_EXTRA_MAX);
     if (limit == 0 || limit > (size_t)-1 / 2) limit = (size_t)-1 / 2;
     data = ad__ckpt_read_file(P, "ad_checkpoint_load", path, limit, &len);
     if (!data) return -1;
@@ -10142,7 +11039,7 @@ AD__PRIVATE int ad__ckpt_read_entry(ad_params *P, const char *what, ad__ckpt *c,
         uint32_t dim = ad__ckpt_get32(dims + 4 * k);
         shape[k] = dim > INT_MAX ? -1 : (int)dim; /* ad_params_add refuses what is not positive */
     }
-    return ad__ckpt_flags(P, what, c, (int)i, flags);
+    return ad__ckpt_flags(P, what, c, (int)i, flags, NULL);
 }
 
 /* Adds to the empty store P every parameter named in the checkpoint's table, with zero values,
@@ -10209,9 +11106,12 @@ AUTODIFF_API ad_params *ad_params_load(const char *path, char *err, size_t errle
 
 #undef AD__CKPT_HEADER
 #undef AD__CKPT_OPTIM_V1
+#undef AD__CKPT_OPTIM_V2
 #undef AD__CKPT_OPTIM
 #undef AD__CKPT_VERSION
 #undef AD__CKPT_FROZEN
+#undef AD__CKPT_NO_DECAY
+#undef AD__OPTIM_MAX_BUFFERS
 #undef AD__PARAMS_MAX
 
 /* >>impl:data ------------------------------------------------------------------------------- */

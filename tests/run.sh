@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds and runs every test program (the float ones also without vector functions and without
-# threads), the compile matrix, the test programs and fuzz corpora under AddressSanitizer +
-# UBSan with gcc and with clang, the examples and tests/resume.sh, then prints one line
-# "N passed, N failed". Exits non-zero when anything failed. Says which stage it is in as it goes
-# ("== NAME"), and each stage's count and time when it ends.
+# Builds and runs every test program (test_tape also without vector functions and without
+# threads, test_lbfgs in both precisions), the compile matrix, the test programs and fuzz
+# corpora under AddressSanitizer + UBSan with gcc and with clang, the examples and
+# tests/resume.sh, then prints one line "N passed, N failed". Exits non-zero when anything
+# failed. Says which stage it is in as it goes ("== NAME"), and each stage's count and time when
+# it ends.
 # Builds run in the background, JOBS at a time, while the tests already built run.
 # Environment: CC (default cc) for the optimised test programs and the examples; JOBS (default:
 # the number of processors); SANITIZE (default 1: gcc and clang; 0: no sanitizer builds; or the
@@ -145,8 +146,13 @@ done
 for name in "${tests[@]}"; do
     queue "$name" $CC -O2 -g -std=c99 -Wall -Wextra -I. "tests/$name.c" -o "$OUT/$name" $LIBS
 done
-for opt in AUTODIFF_NO_DISPATCH AUTODIFF_NO_THREADS; do
-    queue "test_tape_$opt" $CC -O2 -g -std=c99 -Wall -Wextra -D$opt -I. tests/test_tape.c -o "$OUT/test_tape_$opt" $LIBS
+# test programs built once more with an option: NAME:MACRO
+variants=()
+for v in test_tape:AUTODIFF_NO_DISPATCH test_tape:AUTODIFF_NO_THREADS test_lbfgs:AUTODIFF_DOUBLE; do
+    name=${v%%:*} opt=${v#*:}
+    [ -e "tests/$name.c" ] || continue
+    variants+=("${name}_$opt")
+    queue "${name}_$opt" $CC -O2 -g -std=c99 -Wall -Wextra -D$opt -I. "tests/$name.c" -o "$OUT/${name}_$opt" $LIBS
 done
 for cc in "${sanitizers[@]}"; do
     for name in "${tests[@]}"; do
@@ -173,10 +179,10 @@ for name in "${build_names[@]}"; do
     i=$((i + 1))
 done
 
-# 2. test programs, optimised; the float tests again with the C library's functions in place of
-#    the vector ones, and without threads
+# 2. test programs, optimised; test_tape (float) again with the C library's functions in place
+#    of the vector ones, and without threads; test_lbfgs again in double precision
 stage "test programs ($CC -O2)"
-for name in "${tests[@]}" test_tape_AUTODIFF_NO_DISPATCH test_tape_AUTODIFF_NO_THREADS; do
+for name in "${tests[@]}" "${variants[@]}"; do
     if built "$name"; then
         run_counted "$name" "$OUT/$name"
     else
@@ -219,7 +225,7 @@ for name in "${examples[@]}"; do
     grep -q 'MPI_Init' "examples/$name.c" && continue
     if built "example_$name"; then pass; else fail "build example $name"; show "$OUT/example_$name.build.log"; fi
 done
-for name in scalar sigmoid hessian; do
+for name in scalar sigmoid hessian lbfgs_fit; do
     [ -x "$OUT/example_$name" ] && check "run example $name" "$OUT/example_$name"
 done
 

@@ -116,8 +116,8 @@ static void test_round_trip(void)
     train_random(A, OA, 3, 10);
     ad_optim_set_lr(OA, 0.125);
     a = snapshot(A, OA, &la);
-    TH_CHECK(la == 32 + 55 + NSC * sizeof(ad_real) * 3 + 76 + 8 + 8, "checkpoint size %zu", la);
-    TH_CHECK(memcmp(a, "\x89" "ADCK\r\n\x1a", 8) == 0 && a[8] == 2 && a[12] == sizeof(ad_real), "magic, version, type");
+    TH_CHECK(la == 32 + 55 + 3 * 8 + NSC * sizeof(ad_real) * 3 + 104 + 8 + 8, "checkpoint size %zu", la);
+    TH_CHECK(memcmp(a, "\x89" "ADCK\r\n\x1a", 8) == 0 && a[8] == 3 && a[12] == sizeof(ad_real), "magic, version, type");
     TH_CHECK(a[16] + 256 * a[17] == (int)la && a[24] == 3 && a[28] == 2, "length, count, optimizer kind");
     TH_CHECK(ad_checkpoint_load_memory(a, la, B, OB) == 0, "load: %s", th_params_error(B));
     b = snapshot(B, OB, &lb);
@@ -186,6 +186,9 @@ static ad_params *make_net(uint64_t seed)
     return P;
 }
 
+/* Training resumed from a checkpoint goes on as if it had never stopped. The run has groups (the
+   biases without weight decay, the second layer at half the lr) that the store it is loaded
+   into lacks: they come back from the file. */
 static void check_resume(const char *what, ad_optim_kind kind, double momentum, int nesterov)
 {
     enum { STEPS = 12, CUT = 5 };
@@ -194,10 +197,17 @@ static void check_resume(const char *what, ad_optim_kind kind, double momentum, 
     ad_params *P = make_net(42), *Q = make_net(42), *R = make_net(4242);
     ad_optim *OP, *OQ, *OR;
     char path[512];
+    int k;
+    for (k = 0; k < 4; k++) {
+        ad_params_set_group(P, k, k >= 2 ? 0.5 : 1, k % 2 == 0);
+        ad_params_set_group(Q, k, k >= 2 ? 0.5 : 1, k % 2 == 0);
+    }
     memset(&d, 0, sizeof d);
     d.kind = kind;
     d.momentum = momentum;
     d.nesterov = nesterov;
+    d.weight_decay = 0.01;
+    d.centered = kind == AD_OPTIM_RMSPROP;
     OP = ad_optim_new(P, &d);
     OQ = ad_optim_new(Q, &d);
     d.lr = 0.5; /* the checkpoint brings back the lr too */
@@ -218,6 +228,13 @@ static void check_resume(const char *what, ad_optim_kind kind, double momentum, 
              "%s: resumed parameters differ", what);
     TH_CHECK(straight[STEPS - 1] < straight[0], "%s: the net learns (%g -> %g)", what, straight[0],
              straight[STEPS - 1]);
+    for (k = 0; k < 4; k++) {
+        double scale = 0;
+        int decay = -1;
+        ad_params_group(R, k, &scale, &decay);
+        TH_CHECK(scale == (k >= 2 ? 0.5 : 1) && decay == (k % 2 == 0), "%s: parameter %d's group: %g, %d", what, k,
+                 scale, decay);
+    }
     ad_optim_free(OP);
     ad_optim_free(OR);
     ad_params_free(P);
@@ -229,6 +246,8 @@ static void test_resume(void)
     check_resume("Adam", AD_OPTIM_ADAM, 0, 0);
     check_resume("AdamW", AD_OPTIM_ADAMW, 0, 0);
     check_resume("SGD Nesterov", AD_OPTIM_SGD, 0.9, 1);
+    check_resume("RMSprop with momentum", AD_OPTIM_RMSPROP, 0.5, 0);
+    check_resume("Adagrad", AD_OPTIM_ADAGRAD, 0, 0);
 }
 
 /* Loads bad (len bytes) into a fresh store and optimizer, expects a refusal whose message
@@ -351,7 +370,7 @@ static void test_flipped_bytes(void)
         memcpy(bad, good, len);
         bad[i] ^= (unsigned char)(1u << (i % 8));
         if (i < 8) wrong[0] += !victim_refuses(&v, bad, len, "not an autodiff.h checkpoint", NULL);
-        else if (i < 12) wrong[1] += !victim_refuses(&v, bad, len, "format version", NULL);
+        else if (i < 12) wrong[1] += !victim_refuses(&v, bad, len, "format version", "checksum mismatch");
         else if (i < 16) wrong[2] += !victim_refuses(&v, bad, len, "element type", NULL);
         else if (i < 24) wrong[3] += !victim_refuses(&v, bad, len, "truncated", "trailing bytes");
         else wrong[4] += !victim_refuses(&v, bad, len, "checksum mismatch", NULL);
@@ -375,9 +394,9 @@ static void test_foreign(void)
     expect_refusal("text", (const unsigned char *)"hello, world\n", 13, "not an autodiff.h checkpoint");
     expect_refusal("empty", good, 0, "truncated");
     memcpy(bad, good, len);
-    put_le(bad + 8, 3, 4);
+    put_le(bad + 8, 4, 4);
     reseal(bad, len);
-    expect_refusal("version 3", bad, len, "format version 3; this build reads versions 1 to 2");
+    expect_refusal("version 4", bad, len, "format version 4; this build reads versions 1 to 3");
     put_le(bad + 8, 0, 4);
     reseal(bad, len);
     expect_refusal("version 0", bad, len, "format version 0");
@@ -397,7 +416,7 @@ static void test_foreign(void)
 /* Files that pass the checksum but whose structure is wrong or hostile. */
 static void test_malformed(void)
 {
-    size_t len, opt = 32 + 55 + NSC * sizeof(ad_real);
+    size_t len, opt = 32 + 55 + 3 * 8 + NSC * sizeof(ad_real);
     unsigned char *good = good_file(&len), *bad = (unsigned char *)malloc(len);
     double nan = NAN;
     uint64_t bits;
@@ -427,15 +446,40 @@ static void test_malformed(void)
     reseal(bad, len);
     expect_refusal("NaN dampening in an Adam file", bad, len, "must be finite, even where unused");
     memcpy(bad, good, len);
-    put_le(bad + opt + 72, 3, 4);
+    put_le(bad + opt + 100, 3, 4);
     reseal(bad, len);
     expect_refusal("3 state buffers", bad, len, "wrong number of state buffers");
+    memcpy(bad, good, len);
+    put_le(bad + opt + 96, 2, 4);
+    reseal(bad, len);
+    expect_refusal("centered 2", bad, len, "centered is not 0 or 1");
+    memcpy(bad, good, len);
+    put_le(bad + opt + 72, bits, 8);
+    reseal(bad, len);
+    expect_refusal("NaN alpha in an Adam file", bad, len, "must be finite, even where unused");
+    memcpy(bad, good, len);
+    put_le(bad + 28, 6, 4);
+    reseal(bad, len);
+    expect_refusal("optimizer kind 6", bad, len, "unknown optimizer kind 6");
+    memcpy(bad, good, len);
+    put_le(bad + 32 + 25, bits, 8);
+    reseal(bad, len);
+    expect_refusal("NaN lr scale", bad, len, "parameter 0: lr scale nan");
+    {
+        double minus = -0.5;
+        memcpy(&bits, &minus, 8);
+        memcpy(bad, good, len);
+        put_le(bad + 32 + 25, bits, 8);
+        reseal(bad, len);
+        expect_refusal("negative lr scale", bad, len, "parameter 0: lr scale -0.5; it must be finite and >= 0");
+        memcpy(&bits, &nan, 8);
+    }
     memcpy(bad, good, len);
     put_le(bad + opt + 68, 7, 4);
     reseal(bad, len);
     expect_refusal("zero_grad 7", bad, len, "zero_grad is not 0 or 1");
     memcpy(bad, good, len);
-    put_le(bad + 32 + 21, 2, 4);
+    put_le(bad + 32 + 21, 4, 4);
     reseal(bad, len);
     expect_refusal("unknown parameter flag", bad, len, "parameter 0: malformed flags");
     memcpy(bad, good, len);
@@ -671,9 +715,9 @@ static void test_params_load(void)
 /* Frozen parameters keep their values through optimizer steps and through checkpoints. */
 static void test_frozen(void)
 {
-    ad_optim_kind kinds[3] = {AD_OPTIM_SGD, AD_OPTIM_ADAM, AD_OPTIM_ADAMW};
+    ad_optim_kind kinds[5] = {AD_OPTIM_SGD, AD_OPTIM_ADAM, AD_OPTIM_ADAMW, AD_OPTIM_RMSPROP, AD_OPTIM_ADAGRAD};
     int k;
-    for (k = 0; k < 3; k++) {
+    for (k = 0; k < 5; k++) {
         ad_params *A = make_store(21);
         ad_optim *O;
         ad_param_info b;
@@ -683,7 +727,7 @@ static void test_frozen(void)
         memset(&d, 0, sizeof d);
         d.kind = kinds[k];
         d.lr = 0.1;
-        d.momentum = kinds[k] == AD_OPTIM_SGD ? 0.9 : 0;
+        d.momentum = kinds[k] == AD_OPTIM_SGD || kinds[k] == AD_OPTIM_RMSPROP ? 0.9 : 0;
         d.weight_decay = 0.1;
         TH_CHECK(ad_params_set_trainable(A, 1, 0) == 0, "freeze: %s", th_params_error(A));
         TH_CHECK(ad_params_set_trainable(A, 9, 0) != 0, "freezing a missing parameter was accepted");
@@ -749,6 +793,38 @@ static void test_settings_restored(void)
     ad_params_free(C);
 }
 
+/* A version 2 file, made from a version 3 one by this test's own writer: no lr scales (and no
+   flag but bit 0), no alpha, lr_decay, initial_accumulator_value or centered. */
+static size_t to_version2(const unsigned char *v3, size_t len, int nparams, int with_optim, unsigned char *out)
+{
+    const unsigned char *p = v3 + 32, *end = v3 + len - 8;
+    unsigned char *q = out;
+    int i;
+    memcpy(q, v3, 32);
+    put_le(q + 8, 2, 4);
+    q += 32;
+    for (i = 0; i < nparams; i++) { /* name length, name, ndim, dims, flags: copied; lr scale: dropped */
+        size_t namelen = p[0] | (size_t)p[1] << 8, ndim = p[4 + namelen], entry = 12 + namelen + 4 * ndim;
+        memcpy(q, p, entry);
+        q[entry - 4] &= 1;
+        q += entry;
+        p += entry + 8;
+    }
+    memcpy(q, p, NSC * sizeof(ad_real)); /* values */
+    q += NSC * sizeof(ad_real);
+    p += NSC * sizeof(ad_real);
+    if (with_optim) { /* step, seven settings, nesterov, zero_grad: copied; the version 3 settings dropped */
+        memcpy(q, p, 72);
+        q += 72;
+        p += 72 + 28;
+    }
+    memcpy(q, p, (size_t)(end - p)); /* state buffers, extra bytes */
+    q += end - p;
+    q += 8;
+    reseal(out, (size_t)(q - out));
+    return (size_t)(q - out);
+}
+
 /* A version 1 file, made from a version 2 one by this test's own writer: no parameter flags, no
    zero_grad, no extra bytes. */
 static size_t to_version1(const unsigned char *v2, size_t len, int nparams, int with_optim, unsigned char *out)
@@ -789,8 +865,8 @@ static void test_version1(void)
     ad_params *A = make_store(41), *B = make_store(42), *C = make_store(43);
     ad_optim *OA, *OB;
     ad_optim_desc d;
-    unsigned char *a, *v1, *b;
-    size_t la, l1, lb;
+    unsigned char *a, *v1, *v2, *b;
+    size_t la, l1, l2, lb;
     memset(&d, 0, sizeof d);
     d.kind = AD_OPTIM_ADAM;
     d.lr = 0.01;
@@ -799,30 +875,181 @@ static void test_version1(void)
     train_random(A, OA, 3, 8);
     a = snapshot(A, OA, &la);
     v1 = (unsigned char *)malloc(la);
+    v2 = (unsigned char *)malloc(la);
     d.lr = 0.3;
     OB = ad_optim_new(B, &d);
-    l1 = to_version1(a, la, 3, 1, v1);
-    TH_CHECK(l1 == la - 3 * 4 - 4 - 8, "version 1 size %zu", l1);
+    l2 = to_version2(a, la, 3, 1, v2);
+    TH_CHECK(l2 == la - 3 * 8 - 28, "version 2 size %zu", l2);
+    l1 = to_version1(v2, l2, 3, 1, v1);
+    TH_CHECK(l1 == l2 - 3 * 4 - 4 - 8, "version 1 size %zu", l1);
     TH_CHECK(ad_checkpoint_load_memory(v1, l1, B, OB) == 0, "version 1 file: %s", th_params_error(B));
     b = snapshot(B, OB, &lb);
-    TH_CHECK(la == lb && memcmp(a, b, la) == 0, "version 1 load differs from version 2's");
+    TH_CHECK(la == lb && memcmp(a, b, la) == 0, "version 1 load differs from version 3's");
     TH_CHECK(ad_optim_settings(OB).zero_grad == 1 && ad_optim_steps(OB) == 3,
              "a version 1 file leaves zero_grad to the optimizer (%d), steps %d", ad_optim_settings(OB).zero_grad,
              (int)ad_optim_steps(OB));
     free(a);
     a = snapshot(A, NULL, &la);
-    l1 = to_version1(a, la, 3, 0, v1);
+    l2 = to_version2(a, la, 3, 0, v2);
+    l1 = to_version1(v2, l2, 3, 0, v1);
     TH_CHECK(ad_checkpoint_load_memory(v1, l1, C, NULL) == 0 &&
                  memcmp(ad_params_values(A), ad_params_values(C), NSC * sizeof(ad_real)) == 0,
              "version 1 without optimizer: %s", th_params_error(C));
     free(a);
     free(b);
     free(v1);
+    free(v2);
     ad_optim_free(OA);
     ad_optim_free(OB);
     ad_params_free(A);
     ad_params_free(B);
     ad_params_free(C);
+}
+
+/* Version 2 files: read as before; they hold no groups (the store's stay), no RMSprop or
+   Adagrad, no flag but bit 0. */
+static void test_version2(void)
+{
+    ad_params *A = make_store(44), *B = make_store(45), *C = make_store(46);
+    ad_optim *OA, *OB;
+    ad_optim_desc d;
+    unsigned char *a, *v2, *b, *bad;
+    size_t la, l2, lb;
+    double scale;
+    int decay;
+    memset(&d, 0, sizeof d);
+    d.kind = AD_OPTIM_SGD;
+    d.lr = 0.01;
+    d.momentum = 0.9;
+    d.zero_grad = 1;
+    ad_params_set_trainable(A, 2, 0);
+    OA = ad_optim_new(A, &d);
+    train_random(A, OA, 3, 18);
+    a = snapshot(A, OA, &la);
+    v2 = (unsigned char *)malloc(la);
+    bad = (unsigned char *)malloc(la);
+    d.zero_grad = 0;
+    d.lr = 0.3;
+    OB = ad_optim_new(B, &d);
+    ad_params_set_group(B, 1, 3, 0);
+    l2 = to_version2(a, la, 3, 1, v2);
+    TH_CHECK(ad_checkpoint_load_memory(v2, l2, B, OB) == 0, "version 2 file: %s", th_params_error(B));
+    TH_CHECK(ad_params_group(B, 1, &scale, &decay) == 0 && scale == 3 && decay == 0,
+             "a version 2 file leaves the store's groups: %g %d", scale, decay);
+    ad_params_set_group(B, 1, 1, 1);
+    ad_params_set_trainable(B, 2, 0); /* the store's own setting, which loading leaves */
+    b = snapshot(B, OB, &lb);
+    TH_CHECK(la == lb && memcmp(a, b, la) == 0 && ad_optim_settings(OB).zero_grad == 1 && ad_optim_lr(OB) == 0.01,
+             "version 2 load differs from version 3's");
+    memcpy(bad, v2, l2);
+    put_le(bad + 28, 4, 4);
+    reseal(bad, l2);
+    TH_CHECK(ad_checkpoint_load_memory(bad, l2, C, NULL) != 0, "optimizer kind 4 in a version 2 file accepted");
+    TH_CHECK_PERROR(C, "unknown optimizer kind 4");
+    memcpy(bad, v2, l2);
+    put_le(bad + 32 + 21, 2, 4);
+    reseal(bad, l2);
+    TH_CHECK(ad_checkpoint_load_memory(bad, l2, C, NULL) != 0, "flag bit 1 in a version 2 file accepted");
+    TH_CHECK_PERROR(C, "parameter 0: malformed flags");
+    free(a);
+    free(b);
+    free(v2);
+    free(bad);
+    ad_optim_free(OA);
+    ad_optim_free(OB);
+    ad_params_free(A);
+    ad_params_free(B);
+    ad_params_free(C);
+}
+
+/* Groups and the RMSprop and Adagrad settings travel with the checkpoint: the file's win over
+   the store's and the optimizer's, frozen flags stay the store's, and ad_params_load brings
+   the groups back. */
+static void test_groups_and_settings(void)
+{
+    ad_params *A = make_store(81), *B = make_store(82), *L;
+    ad_optim_desc d, got;
+    ad_optim *OA, *OB, *OC;
+    unsigned char *a, *b;
+    size_t la, lb;
+    double scale;
+    int decay, k;
+    char path[512], err[512];
+    memset(&d, 0, sizeof d);
+    d.kind = AD_OPTIM_RMSPROP;
+    d.lr = 0.02;
+    d.alpha = 0.9;
+    d.momentum = 0.5;
+    d.centered = 1;
+    d.weight_decay = 0.1;
+    ad_params_set_group(A, 0, 0.5, 1);
+    ad_params_set_group(A, 1, 2, 0);
+    ad_params_set_group(A, 2, 0, 0);
+    ad_params_set_trainable(B, 1, 0);
+    OA = ad_optim_new(A, &d);
+    d.alpha = 0.5;
+    d.lr = 1;
+    OB = ad_optim_new(B, &d);
+    train_random(A, OA, 3, 4);
+    a = snapshot(A, OA, &la);
+    TH_CHECK(ad_checkpoint_load_memory(a, la, B, OB) == 0, "load: %s", th_params_error(B));
+    got = ad_optim_settings(OB);
+    TH_CHECK(got.alpha == 0.9 && got.lr == 0.02 && got.centered == 1 && got.momentum == 0.5,
+             "the file's RMSprop settings win: alpha %g lr %g", got.alpha, got.lr);
+    TH_CHECK(ad_params_group(B, 1, &scale, &decay) == 0 && scale == 2 && decay == 0, "group 1 restored: %g %d", scale,
+             decay);
+    TH_CHECK(ad_params_group(B, 2, &scale, &decay) == 0 && scale == 0 && decay == 0, "group 2 restored: %g %d", scale,
+             decay);
+    ad_params_set_trainable(B, 1, 1);
+    b = snapshot(B, OB, &lb);
+    TH_CHECK(la == lb && memcmp(a, b, la) == 0, "round trip with groups and RMSprop is bitwise");
+    free(b);
+    ad_params_set_trainable(B, 1, 0);
+    train_random(B, OB, 1, 5);
+    TH_CHECK(ad_params_info(B, 1).value[0] == ad_params_info(A, 1).value[0], "the store's frozen flag stayed");
+    d.centered = 0;
+    OC = ad_optim_new(B, &d);
+    TH_CHECK(ad_checkpoint_load_memory(a, la, B, OC) != 0, "centered file loaded into an RMSprop without");
+    TH_CHECK_PERROR(B, "the file's momentum and centered need 3 state buffers, the optimizer has 2");
+    ad_optim_free(OC);
+    temp_path(path, sizeof path, "groups");
+    TH_CHECK(ad_checkpoint_save(path, A, OA) == 0, "save: %s", th_params_error(A));
+    L = ad_params_load(path, err, sizeof err);
+    TH_CHECK(L != NULL, "ad_params_load: %s", err);
+    for (k = 0; L && k < 3; k++) {
+        double want_scale = k == 0 ? 0.5 : k == 1 ? 2 : 0;
+        TH_CHECK(ad_params_group(L, k, &scale, &decay) == 0 && scale == want_scale && decay == (k == 0),
+                 "ad_params_load: parameter %d's group %g %d", k, scale, decay);
+    }
+    ad_params_free(L);
+    remove(path);
+    /* Adagrad's settings and sums */
+    ad_optim_free(OA);
+    ad_optim_free(OB);
+    memset(&d, 0, sizeof d);
+    d.kind = AD_OPTIM_ADAGRAD;
+    d.lr_decay = 0.1;
+    d.initial_accumulator_value = 0.25;
+    OA = ad_optim_new(A, &d);
+    d.lr_decay = 0;
+    d.initial_accumulator_value = 0;
+    OB = ad_optim_new(B, &d);
+    train_random(A, OA, 2, 6);
+    free(a);
+    a = snapshot(A, OA, &la);
+    TH_CHECK(ad_checkpoint_load_memory(a, la, B, OB) == 0, "Adagrad load: %s", th_params_error(B));
+    got = ad_optim_settings(OB);
+    TH_CHECK(got.lr_decay == 0.1 && got.initial_accumulator_value == 0.25 && ad_optim_steps(OB) == 2,
+             "the file's Adagrad settings win");
+    ad_params_set_trainable(B, 1, 1);
+    b = snapshot(B, OB, &lb);
+    TH_CHECK(la == lb && memcmp(a, b, la) == 0, "Adagrad round trip is bitwise");
+    free(a);
+    free(b);
+    ad_optim_free(OA);
+    ad_optim_free(OB);
+    ad_params_free(A);
+    ad_params_free(B);
 }
 
 /* The program's extra bytes travel with the checkpoint and are replaced on every load. */
@@ -980,6 +1207,8 @@ int main(void)
     test_frozen();
     test_settings_restored();
     test_version1();
+    test_version2();
+    test_groups_and_settings();
     test_extra();
     test_params_load_checks();
     test_leftovers();

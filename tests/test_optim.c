@@ -21,23 +21,30 @@ static ad_params *make_store(void)
     return P;
 }
 
-/* The reference optimizer: one step of PyTorch's algorithm on plain arrays. */
+/* The reference optimizer: one step of PyTorch's algorithm on plain arrays. Each scalar has
+   its parameter group's lr scale and weight-decay switch, as PyTorch's param groups would give
+   it its own lr and weight_decay. */
 typedef struct ref {
     ad_optim_desc d;   /* every field given explicitly */
     double p[NS], b[NS], m[NS], v[NS];
+    double scale[NS];  /* the group's lr scale */
+    int decay[NS];     /* whether weight decay applies */
     int t;
 } ref;
+
+static double ref_lr(const ref *r, int i) { return r->d.lr * r->scale[i]; }
+static double ref_wd(const ref *r, int i) { return r->decay[i] ? r->d.weight_decay : 0; }
 
 static void ref_sgd(ref *r, const double *grad)
 {
     int i;
     for (i = 0; i < NS; i++) {
-        double g = grad[i] + r->d.weight_decay * r->p[i];
+        double g = grad[i] + ref_wd(r, i) * r->p[i];
         if (r->d.momentum != 0) {
             r->b[i] = r->t > 1 ? r->d.momentum * r->b[i] + (1 - r->d.dampening) * g : g;
             g = r->d.nesterov ? g + r->d.momentum * r->b[i] : r->b[i];
         }
-        r->p[i] -= r->d.lr * g;
+        r->p[i] -= ref_lr(r, i) * g;
     }
 }
 
@@ -46,30 +53,83 @@ static void ref_adam(ref *r, const double *grad)
     int i;
     for (i = 0; i < NS; i++) {
         double g = grad[i], mhat, vhat;
-        if (r->d.kind == AD_OPTIM_ADAMW) r->p[i] -= r->d.lr * r->d.weight_decay * r->p[i];
-        else g += r->d.weight_decay * r->p[i];
+        if (r->d.kind == AD_OPTIM_ADAMW) r->p[i] -= ref_lr(r, i) * ref_wd(r, i) * r->p[i];
+        else g += ref_wd(r, i) * r->p[i];
         r->m[i] = r->d.beta1 * r->m[i] + (1 - r->d.beta1) * g;
         r->v[i] = r->d.beta2 * r->v[i] + (1 - r->d.beta2) * g * g;
         mhat = r->m[i] / (1 - pow(r->d.beta1, r->t));
         vhat = r->v[i] / (1 - pow(r->d.beta2, r->t));
-        r->p[i] -= r->d.lr * mhat / (sqrt(vhat) + r->d.eps);
+        r->p[i] -= ref_lr(r, i) * mhat / (sqrt(vhat) + r->d.eps);
     }
+}
+
+/* torch.optim.RMSprop: v the running mean of squares, m the running mean (centered), b the
+   momentum buffer, which starts at zero. */
+static void ref_rmsprop(ref *r, const double *grad)
+{
+    int i;
+    for (i = 0; i < NS; i++) {
+        double g = grad[i] + ref_wd(r, i) * r->p[i], avg;
+        r->v[i] = r->d.alpha * r->v[i] + (1 - r->d.alpha) * g * g;
+        if (r->d.centered) {
+            r->m[i] = r->d.alpha * r->m[i] + (1 - r->d.alpha) * g;
+            avg = sqrt(r->v[i] - r->m[i] * r->m[i]) + r->d.eps;
+        } else {
+            avg = sqrt(r->v[i]) + r->d.eps;
+        }
+        if (r->d.momentum > 0) {
+            r->b[i] = r->d.momentum * r->b[i] + g / avg;
+            r->p[i] -= ref_lr(r, i) * r->b[i];
+        } else {
+            r->p[i] -= ref_lr(r, i) * g / avg;
+        }
+    }
+}
+
+/* torch.optim.Adagrad: v the sum of squares, from initial_accumulator_value. */
+static void ref_adagrad(ref *r, const double *grad)
+{
+    int i;
+    for (i = 0; i < NS; i++) {
+        double g = grad[i] + ref_wd(r, i) * r->p[i], clr = ref_lr(r, i) / (1 + (r->t - 1) * r->d.lr_decay);
+        if (r->t == 1) r->v[i] = r->d.initial_accumulator_value;
+        r->v[i] += g * g;
+        r->p[i] -= clr * g / (sqrt(r->v[i]) + r->d.eps);
+    }
+}
+
+static void ref_step(ref *r, const double *grad)
+{
+    if (r->d.kind == AD_OPTIM_SGD) ref_sgd(r, grad);
+    else if (r->d.kind == AD_OPTIM_RMSPROP) ref_rmsprop(r, grad);
+    else if (r->d.kind == AD_OPTIM_ADAGRAD) ref_adagrad(r, grad);
+    else ref_adam(r, grad);
 }
 
 /* Runs 7 steps of the optimizer made from desc and of the reference made from full (the same
    settings with the defaults written out), with random gradients and a learning rate that
-   changes at step 4. */
-static void compare(const char *what, const ad_optim_desc *desc, const ad_optim_desc *full)
+   changes at step 4. With groups, "w" has lr scale 1.5 and "b" (its last 6 scalars) lr scale
+   0.25 and no weight decay. */
+static void compare_groups(const char *what, const ad_optim_desc *desc, const ad_optim_desc *full, int groups)
 {
     ad_params *P = make_store();
-    ad_optim *O = ad_optim_new(P, desc);
+    ad_optim *O;
     ref r;
     ad_rng rng;
     double worst = 0;
     int step, i;
+    memset(&r, 0, sizeof r);
+    for (i = 0; i < NS; i++) {
+        r.scale[i] = !groups ? 1 : i < NS - 6 ? 1.5 : 0.25;
+        r.decay[i] = !groups || i < NS - 6;
+    }
+    if (groups) {
+        TH_CHECK(ad_params_set_group(P, 0, 1.5, 1) == 0 && ad_params_set_group(P, 1, 0.25, 0) == 0, "%s: groups: %s",
+                 what, th_params_error(P));
+    }
+    O = ad_optim_new(P, desc);
     TH_CHECK(O != NULL, "%s: %s", what, th_params_error(P));
     if (!O) { ad_params_free(P); return; }
-    memset(&r, 0, sizeof r);
     r.d = *full;
     memcpy(r.p, ad_params_values(P), sizeof r.p);
     ad_rng_seed(&rng, 3);
@@ -82,8 +142,7 @@ static void compare(const char *what, const ad_optim_desc *desc, const ad_optim_
             r.d.lr = full->lr * 0.5;
         }
         r.t = step;
-        if (full->kind == AD_OPTIM_SGD) ref_sgd(&r, g);
-        else ref_adam(&r, g);
+        ref_step(&r, g);
         TH_CHECK(ad_optim_step(O) == 0, "%s: step %d: %s", what, step, th_params_error(P));
         TH_CHECK(memcmp(g, ad_params_grads(P), sizeof g) == 0, "%s: step changed the gradients", what);
         for (i = 0; i < NS; i++) {
@@ -96,6 +155,11 @@ static void compare(const char *what, const ad_optim_desc *desc, const ad_optim_
     TH_CHECK(ad_optim_lr(O) == full->lr * 0.5, "%s: lr", what);
     ad_optim_free(O);
     ad_params_free(P);
+}
+
+static void compare(const char *what, const ad_optim_desc *desc, const ad_optim_desc *full)
+{
+    compare_groups(what, desc, full, 0);
 }
 
 static ad_optim_desc sgd(double lr, double momentum, double dampening, int nesterov, double wd)
@@ -122,6 +186,100 @@ static ad_optim_desc adam(ad_optim_kind kind, double lr, double b1, double b2, d
     d.eps = eps;
     d.weight_decay = wd;
     return d;
+}
+
+static ad_optim_desc rmsprop(double lr, double alpha, double eps, double wd, double momentum, int centered)
+{
+    ad_optim_desc d;
+    memset(&d, 0, sizeof d);
+    d.kind = AD_OPTIM_RMSPROP;
+    d.lr = lr;
+    d.alpha = alpha;
+    d.eps = eps;
+    d.weight_decay = wd;
+    d.momentum = momentum;
+    d.centered = centered;
+    return d;
+}
+
+static ad_optim_desc adagrad(double lr, double lr_decay, double wd, double initial, double eps)
+{
+    ad_optim_desc d;
+    memset(&d, 0, sizeof d);
+    d.kind = AD_OPTIM_ADAGRAD;
+    d.lr = lr;
+    d.lr_decay = lr_decay;
+    d.weight_decay = wd;
+    d.initial_accumulator_value = initial;
+    d.eps = eps;
+    return d;
+}
+
+/* RMSprop and Adagrad in every combination of their settings, defaults included. */
+static void test_rmsprop_adagrad(void)
+{
+    ad_optim_desc d, full;
+    memset(&d, 0, sizeof d);
+    d.kind = AD_OPTIM_RMSPROP;
+    full = rmsprop(1e-2, 0.99, 1e-8, 0, 0, 0);
+    compare("RMSprop defaults", &d, &full);
+    d = rmsprop(0.01, 0.9, 1e-6, 0, 0, 0);
+    compare("RMSprop alpha", &d, &d);
+    d = rmsprop(0.01, 0.95, 1e-8, 0.05, 0, 0);
+    compare("RMSprop weight decay", &d, &d);
+    d = rmsprop(0.005, 0.99, 1e-8, 0, 0.9, 0);
+    compare("RMSprop momentum", &d, &d);
+    d = rmsprop(0.005, 0.9, 1e-5, 0, 0, 1);
+    compare("RMSprop centered", &d, &d);
+    d = rmsprop(0.002, 0.8, 1e-4, 0.01, 0.5, 1);
+    compare("RMSprop centered, momentum, weight decay", &d, &d);
+    memset(&d, 0, sizeof d);
+    d.kind = AD_OPTIM_ADAGRAD;
+    full = adagrad(1e-2, 0, 0, 0, 1e-10);
+    compare("Adagrad defaults", &d, &full);
+    d = adagrad(0.1, 0.05, 0, 0, 1e-10);
+    compare("Adagrad lr_decay", &d, &d);
+    d = adagrad(0.05, 0, 0.02, 0.1, 1e-6);
+    compare("Adagrad weight decay, initial accumulator", &d, &d);
+    d = adagrad(0.05, 0.1, 0.01, 0.5, 1e-3);
+    compare("Adagrad everything", &d, &d);
+}
+
+/* Parameter groups in every kind: per-parameter lr scales and parameters without weight decay. */
+static void test_groups(void)
+{
+    ad_optim_desc d;
+    ad_params *P = make_store();
+    double scale = -1;
+    int decay = -1;
+    d = sgd(0.05, 0, 0, 0, 0.1);
+    compare_groups("SGD groups", &d, &d, 1);
+    d = sgd(0.05, 0.9, 0, 1, 0.1);
+    compare_groups("SGD Nesterov groups", &d, &d, 1);
+    d = adam(AD_OPTIM_ADAM, 0.01, 0.9, 0.999, 1e-8, 0.1);
+    compare_groups("Adam groups", &d, &d, 1);
+    d = adam(AD_OPTIM_ADAMW, 0.05, 0.9, 0.999, 1e-8, 0.2);
+    compare_groups("AdamW groups", &d, &d, 1);
+    d = rmsprop(0.01, 0.9, 1e-8, 0.1, 0.5, 1);
+    compare_groups("RMSprop groups", &d, &d, 1);
+    d = adagrad(0.05, 0.1, 0.1, 0.1, 1e-10);
+    compare_groups("Adagrad groups", &d, &d, 1);
+    TH_CHECK(ad_params_group(P, 1, &scale, &decay) == 0 && scale == 1 && decay == 1, "default group: %g %d", scale,
+             decay);
+    TH_CHECK(ad_params_set_group(P, 1, 0, 0) == 0 && ad_params_group(P, 1, &scale, &decay) == 0 && scale == 0 &&
+                 decay == 0,
+             "lr scale 0 and no decay: %g %d", scale, decay);
+    TH_CHECK(ad_params_group(P, 1, NULL, NULL) == 0, "NULL outputs");
+    TH_CHECK(ad_params_set_group(P, 2, 1, 1) == -1, "group of a missing parameter");
+    TH_CHECK_PERROR(P, "ad_params_set_group: no parameter 2");
+    TH_CHECK(ad_params_set_group(P, 0, -0.5, 1) == -1, "negative lr scale");
+    TH_CHECK_PERROR(P, "ad_params_set_group: \"w\": lr_scale -0.5");
+    TH_CHECK(ad_params_set_group(P, 0, NAN, 1) == -1, "NaN lr scale");
+    TH_CHECK_PERROR(P, "must be finite");
+    TH_CHECK(ad_params_group(P, -1, &scale, &decay) == -1 && scale == 0, "getter of a missing parameter");
+    TH_CHECK_PERROR(P, "ad_params_group: no parameter -1");
+    TH_CHECK(ad_params_set_group(NULL, 0, 1, 1) == -1 && ad_params_group(NULL, 0, NULL, NULL) == -1, "NULL store");
+    ad_params_free(P);
 }
 
 static void test_against_reference(void)
@@ -172,6 +330,46 @@ static void test_defaults_and_errors(void)
     TH_CHECK(O && s.lr == 1e-3 && s.beta1 == 0.9 && s.beta2 == 0.999 && s.eps == 1e-8 && s.weight_decay == 1e-2,
              "AdamW defaults");
     ad_optim_free(O);
+    d = sgd(0, 0, 0, 0, 0);
+    d.kind = AD_OPTIM_RMSPROP;
+    O = ad_optim_new(P, &d);
+    s = ad_optim_settings(O);
+    TH_CHECK(O && s.lr == 1e-2 && s.alpha == 0.99 && s.eps == 1e-8 && s.weight_decay == 0 && s.momentum == 0 &&
+                 s.centered == 0,
+             "RMSprop defaults");
+    ad_optim_free(O);
+    d.kind = AD_OPTIM_ADAGRAD;
+    O = ad_optim_new(P, &d);
+    s = ad_optim_settings(O);
+    TH_CHECK(O && s.lr == 1e-2 && s.eps == 1e-10 && s.lr_decay == 0 && s.initial_accumulator_value == 0,
+             "Adagrad defaults");
+    ad_optim_free(O);
+    d = rmsprop(0.1, -0.5, 0, 0, 0, 0);
+    TH_CHECK(ad_optim_new(P, &d) == NULL, "negative alpha refused");
+    TH_CHECK_PERROR(P, "alpha must be finite and >= 0");
+    d = rmsprop(0.1, 0, 0, 0, -0.9, 0);
+    TH_CHECK(ad_optim_new(P, &d) == NULL, "RMSprop: negative momentum refused");
+    TH_CHECK_PERROR(P, "momentum must be finite and >= 0");
+    d = rmsprop(0.1, 0, -1e-8, 0, 0, 0);
+    TH_CHECK(ad_optim_new(P, &d) == NULL, "RMSprop: negative eps refused");
+    TH_CHECK_PERROR(P, "eps must be finite and > 0");
+    d = adagrad(0.1, -0.1, 0, 0, 0);
+    TH_CHECK(ad_optim_new(P, &d) == NULL, "negative lr_decay refused");
+    TH_CHECK_PERROR(P, "lr_decay must be finite and >= 0");
+    d = adagrad(0.1, 0, 0, -1, 0);
+    TH_CHECK(ad_optim_new(P, &d) == NULL, "negative initial_accumulator_value refused");
+    TH_CHECK_PERROR(P, "initial_accumulator_value must be finite and >= 0");
+    d = adagrad(0.1, 0, -0.1, 0, 0);
+    TH_CHECK(ad_optim_new(P, &d) == NULL, "Adagrad: negative weight decay refused");
+    TH_CHECK_PERROR(P, "weight_decay");
+    d = sgd(0.1, 0, 0, 0, 0);
+    d.alpha = NAN;
+    TH_CHECK(ad_optim_new(P, &d) == NULL, "NaN alpha in SGD's settings refused");
+    TH_CHECK_PERROR(P, "even where unused");
+    d.alpha = 0;
+    d.lr_decay = INFINITY;
+    TH_CHECK(ad_optim_new(P, &d) == NULL, "infinite lr_decay in SGD's settings refused");
+    TH_CHECK_PERROR(P, "even where unused");
     d = sgd(0.1, 0, 0, 1, 0);
     TH_CHECK(ad_optim_new(P, &d) == NULL, "Nesterov without momentum refused");
     TH_CHECK_PERROR(P, "Nesterov momentum needs momentum > 0 and dampening 0");
@@ -349,19 +547,54 @@ static void fill_grads(ad_params *P, uint64_t seed)
     for (i = 0; i < n; i++) ad_params_grads(P)[i] = ad_rng_normal(&rng);
 }
 
+/* The optimizers of the thread and zero_grad tests: every kind, and the last three again on a
+   store with groups (with_groups). */
+#define NKINDS 10
+
+static const char *const kind_names[NKINDS] = {"SGD", "SGD with Nesterov momentum", "Adam", "AdamW",
+                                              "RMSprop centered with momentum", "Adagrad", "RMSprop",
+                                              "SGD with momentum and groups", "AdamW with groups",
+                                              "Adagrad with groups"};
+
+static ad_optim_desc kind_desc(int k)
+{
+    switch (k) {
+    case 0: return sgd(0.1, 0, 0, 0, 0.01);
+    case 1: return sgd(0.05, 0.9, 0, 1, 0.001);
+    case 2: return adam(AD_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0);
+    case 3: return adam(AD_OPTIM_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01);
+    case 4: return rmsprop(1e-3, 0.9, 1e-8, 0.01, 0.9, 1);
+    case 5: return adagrad(0.01, 0.01, 0.01, 0.1, 1e-10);
+    case 6: return rmsprop(1e-3, 0.99, 1e-8, 0, 0, 0);
+    case 7: return sgd(0.05, 0.9, 0, 0, 0.01);
+    case 8: return adam(AD_OPTIM_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.05);
+    default: return adagrad(0.01, 0, 0.01, 0, 1e-10);
+    }
+}
+
+/* Groups that cut the store's runs where no frozen parameter does: "a" lr scale 2, "c" without
+   weight decay, "d" lr scale 0.5 without weight decay. */
+static ad_params *make_store_for(int k)
+{
+    ad_params *P = make_big_store();
+    if (k >= 7) {
+        ad_params_set_group(P, 0, 2, 1);
+        ad_params_set_group(P, 2, 1, 0);
+        ad_params_set_group(P, 3, 0.5, 0);
+    }
+    return P;
+}
+
 static void test_threaded_steps(void)
 {
     static const int thread_counts[] = {2, 3, 5};
-    ad_optim_desc descs[4];
-    const char *names[4] = {"SGD", "SGD with Nesterov momentum", "Adam", "AdamW"};
+    ad_optim_desc descs[NKINDS];
+    const char *const *names = kind_names;
     size_t n, i, t;
     int k, step;
-    descs[0] = sgd(0.1, 0, 0, 0, 0.01);
-    descs[1] = sgd(0.05, 0.9, 0, 1, 0.001);
-    descs[2] = adam(AD_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0);
-    descs[3] = adam(AD_OPTIM_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01);
-    for (k = 0; k < 4; k++) {
-        ad_params *want = make_big_store();
+    for (k = 0; k < NKINDS; k++) descs[k] = kind_desc(k);
+    for (k = 0; k < NKINDS; k++) {
+        ad_params *want = make_store_for(k);
         ad_optim *O_want = ad_optim_new(want, &descs[k]);
         n = ad_params_scalars(want);
         TH_CHECK(n > 100000, "the store is large enough to be split (%zu scalars)", n);
@@ -370,7 +603,7 @@ static void test_threaded_steps(void)
             ad_optim_step(O_want);
         }
         for (t = 0; t < sizeof thread_counts / sizeof thread_counts[0]; t++) {
-            ad_params *P = make_big_store();
+            ad_params *P = make_store_for(k);
             ad_optim *O = ad_optim_new(P, &descs[k]);
             ad_tape *T = ad_tape_new();
             ad_set_threads(T, thread_counts[t]);
@@ -429,17 +662,14 @@ static void test_threaded_steps(void)
    every gradient of the store at zero, the frozen parameter's too, on one thread and on three. */
 static void test_zero_grad_in_step(void)
 {
-    ad_optim_desc descs[4];
-    const char *names[4] = {"SGD", "SGD with Nesterov momentum", "Adam", "AdamW"};
+    ad_optim_desc descs[NKINDS];
+    const char *const *names = kind_names;
     size_t n, i;
     int k, step, threads;
-    descs[0] = sgd(0.1, 0, 0, 0, 0.01);
-    descs[1] = sgd(0.05, 0.9, 0, 1, 0.001);
-    descs[2] = adam(AD_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0);
-    descs[3] = adam(AD_OPTIM_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01);
-    for (k = 0; k < 4; k++)
+    for (k = 0; k < NKINDS; k++) descs[k] = kind_desc(k);
+    for (k = 0; k < NKINDS; k++)
         for (threads = 1; threads <= 3; threads += 2) {
-            ad_params *want = make_big_store(), *P = make_big_store();
+            ad_params *want = make_store_for(k), *P = make_store_for(k);
             ad_optim_desc zeroing = descs[k];
             ad_optim *O_want = ad_optim_new(want, &descs[k]), *O;
             ad_tape *T = ad_tape_new();
@@ -476,6 +706,8 @@ int main(void)
     (void)th_gradgradcheck;
     (void)th_in;
     test_against_reference();
+    test_rmsprop_adagrad();
+    test_groups();
     test_defaults_and_errors();
     test_training();
     test_clip();

@@ -993,41 +993,50 @@ static void test_scalar_tape(void)
 
 /* (i) the optimizers in single precision against their formulas in double, on a store whose
    runs of trained parameters (a frozen one between them) are no multiple of any vector width,
-   so both the vector loops and their scalar tails are checked: five steps of each kind. */
+   so both the vector loops and their scalar tails are checked: five steps of each kind. "b"
+   has a group of its own (half the lr, no weight decay). */
 static void test_float_optim(void)
 {
     static const int s_a[2] = {5, 7}, s_frozen[1] = {13}, s_b[2] = {3, 9}, s_c[1] = {1}, s_d[1] = {101};
-    const char *names[4] = {"SGD", "SGD with momentum", "Adam", "AdamW"};
+    const char *names[7] = {"SGD", "SGD with momentum", "Adam", "AdamW", "RMSprop centered with momentum",
+                            "RMSprop", "Adagrad"};
     int k;
-    for (k = 0; k < 4; k++) {
+    for (k = 0; k < 7; k++) {
         ad_params *P = ad_params_new(5);
         ad_optim_desc d;
         ad_optim *O;
         ad_rng rng;
         ad_init init;
-        double *p, *m, *v, worst = 0;
-        size_t n, i, f0, f1;
+        double *p, *m, *v, *b, worst = 0;
+        size_t n, i, f0, f1, b0, b1;
         int step;
         memset(&init, 0, sizeof init);
         init.kind = AD_INIT_NORMAL;
         ad_params_add(P, "a", 2, s_a, &init);
         ad_params_set_trainable(P, ad_params_add(P, "frozen", 1, s_frozen, &init), 0);
-        ad_params_add(P, "b", 2, s_b, &init);
+        ad_params_set_group(P, ad_params_add(P, "b", 2, s_b, &init), 0.5, 0);
         ad_params_add(P, "c", 1, s_c, &init);
         ad_params_add(P, "d", 1, s_d, &init);
         memset(&d, 0, sizeof d);
-        d.kind = k < 2 ? AD_OPTIM_SGD : k == 2 ? AD_OPTIM_ADAM : AD_OPTIM_ADAMW;
+        d.kind = k < 2 ? AD_OPTIM_SGD : k == 2 ? AD_OPTIM_ADAM : k == 3 ? AD_OPTIM_ADAMW : k < 6 ? AD_OPTIM_RMSPROP
+                                                                                            : AD_OPTIM_ADAGRAD;
         d.lr = k < 2 ? 0.05 : 0.01;
-        d.momentum = k == 1 ? 0.9 : 0;
+        d.momentum = k == 1 || k == 4 ? 0.9 : 0;
         d.weight_decay = k == 3 ? 0.1 : 0.01;
         d.beta1 = 0.9;
         d.beta2 = 0.999;
-        d.eps = 1e-8;
+        d.eps = k == 6 ? 1e-10 : 1e-8;
+        d.alpha = 0.9;
+        d.centered = k == 4;
+        d.lr_decay = 0.05;
+        d.initial_accumulator_value = 0.1;
         O = ad_optim_new(P, &d);
         n = ad_params_scalars(P);
         f0 = ad_params_info(P, 1).offset;
         f1 = f0 + ad_params_info(P, 1).size;
-        p = (double *)calloc(3 * n, sizeof(double));
+        b0 = ad_params_info(P, 2).offset;
+        b1 = b0 + ad_params_info(P, 2).size;
+        p = (double *)calloc(4 * n, sizeof(double));
         if (!O || !p) {
             TH_CHECK(0, "%s: set-up failed", names[k]);
             ad_optim_free(O);
@@ -1037,25 +1046,48 @@ static void test_float_optim(void)
         }
         m = p + n;
         v = m + n;
+        b = v + n;
         for (i = 0; i < n; i++) p[i] = ad_params_values(P)[i];
+        if (d.kind == AD_OPTIM_ADAGRAD)
+            for (i = 0; i < n; i++) v[i] = (float)d.initial_accumulator_value;
         ad_rng_seed(&rng, 11);
         for (step = 1; step <= 5; step++) {
             for (i = 0; i < n; i++) ad_params_grads(P)[i] = (float)ad_rng_normal(&rng);
             for (i = 0; i < n; i++) {
-                double g = ad_params_grads(P)[i];
+                double g = ad_params_grads(P)[i], avg;
+                int in_b = i >= b0 && i < b1;
+                double lr = in_b ? d.lr * 0.5 : d.lr, wd = in_b ? 0 : d.weight_decay;
                 if (i >= f0 && i < f1) continue;
                 if (d.kind == AD_OPTIM_SGD) {
-                    g += d.weight_decay * p[i];
+                    g += wd * p[i];
                     if (d.momentum != 0) g = m[i] = step > 1 ? d.momentum * m[i] + g : g;
-                    p[i] -= d.lr * g;
+                    p[i] -= lr * g;
                     continue;
                 }
-                if (d.kind == AD_OPTIM_ADAMW) p[i] -= d.lr * d.weight_decay * p[i];
-                else g += d.weight_decay * p[i];
+                if (d.kind == AD_OPTIM_RMSPROP) {
+                    g += wd * p[i];
+                    v[i] = d.alpha * v[i] + (1 - d.alpha) * g * g;
+                    if (d.centered) {
+                        m[i] = d.alpha * m[i] + (1 - d.alpha) * g;
+                        avg = sqrt(v[i] - m[i] * m[i]) + d.eps;
+                    } else {
+                        avg = sqrt(v[i]) + d.eps;
+                    }
+                    if (d.momentum != 0) p[i] -= lr * (b[i] = d.momentum * b[i] + g / avg);
+                    else p[i] -= lr * g / avg;
+                    continue;
+                }
+                if (d.kind == AD_OPTIM_ADAGRAD) {
+                    g += wd * p[i];
+                    v[i] += g * g;
+                    p[i] -= lr / (1 + (step - 1) * d.lr_decay) * g / (sqrt(v[i]) + d.eps);
+                    continue;
+                }
+                if (d.kind == AD_OPTIM_ADAMW) p[i] -= lr * wd * p[i];
+                else g += wd * p[i];
                 m[i] = d.beta1 * m[i] + (1 - d.beta1) * g;
                 v[i] = d.beta2 * v[i] + (1 - d.beta2) * g * g;
-                p[i] -= d.lr * (m[i] / (1 - pow(d.beta1, step))) /
-                        (sqrt(v[i] / (1 - pow(d.beta2, step))) + d.eps);
+                p[i] -= lr * (m[i] / (1 - pow(d.beta1, step))) / (sqrt(v[i] / (1 - pow(d.beta2, step))) + d.eps);
             }
             TH_CHECK(ad_optim_step(O) == 0, "%s: step %d", names[k], step);
         }

@@ -1,13 +1,14 @@
 /* Fuzz target for the checkpoint loader: arbitrary bytes into ad_checkpoint_load_memory.
 
-   Input: one mode byte, then the file. Mode bits 0-1 pick the optimizer loaded alongside the
-   store (0 none, 1 Adam, 2 SGD with momentum, 3 AdamW); bit 2 reseals the file first (writes
-   the true length and checksum into it), so that mutations reach the structure behind the
-   checksum instead of all failing there. Besides "never crash", the target checks the loader's
+   Input: one mode byte, then the file. Mode bits 0-1, with bit 3 above them, pick the optimizer
+   loaded alongside the store (0 none, 1 Adam, 2 SGD with momentum, 3 AdamW, 4 centered RMSprop
+   with momentum, 5 Adagrad, 6 RMSprop, 7 SGD); bit 2 reseals the file first (writes the true
+   length and checksum into it), so that mutations reach the structure behind the checksum
+   instead of all failing there. Besides "never crash", the target checks the loader's
    promises and aborts when one is broken: a refused file leaves the store and optimizer bit for
    bit as they were, and an accepted one, saved again with the optimizer, gives back the same
-   bytes (for a file of the version this build writes, with the parameters' flags, which stay the
-   store's own, as the store has them).
+   bytes (for a file of the version this build writes, with the parameters' frozen flags, which
+   stay the store's own, as the store has them).
 
    libFuzzer (tests/fuzz/run_libfuzzer.sh does this with the committed corpus):
        clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DCHECKPOINT_FUZZ_NO_MAIN -I. \
@@ -52,13 +53,20 @@ static ad_params *fuzz_store(void)
     return P;
 }
 
+/* The optimizer of a mode byte: see the top of this file. */
+static int fuzz_which(int mode) { return (mode & 3) | (mode >> 1 & 4); }
+
 static ad_optim *fuzz_optim(ad_params *P, int which)
 {
+    static const ad_optim_kind kinds[8] = {AD_OPTIM_SGD, AD_OPTIM_ADAM, AD_OPTIM_SGD, AD_OPTIM_ADAMW,
+                                           AD_OPTIM_RMSPROP, AD_OPTIM_ADAGRAD, AD_OPTIM_RMSPROP, AD_OPTIM_SGD};
     ad_optim_desc d;
     if (which == 0) return NULL;
     memset(&d, 0, sizeof d);
-    d.kind = which == 1 ? AD_OPTIM_ADAM : which == 2 ? AD_OPTIM_SGD : AD_OPTIM_ADAMW;
-    d.momentum = which == 2 ? 0.9 : 0;
+    d.kind = kinds[which & 7];
+    d.momentum = which == 2 || which == 4 ? 0.9 : 0;
+    d.centered = which == 4;
+    d.initial_accumulator_value = which == 5 ? 0.1 : 0;
     return ad_optim_new(P, &d);
 }
 
@@ -76,15 +84,15 @@ static void fuzz_put_le(unsigned char *p, uint64_t x, int bytes)
     for (i = 0; i < bytes; i++) p[i] = (unsigned char)(x >> (8 * i));
 }
 
-/* A copy of an accepted file (n bytes) with each parameter's flags set to 0, as the fuzz store
-   has them (loading leaves them the store's own), and its checksum updated. NULL when the file
-   is not of version 2, whose table layout (>>impl:checkpoint) this walks: u32 name length, the
-   name, u32 ndim, the dimensions, u32 flags. */
+/* A copy of an accepted file (n bytes) with each parameter's frozen flag (bit 0) cleared, as the
+   fuzz store has it (loading leaves it the store's own), and its checksum updated. NULL when
+   the file is not of version 3, whose table layout (>>impl:checkpoint) this walks: u32 name
+   length, the name, u32 ndim, the dimensions, u32 flags, f64 lr scale. */
 static unsigned char *fuzz_clear_flags(const unsigned char *file, size_t n)
 {
     unsigned char *c;
     size_t at = 32, count, i;
-    if (n < 40 || file[8] != 2 || file[9] || file[10] || file[11]) return NULL;
+    if (n < 40 || file[8] != 3 || file[9] || file[10] || file[11]) return NULL;
     c = (unsigned char *)malloc(n);
     if (!c) abort();
     memcpy(c, file, n);
@@ -98,8 +106,8 @@ static unsigned char *fuzz_clear_flags(const unsigned char *file, size_t n)
         ndim = (size_t)c[at] | (size_t)c[at + 1] << 8 | (size_t)c[at + 2] << 16 | (size_t)c[at + 3] << 24;
         at += 4 + 4 * ndim;
         if (at + 4 > n) break;
-        memset(c + at, 0, 4);
-        at += 4;
+        c[at] &= (unsigned char)~1u;
+        at += 12;
     }
     fuzz_put_le(c + n - 8, fuzz_hash(c, n - 8), 8);
     return c;
@@ -135,7 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_put_le(file + n - 8, fuzz_hash(file, n - 8), 8);
     }
     P = fuzz_store();
-    O = fuzz_optim(P, mode & 3);
+    O = fuzz_optim(P, fuzz_which(mode));
     before = fuzz_snapshot(P, O, &lb);
     if (ad_checkpoint_load_memory(file, n, P, O) == 0) {
         ckpt_fuzz_accepted++;
@@ -163,11 +171,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #ifndef CHECKPOINT_FUZZ_NO_MAIN
 /* A valid input: the mode byte, then a checkpoint of the fuzz store (trained a little, so that
-   values and optimizer state are not zero) with optimizer `which`. */
+   values and optimizer state are not zero) with optimizer `which`; with an optimizer, "b" is in
+   a group of its own (lr scale 0.5, no weight decay). */
 static unsigned char *fuzz_seed(int which, int mode, size_t *size)
 {
     ad_params *P = fuzz_store();
     ad_optim *O = fuzz_optim(P, which);
+    if (O) ad_params_set_group(P, 1, 0.5, 0);
     unsigned char *ckpt, *seed;
     size_t len, i;
     for (i = 0; O && i < ad_params_scalars(P); i++) ad_params_grads(P)[i] = (ad_real)(0.1 * (double)i - 0.3);
@@ -188,15 +198,15 @@ static unsigned char *fuzz_seed(int which, int mode, size_t *size)
    short or extended; half of them with the reseal bit set. */
 static long fuzz_builtin(int count)
 {
-    static const int modes[6] = {0, 1, 2, 3, 5, 6};
+    static const int modes[9] = {0, 1, 2, 3, 5, 6, 8, 9, 14};
     unsigned char *m = NULL;
     long runs = 0;
     ad_rng r;
     int s, k;
     ad_rng_seed(&r, 12345);
-    for (s = 0; s < 6; s++) {
+    for (s = 0; s < 9; s++) {
         size_t size, msize, at;
-        unsigned char *seed = fuzz_seed(modes[s] & 3, modes[s], &size);
+        unsigned char *seed = fuzz_seed(fuzz_which(modes[s]), modes[s], &size);
         char label[96];
         snprintf(label, sizeof label, "built-in seed with mode %d", modes[s]);
         fuzz_run_one(LLVMFuzzerTestOneInput, seed, size, label);
@@ -251,12 +261,12 @@ static int fuzz_file(const char *path)
 
 static int fuzz_write_seeds(const char *dir)
 {
-    static const int modes[4] = {0, 1, 2, 3};
+    static const int modes[8] = {0, 1, 2, 3, 8, 9, 10, 11};
     int s, bad = 0;
-    for (s = 0; s < 4; s++) {
+    for (s = 0; s < 8; s++) {
         char name[64];
         size_t size;
-        unsigned char *seed = fuzz_seed(modes[s], modes[s], &size);
+        unsigned char *seed = fuzz_seed(fuzz_which(modes[s]), modes[s], &size);
         snprintf(name, sizeof name, "seed%d.bin", s);
         bad |= fuzz_write_file(dir, name, seed, size);
         free(seed);
@@ -295,16 +305,17 @@ static int fuzz_write_corpus(const char *dir)
     int s, bad = 0;
     ad_rng r;
     ad_rng_seed(&r, 31);
-    for (s = 0; s < 4; s++) {
+    for (s = 0; s < 8; s++) {
         char name[64];
         size_t size, at;
-        unsigned char *seed = fuzz_seed(s, s, &size), *huge;
+        int mode = (s & 3) | (s & 4) << 1;
+        unsigned char *seed = fuzz_seed(s, mode, &size), *huge;
         snprintf(name, sizeof name, "ok_optim%d", s);
         bad |= fuzz_write_file(dir, name, seed, size);
         seed[0] |= 4;
         snprintf(name, sizeof name, "ok_optim%d_resealed", s);
         bad |= fuzz_write_file(dir, name, seed, size);
-        seed[0] = (unsigned char)s;
+        seed[0] = (unsigned char)mode;
         snprintf(name, sizeof name, "cut_optim%d", s);
         bad |= fuzz_write_file(dir, name, seed, size * 3 / 5);
         at = 1 + 32 + (size_t)ad_rng_below(&r, size - 41); /* two statements: a fixed order of draws */
@@ -315,7 +326,7 @@ static int fuzz_write_corpus(const char *dir)
         snprintf(name, sizeof name, "flip_optim%d_resealed", s);
         bad |= fuzz_write_file(dir, name, seed, size);
         free(seed);
-        huge = fuzz_huge_shape(s, &size);
+        huge = fuzz_huge_shape(mode, &size);
         snprintf(name, sizeof name, "bad_v1_shape_65536x8192_optim%d", s);
         bad |= fuzz_write_file(dir, name, huge, size);
         free(huge);

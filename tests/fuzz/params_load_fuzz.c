@@ -83,7 +83,8 @@ static void pf_seal(unsigned char *p, size_t n)
     pf_put_le(p + n - 8, pf_hash(p, n - 8), 8);
 }
 
-/* The optimizer field of the header (0 none, 1 SGD, 2 Adam, 3 AdamW), or 0 when too short. */
+/* The optimizer field of the header (0 none, 1 SGD, 2 Adam, 3 AdamW, 4 RMSprop, 5 Adagrad), or 0
+   when too short. */
 static unsigned pf_optim_field(const unsigned char *p, size_t n)
 {
     return n >= PARAMS_FUZZ_HEADER ? (unsigned)pf_get_le(p + 28, 4) : 0;
@@ -103,15 +104,27 @@ static ad_params *pf_store(void)
     return P;
 }
 
-/* An optimizer of the kind a checkpoint's optimizer field names (SGD with momentum), or NULL. */
+/* The settings of an optimizer of the kind a checkpoint's optimizer field names; variant 0 has
+   every state buffer the kind may have (SGD and RMSprop with momentum, RMSprop centered), the
+   others fewer: SGD 1 variant more, RMSprop 3. Returns 0 when there is no such variant. */
+static int pf_desc(unsigned field, int variant, ad_optim_desc *d)
+{
+    static const ad_optim_kind kinds[5] = {AD_OPTIM_SGD, AD_OPTIM_ADAM, AD_OPTIM_ADAMW, AD_OPTIM_RMSPROP,
+                                           AD_OPTIM_ADAGRAD};
+    int variants = field == 1 ? 2 : field == 4 ? 4 : 1;
+    if (field < 1 || field > 5 || variant >= variants) return 0;
+    memset(d, 0, sizeof *d);
+    d->kind = kinds[field - 1];
+    d->momentum = (field == 1 || field == 4) && !(variant & 1) ? 0.9 : 0;
+    d->centered = field == 4 && !(variant & 2);
+    return 1;
+}
+
+/* An optimizer of the kind a checkpoint's optimizer field names (variant 0), or NULL. */
 static ad_optim *pf_optim(ad_params *P, unsigned field)
 {
     ad_optim_desc d;
-    if (field < 1 || field > 3) return NULL;
-    memset(&d, 0, sizeof d);
-    d.kind = field == 1 ? AD_OPTIM_SGD : field == 2 ? AD_OPTIM_ADAM : AD_OPTIM_ADAMW;
-    d.momentum = field == 1 ? 0.9 : 0;
-    return ad_optim_new(P, &d);
+    return pf_desc(field, 0, &d) ? ad_optim_new(P, &d) : NULL;
 }
 
 /* The store (and optimizer) as checkpoint bytes, in a malloc'd block. */
@@ -203,11 +216,8 @@ static pf_loaded pf_params_load(const char *path, const unsigned char *file, siz
     if (ad_params_error(r.P)) fuzz_fail("ad_params_load returned a store with an error: %s", ad_params_error(r.P));
     if (field != 0) { /* the optimizer section, into an optimizer of the file's kind */
         int tries;
-        for (tries = 0; tries < 2 && !r.O; tries++) {
-            ad_optim_desc d;
-            memset(&d, 0, sizeof d);
-            d.kind = field == 1 ? AD_OPTIM_SGD : field == 2 ? AD_OPTIM_ADAM : AD_OPTIM_ADAMW;
-            d.momentum = field == 1 && tries == 0 ? 0.9 : 0; /* SGD: with momentum, else without */
+        ad_optim_desc d;
+        for (tries = 0; !r.O && pf_desc(field, tries, &d); tries++) { /* each number of state buffers */
             r.O = ad_optim_new(r.P, &d);
             if (!r.O) break;
             pf_caps(n);
@@ -218,7 +228,7 @@ static pf_loaded pf_params_load(const char *path, const unsigned char *file, siz
             fuzz_alloc_nocaps();
             ad_params_clear_error(r.P);
         }
-        if (!r.O && field <= 3 && ad_params_count(r.P) > 0)
+        if (!r.O && field <= 5 && ad_params_count(r.P) > 0)
             fuzz_fail("ad_params_load accepted a %zu-byte file with an optimizer section (kind %u), but "
                       "ad_checkpoint_load into that store refuses it with every optimizer of the kind", n, field);
     }
@@ -252,7 +262,10 @@ static void pf_load_fixed(const char *path, size_t n, ad_params *F, ad_optim *O,
             if (ad_optim_steps(O) != ad_optim_steps(ref->O) || a.kind != b.kind || a.nesterov != b.nesterov ||
                 !pf_same_double(a.lr, b.lr) || !pf_same_double(a.momentum, b.momentum) ||
                 !pf_same_double(a.dampening, b.dampening) || !pf_same_double(a.weight_decay, b.weight_decay) ||
-                !pf_same_double(a.beta1, b.beta1) || !pf_same_double(a.beta2, b.beta2) || !pf_same_double(a.eps, b.eps))
+                !pf_same_double(a.beta1, b.beta1) || !pf_same_double(a.beta2, b.beta2) ||
+                !pf_same_double(a.eps, b.eps) || !pf_same_double(a.alpha, b.alpha) || a.centered != b.centered ||
+                !pf_same_double(a.lr_decay, b.lr_decay) ||
+                !pf_same_double(a.initial_accumulator_value, b.initial_accumulator_value))
                 fuzz_fail("ad_checkpoint_load into two stores read other optimizer settings from one %zu-byte file",
                           n);
         }
@@ -343,11 +356,12 @@ static ad_params *pf_store_wide(void)
     return P;
 }
 
-#define PF_SEEDS 7
+#define PF_SEEDS 10
 
 static const char *const pf_seed_names[PF_SEEDS] = {"fixed_store", "fixed_store_sgd_momentum", "fixed_store_adam",
                                                     "fixed_store_adamw", "wide_store", "wide_store_adam",
-                                                    "empty_store"};
+                                                    "empty_store", "fixed_store_rmsprop_groups",
+                                                    "fixed_store_adagrad", "wide_store_groups"};
 
 static void pf_make_seeds(pf_bytes *s)
 {
@@ -363,17 +377,28 @@ static void pf_make_seeds(pf_bytes *s)
     P = pf_store_wide();
     s[5] = pf_checkpoint(P, pf_optim(P, 2));
     s[6] = pf_checkpoint(ad_params_new(0), NULL);
+    P = pf_store();
+    ad_params_set_group(P, 0, 0.25, 1);
+    ad_params_set_group(P, 1, 1, 0);
+    s[7] = pf_checkpoint(P, pf_optim(P, 4));
+    P = pf_store();
+    s[8] = pf_checkpoint(P, pf_optim(P, 5));
+    P = pf_store_wide();
+    ad_params_set_group(P, 1, 2, 0);
+    ad_params_set_trainable(P, 4, 0);
+    s[9] = pf_checkpoint(P, NULL);
 }
 
 /* A checkpoint that declares nparams parameters ("w", or "p000", "p001", ... when several) of
    one shape, with count in the header's parameter field and no values behind them, resealed so
    that it passes the length and checksum checks. Version 1 is the layout of >>impl:checkpoint
    without flags (57 bytes for one 2-D "w"); version 2 adds each parameter's flags and the length
-   of the extra bytes. */
+   of the extra bytes; version 3 each parameter's lr scale (here 0.0, all zero bytes). */
 static pf_bytes pf_shapes_only(uint32_t version, uint32_t count, int nparams, int ndim, const uint32_t *dims)
 {
     static const unsigned char magic[8] = {0x89, 'A', 'D', 'C', 'K', '\r', '\n', 0x1a};
-    size_t namelen = nparams == 1 ? 1 : 4, entry = 4 + namelen + 4 + 4 * (size_t)ndim + (version >= 2 ? 4 : 0), at;
+    size_t namelen = nparams == 1 ? 1 : 4, at;
+    size_t entry = 4 + namelen + 4 + 4 * (size_t)ndim + (version >= 2 ? 4 : 0) + (version >= 3 ? 8 : 0);
     pf_bytes b;
     int i, d;
     b.n = PARAMS_FUZZ_HEADER + (size_t)nparams * entry + (version >= 2 ? 8 : 0) + 8;
@@ -475,7 +500,7 @@ static int pf_write_corpus(const char *dir, int all)
         struct {
             const char *name;
             pf_bytes b;
-        } h[10];
+        } h[12];
         int nh = 0, j;
         h[nh].name = "bad_v1_shape_65536x8192_no_values", h[nh++].b = pf_shapes_only(1, 1, 1, 2, huge);
         h[nh].name = "bad_v2_shape_65536x8192_no_values", h[nh++].b = pf_shapes_only(2, 1, 1, 2, huge);
@@ -486,6 +511,8 @@ static int pf_write_corpus(const char *dir, int all)
         h[nh].name = "bad_v1_count_16M_one_entry", h[nh++].b = pf_shapes_only(1, 1u << 24, 1, 2, huge);
         h[nh].name = "bad_v1_shape_zero_dim", h[nh++].b = pf_shapes_only(1, 1, 1, 2, zero);
         h[nh].name = "bad_v1_shape_dim_2pow31", h[nh++].b = pf_shapes_only(1, 1, 1, 1, sign);
+        h[nh].name = "bad_v3_shape_65536x8192_no_values", h[nh++].b = pf_shapes_only(3, 1, 1, 2, huge);
+        h[nh].name = "bad_v3_200_params_1024x1024_no_values", h[nh++].b = pf_shapes_only(3, 200, 200, 2, mega);
         for (j = 0; j < nh; j++) {
             bad |= fuzz_write_file(dir, h[j].name, h[j].b.p, h[j].b.n);
             free(h[j].b.p);
