@@ -1227,20 +1227,31 @@ AUTODIFF_API int ad_batcher_set_state(ad_batcher *b, const unsigned char *state,
 #else
 #define AD__X86_DISPATCH 0
 #endif
-/* The vector instruction set that kernels are chosen by: the one probe of the processor (libgcc's,
-   made when the program starts) that every choice reads. AVX-512 counts only with AVX2 and FMA,
-   which its kernels use too. */
-enum { AD__ISA_PLAIN, AD__ISA_AVX2, AD__ISA_AVX512 };
+/* The processor's features that kernels are chosen by: the one probe of the processor (libgcc's,
+   made when the program starts) that every choice reads. ad__isa_features() holds the vector
+   level (AD__ISA_LEVEL bits) and extensions beside it: AVX512-BF16, for bfloat16 products.
+   AVX-512 counts only with AVX2 and FMA, which its kernels use too. */
+enum {
+    AD__ISA_PLAIN = 0,
+    AD__ISA_AVX2 = 1,
+    AD__ISA_AVX512 = 2,
+    AD__ISA_LEVEL = 3,           /* the bits of the level */
+    AD__ISA_BF16 = 4             /* AVX512-BF16, with AD__ISA_AVX512 */
+};
 
-static AD__UNUSED int ad__isa(void)
+static AD__UNUSED int ad__isa_features(void)
 {
 #if AD__X86_DISPATCH
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2 && __builtin_cpu_supports("avx512f")) return AD__ISA_AVX512;
+    if (avx2 && __builtin_cpu_supports("avx512f"))
+        return AD__ISA_AVX512 | (__builtin_cpu_supports("avx512bf16") ? AD__ISA_BF16 : 0);
     if (avx2) return AD__ISA_AVX2;
 #endif
     return AD__ISA_PLAIN;
 }
+
+/* the vector level: AD__ISA_PLAIN, AD__ISA_AVX2 or AD__ISA_AVX512 */
+static AD__UNUSED int ad__isa(void) { return ad__isa_features() & AD__ISA_LEVEL; }
 
 /* vector shuffles with constant lane lists (clang, GCC 12 and later) */
 #if defined(__has_builtin)
