@@ -3756,6 +3756,56 @@ AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const 
 #define AD__INV_SQRT_2PI 0.39894228040143267794
 #define AD__TWO_INV_SQRT_PI 1.12837916709551257390
 
+/* The derivative language of the unary and binary rows, each word defined once with its meaning
+   on values (AD__DSL_MODE VALUE: the fused loops, where xv[i], av[i], bv[i], yv[i], g[i], p0
+   and p1 are in scope) beside its meaning on tensors (AD__DSL_MODE TENSOR: the recorded
+   derivative, where T, x, a, b, y, g, p0 and p1 are). The code that expands the rows defines
+   AD__DSL_MODE around them. */
+#define AD__DSL(value, tensor) AD__DSL_PICK(AD__DSL_MODE, value, tensor)
+#define AD__DSL_PICK(mode, value, tensor) AD__DSL_PICK_(mode, value, tensor)
+#define AD__DSL_PICK_(mode, value, tensor) AD__DSL_##mode(value, tensor)
+#define AD__DSL_VALUE(value, tensor) value
+#define AD__DSL_TENSOR(value, tensor) tensor
+#define AD__DSL_PASSES(value, tensor) 0 /* >>ops:binary: is a formula the gradient alone? */
+#define AD__X AD__DSL(xv[i], x)
+#define AD__Y AD__DSL(yv[i], y)
+#define AD__A AD__DSL(av[i], a)                      /* >>ops:binary: the operands */
+#define AD__B AD__DSL(bv[i], b)
+#define AD__G AD__DSL_G(AD__DSL_MODE)                /* >>ops:binary: the incoming gradient */
+#define AD__DSL_G(mode) AD__DSL_G_(mode)
+#define AD__DSL_G_(mode) AD__DSL_G_##mode
+#define AD__DSL_G_VALUE g[i]
+#define AD__DSL_G_TENSOR g
+#define AD__DSL_G_PASSES 1
+#define AD__P0 AD__DSL(p0, ad_scalar(T, p0))
+#define AD__P1 AD__DSL(p1, ad_scalar(T, p1))
+#define AD__C(v) AD__DSL(((ad_real)(v)), ad_scalar(T, (ad_real)(v)))
+#define AD__ADD(a, b) AD__DSL(((a) + (b)), ad_add(T, a, b))
+#define AD__SUB(a, b) AD__DSL(((a) - (b)), ad_sub(T, a, b))
+#define AD__MUL(a, b) AD__DSL(((a) * (b)), ad_mul(T, a, b))
+#define AD__DIV(a, b) AD__DSL(((a) / (b)), ad_div(T, a, b))
+#define AD__NEG(a) AD__DSL((-(a)), ad_neg(T, a))
+#define AD__EXP(a) AD__DSL(AD__F(exp)(a), ad_exp(T, a))
+#define AD__SIN(a) AD__DSL(AD__F(sin)(a), ad_sin(T, a))
+#define AD__COS(a) AD__DSL(AD__F(cos)(a), ad_cos(T, a))
+#define AD__ERF(a) AD__DSL(AD__F(erf)(a), ad_erf(T, a))
+#define AD__SIGM(a) AD__DSL(ad__sigmoid1(a), ad_sigmoid(T, a))
+#define AD__POW(a, e) AD__DSL(AD__F(pow)(a, e), ad_pow(T, a, (ad_real)(e)))
+/* constants on tensors: no gradient flows through them */
+#define AD__STEP(a) AD__DSL(((a) > 0 ? (ad_real)1 : (ad_real)0), ad__mask(T, a, AD__MASK_STEP, p0, p1))
+#define AD__SIGN(a) \
+    AD__DSL(((a) > 0 ? (ad_real)1 : ((a) < 0 ? (ad_real)-1 : (ad_real)0)), ad__mask(T, a, AD__MASK_SIGN, p0, p1))
+#define AD__INSIDE(a) \
+    AD__DSL(((a) >= p0 && (a) <= p1 ? (ad_real)1 : (ad_real)0), ad__mask(T, a, AD__MASK_INSIDE, p0, p1))
+#define AD__SEL(a, b, c) AD__DSL(((a) > 0 ? (b) : (c)), ad__select_positive(T, a, b, c))
+/* >>ops:binary: a power with a tensor exponent, log a taken as 0 where a is 0, and the constant
+   shares of maximum and minimum (1 where a > b, 0.5 where a == b, else 0; and the reverse) */
+#define AD__POWT(a, e) AD__DSL(AD__F(pow)(a, e), ad_pow_tensor(T, a, e))
+#define AD__NONZERO_LOG(a) \
+    AD__DSL(((a) != 0 ? AD__F(log)(a) : (ad_real)0), ad_log(T, ad_add(T, a, ad__mask(T, a, AD__MASK_ZERO, 0, 0))))
+#define AD__SHARE_GT(a, b) AD__DSL(ad__binary_op(AD__B_GT_MASK, a, b), ad__binary(T, a, b, AD__B_GT_MASK, 0))
+#define AD__SHARE_LT(a, b) AD__DSL(ad__binary_op(AD__B_LT_MASK, a, b), ad__binary(T, a, b, AD__B_LT_MASK, 0))
+
 #define AD__UNARY_OPS(X)                                                                                   \
     X(NEG, "ad_neg", LIGHT, -x, AD__NEG(AD__C(1)))                                                         \
     X(EXP, "ad_exp", HEAVY, AD__F(exp)(x), AD__Y)                                                          \
@@ -4208,26 +4258,7 @@ AD__PRIVATE int ad__sincos_grad_vectorised(int kind, const ad_real *AD__RESTRICT
 }
 
 /* The rows' derivatives on values: the factor of each element in the fused backward. */
-#define AD__X xv[i]
-#define AD__Y yv[i]
-#define AD__P0 p0
-#define AD__P1 p1
-#define AD__C(v) ((ad_real)(v))
-#define AD__ADD(a, b) ((a) + (b))
-#define AD__SUB(a, b) ((a) - (b))
-#define AD__MUL(a, b) ((a) * (b))
-#define AD__DIV(a, b) ((a) / (b))
-#define AD__NEG(a) (-(a))
-#define AD__EXP(a) AD__F(exp)(a)
-#define AD__SIN(a) AD__F(sin)(a)
-#define AD__COS(a) AD__F(cos)(a)
-#define AD__ERF(a) AD__F(erf)(a)
-#define AD__SIGM(a) ad__sigmoid1(a)
-#define AD__POW(a, e) AD__F(pow)(a, e)
-#define AD__STEP(a) ((a) > 0 ? (ad_real)1 : (ad_real)0)
-#define AD__SIGN(a) ((a) > 0 ? (ad_real)1 : ((a) < 0 ? (ad_real)-1 : (ad_real)0))
-#define AD__INSIDE(a) ((a) >= p0 && (a) <= p1 ? (ad_real)1 : (ad_real)0)
-#define AD__SEL(a, b, c) ((a) > 0 ? (b) : (c))
+#define AD__DSL_MODE VALUE
 
 /* The fused loops: sin and cos take the vector functions where they are; the factor gets a
    statement of its own, since GCC if-converts (and vectorises) a conditional factor only then;
@@ -4261,26 +4292,7 @@ AD__PRIVATE void ad__unary_grad_range(const void *ctx, size_t lo, size_t hi)
     default: AUTODIFF_ASSERT(0);
     }
 }
-#undef AD__X
-#undef AD__Y
-#undef AD__P0
-#undef AD__P1
-#undef AD__C
-#undef AD__ADD
-#undef AD__SUB
-#undef AD__MUL
-#undef AD__DIV
-#undef AD__NEG
-#undef AD__EXP
-#undef AD__SIN
-#undef AD__COS
-#undef AD__ERF
-#undef AD__SIGM
-#undef AD__POW
-#undef AD__STEP
-#undef AD__SIGN
-#undef AD__INSIDE
-#undef AD__SEL
+#undef AD__DSL_MODE
 
 /* dx (+)= g * f'(x) in one pass, for sweeps that do not record. A shift (affine with scale 1)
    passes g on: x shares its buffer until a second contribution arrives. */
@@ -4335,26 +4347,7 @@ AD__PRIVATE ad_tensor *ad__select_positive(ad_tape *T, ad_tensor *a, ad_tensor *
 }
 
 /* The rows' derivatives on tensors, recorded: dy/dx as a tensor of x's shape. */
-#define AD__X x
-#define AD__Y y
-#define AD__P0 ad_scalar(T, p0)
-#define AD__P1 ad_scalar(T, p1)
-#define AD__C(v) ad_scalar(T, (ad_real)(v))
-#define AD__ADD(a, b) ad_add(T, a, b)
-#define AD__SUB(a, b) ad_sub(T, a, b)
-#define AD__MUL(a, b) ad_mul(T, a, b)
-#define AD__DIV(a, b) ad_div(T, a, b)
-#define AD__NEG(a) ad_neg(T, a)
-#define AD__EXP(a) ad_exp(T, a)
-#define AD__SIN(a) ad_sin(T, a)
-#define AD__COS(a) ad_cos(T, a)
-#define AD__ERF(a) ad_erf(T, a)
-#define AD__SIGM(a) ad_sigmoid(T, a)
-#define AD__POW(a, e) ad_pow(T, a, (ad_real)(e))
-#define AD__STEP(a) ad__mask(T, a, AD__MASK_STEP, p0, p1)
-#define AD__SIGN(a) ad__mask(T, a, AD__MASK_SIGN, p0, p1)
-#define AD__INSIDE(a) ad__mask(T, a, AD__MASK_INSIDE, p0, p1)
-#define AD__SEL(a, b, c) ad__select_positive(T, a, b, c)
+#define AD__DSL_MODE TENSOR
 
 AD__PRIVATE ad_tensor *ad__unary_derivative(ad_tape *T, int kind, ad_tensor *x, ad_tensor *y, ad_real p0, ad_real p1)
 {
@@ -4366,26 +4359,7 @@ AD__PRIVATE ad_tensor *ad__unary_derivative(ad_tape *T, int kind, ad_tensor *x, 
     default: AUTODIFF_ASSERT(0); return NULL;
     }
 }
-#undef AD__X
-#undef AD__Y
-#undef AD__P0
-#undef AD__P1
-#undef AD__C
-#undef AD__ADD
-#undef AD__SUB
-#undef AD__MUL
-#undef AD__DIV
-#undef AD__NEG
-#undef AD__EXP
-#undef AD__SIN
-#undef AD__COS
-#undef AD__ERF
-#undef AD__SIGM
-#undef AD__POW
-#undef AD__STEP
-#undef AD__SIGN
-#undef AD__INSIDE
-#undef AD__SEL
+#undef AD__DSL_MODE
 
 AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
@@ -4615,20 +4589,7 @@ typedef struct ad__binary_grad_job {
 } ad__binary_grad_job;
 
 /* the rows' gradient formulas on values: AD__A etc. are the elements at i */
-#define AD__A av[i]
-#define AD__B bv[i]
-#define AD__Y yv[i]
-#define AD__G g[i]
-#define AD__C(v) ((ad_real)(v))
-#define AD__ADD(a, b) ((a) + (b))
-#define AD__SUB(a, b) ((a) - (b))
-#define AD__MUL(a, b) ((a) * (b))
-#define AD__DIV(a, b) ((a) / (b))
-#define AD__NEG(a) (-(a))
-#define AD__POWT(a, e) AD__F(pow)(a, e)
-#define AD__NONZERO_LOG(a) ((a) != 0 ? AD__F(log)(a) : (ad_real)0)
-#define AD__SHARE_GT(a, b) ad__binary_op(AD__B_GT_MASK, a, b)
-#define AD__SHARE_LT(a, b) ad__binary_op(AD__B_LT_MASK, a, b)
+#define AD__DSL_MODE VALUE
 
 AD__PRIVATE void ad__binary_grad_range(const void *ctx, size_t lo, size_t hi)
 {
@@ -4690,32 +4651,10 @@ AD__BINARY_OPS(AD__BINARY_ONE)
 static const ad__backward_fn ad__binary_backward_one[] = {AD__BINARY_OPS(AD__BINARY_ONE_FN) NULL};
 #undef AD__BINARY_ONE_FN
 
-#undef AD__A
-#undef AD__B
-#undef AD__Y
-#undef AD__G
-#undef AD__C
-#undef AD__ADD
-#undef AD__SUB
-#undef AD__MUL
-#undef AD__DIV
-#undef AD__NEG
-#undef AD__POWT
-#undef AD__NONZERO_LOG
-#undef AD__SHARE_GT
-#undef AD__SHARE_LT
+#undef AD__DSL_MODE
 
-/* Whether a side's formula is AD__G alone: every other construct reads as 0 here. */
-#define AD__G 1
-#define AD__A 0
-#define AD__B 0
-#define AD__Y 0
-#define AD__C(v) 0
-#define AD__ADD(a, b) 0
-#define AD__SUB(a, b) 0
-#define AD__MUL(a, b) 0
-#define AD__DIV(a, b) 0
-#define AD__NEG(a) 0
+/* Whether a side's formula is AD__G alone: every other word reads as 0 here. */
+#define AD__DSL_MODE PASSES
 AD__INLINE int ad__binary_passes_g(int kind, int which)
 {
 #define AD__BINARY_PASSES(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B) {GRAD_A, GRAD_B},
@@ -4723,16 +4662,7 @@ AD__INLINE int ad__binary_passes_g(int kind, int which)
 #undef AD__BINARY_PASSES
     return passes[kind][which];
 }
-#undef AD__G
-#undef AD__A
-#undef AD__B
-#undef AD__Y
-#undef AD__C
-#undef AD__ADD
-#undef AD__SUB
-#undef AD__MUL
-#undef AD__DIV
-#undef AD__NEG
+#undef AD__DSL_MODE
 
 /* The inputs' gradients (those wanted: wa, wb) in one pass each when nothing was broadcast;
    for sweeps that do not record. Where the gradient is g itself (a sum, the left side of a
@@ -4759,20 +4689,7 @@ AD__PRIVATE void ad__binary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor 
 }
 
 /* the rows' gradient formulas on tensors, recorded */
-#define AD__A a
-#define AD__B b
-#define AD__Y y
-#define AD__G g
-#define AD__C(v) ad_scalar(T, (ad_real)(v))
-#define AD__ADD(a, b) ad_add(T, a, b)
-#define AD__SUB(a, b) ad_sub(T, a, b)
-#define AD__MUL(a, b) ad_mul(T, a, b)
-#define AD__DIV(a, b) ad_div(T, a, b)
-#define AD__NEG(a) ad_neg(T, a)
-#define AD__POWT(a, e) ad_pow_tensor(T, a, e)
-#define AD__NONZERO_LOG(a) ad_log(T, ad_add(T, a, ad__mask(T, a, AD__MASK_ZERO, 0, 0)))
-#define AD__SHARE_GT(a, b) ad__binary(T, a, b, AD__B_GT_MASK, 0)
-#define AD__SHARE_LT(a, b) ad__binary(T, a, b, AD__B_LT_MASK, 0)
+#define AD__DSL_MODE TENSOR
 
 /* What side `which` of kind(a, b) receives from g, recorded. */
 AD__PRIVATE ad_tensor *ad__binary_grad_recorded(ad_tape *T, int kind, int which, ad_tensor *a, ad_tensor *b,
@@ -4790,20 +4707,7 @@ AD__PRIVATE ad_tensor *ad__binary_grad_recorded(ad_tape *T, int kind, int which,
     default: AUTODIFF_ASSERT(0); return NULL;
     }
 }
-#undef AD__A
-#undef AD__B
-#undef AD__Y
-#undef AD__G
-#undef AD__C
-#undef AD__ADD
-#undef AD__SUB
-#undef AD__MUL
-#undef AD__DIV
-#undef AD__NEG
-#undef AD__POWT
-#undef AD__NONZERO_LOG
-#undef AD__SHARE_GT
-#undef AD__SHARE_LT
+#undef AD__DSL_MODE
 
 AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
