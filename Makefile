@@ -10,6 +10,7 @@
 #   make fuzz      libFuzzer on each fuzz target of tests/fuzz for FUZZ_SECONDS (default 60);
 #                  FUZZ_TARGETS="idx_fuzz ..." runs only those; needs clang and libclang-rt-14-dev
 #   make bench     benchmarks side by side with OpenBLAS and PyTorch where installed
+#   make compare   the same benchmarks, autodiff.h against itself at REV (default HEAD~1)
 #   make clean     removes build/
 # The example programs are rebuilt only when their sources or autodiff.h changed.
 
@@ -52,6 +53,13 @@ fuzz:
 
 bench:
 	CC="$(CC)" bash bench/run.sh
+
+# bench/compare.sh: the working tree's autodiff.h against the one at REV, alternating runs.
+REV ?= HEAD~1
+.PHONY: compare
+
+compare:
+	CC="$(CC)" bash bench/compare.sh $(REV)
 
 # MNIST: found in MNIST_DIR, or downloaded there and checked (scripts/fetch_mnist.sh).
 # Fashion-MNIST: the same files, from Debian's dataset-fashion-mnist package by default.
