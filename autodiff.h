@@ -32,7 +32,8 @@
                        >>api:loss >>api:backward >>api:rng >>api:params >>api:optim
                        >>api:checkpoint >>api:data
        >>impl          implementation: >>impl:platform >>impl:arena >>impl:threads >>impl:tape
-                       >>impl:tensor >>impl:rng >>impl:sweep >>impl:kernels >>impl:gemm
+                       >>impl:tensor >>impl:rng >>impl:sweep >>impl:autograd >>impl:kernels
+                       >>impl:gemm
                        >>ops:elementwise >>ops:binary >>ops:reduce >>ops:shape >>ops:index
                        >>ops:linalg >>ops:nn >>ops:conv >>ops:pool >>ops:dropout >>ops:norm
                        >>ops:embedding >>ops:loss >>impl:params >>impl:optim >>impl:checkpoint
@@ -322,7 +323,9 @@ AUTODIFF_API ad_tensor *ad_randn(ad_tape *T, int ndim, const int *shape, ad_real
                                  ad_rng *rng);
 /* Marks a leaf as requiring grad (or not). Has no effect on results of ops. */
 AUTODIFF_API void ad_set_requires_grad(ad_tensor *x, int requires_grad);
-/* Value and gradient of a one-element tensor (0 for NULL; gradient 0 when none was computed). */
+/* Value and gradient of a one-element tensor (0 for NULL; gradient 0 when none was computed).
+   A tensor of more than one element gives 0 and an error on its tape (PyTorch's item() raises);
+   read its data or grad array instead. */
 AUTODIFF_API ad_real ad_item(const ad_tensor *x);
 AUTODIFF_API ad_real ad_grad_item(const ad_tensor *x);
 /* Writes shape as "[2,3,4]" into buf (always terminated). Returns buf. */
@@ -625,6 +628,53 @@ AUTODIFF_API int ad_backward(ad_tape *T, ad_tensor *y);
    any grad field. y must have one element. With create_graph non-zero the result is recorded on
    the tape and can be differentiated again. Returns NULL on error. */
 AUTODIFF_API ad_tensor *ad_grad(ad_tape *T, ad_tensor *y, ad_tensor *x, int create_graph);
+
+/* The functions below are torch.autograd's grad, vjp, jvp, jacobian and hessian on tensors
+   already computed on the tape (PyTorch's functional forms take a function instead). Each
+   sweeps the tape as ad_grad does, writes no grad field, and returns new tensors on the tape.
+   With create_graph non-zero every result is itself recorded, so the helpers compose: ad_jvp
+   of an ad_vjp, ad_hessian of a function that calls ad_grad(..., 1), ad_jacobian of a gradient
+   are exact. They work in no-grad mode too (the sweeps record what they need). Where they differ
+   from PyTorch:
+   - an input with no route from the outputs, or one that does not require grad, gets zeros of
+     its shape (torch.autograd.grad raises, or gives None with allow_unused; this is its
+     materialize_grads=True); an output that does not require grad contributes nothing;
+   - a seed (grad_ys[i], v, u) must have exactly the shape of what it seeds (one-element shapes
+     are interchangeable: [] and [1, 1] both seed a scalar); nothing is broadcast;
+   - a one-element y counts as shape [] in ad_jacobian (PyTorch keeps y's shape: [1] ++ x.shape);
+   - nothing is freed by a sweep, so there is no retain_graph: the tape may be swept again.
+   Errors name the function and the shapes, set the tape's error and return NULL (-1 for
+   ad_grads); a NULL tensor argument is an error too (an earlier op failed). One tape, one
+   thread, as for every op. */
+
+/* For each xs[j]: d/d xs[j] of sum_i <grad_ys[i], ys[i]>, written into out[j] (shape of xs[j];
+   zeros where there is no route), all from one sweep. grad_ys may be NULL, and any entry may be
+   NULL, meaning ones for a one-element ys[i] (an error for a larger one). create_graph as in
+   ad_grad; with it the results are differentiable in grad_ys too. ny and nx are at least 1.
+   Returns 0, or -1 with the tape's error set and every out[j] NULL. */
+AUTODIFF_API int ad_grads(ad_tape *T, int ny, ad_tensor *const *ys, ad_tensor *const *grad_ys,
+                          int nx, ad_tensor *const *xs, ad_tensor **out, int create_graph);
+/* v^T J, the vector-Jacobian product (J = d y / d x): the shape of x, one sweep. v has the shape
+   of y; NULL means ones, for a one-element y only (torch.autograd.functional.vjp's rule). */
+AUTODIFF_API ad_tensor *ad_vjp(ad_tape *T, ad_tensor *y, ad_tensor *x, ad_tensor *v, int create_graph);
+/* J u, the Jacobian-vector product (forward mode): the shape of y. u has the shape of x; NULL
+   means ones, for a one-element x only. Costs about one recorded sweep and one more sweep
+   through it (g(w) = w^T J is recorded for a dummy w, then J u = d/dw <g(w), u>), not one
+   sweep per element. */
+AUTODIFF_API ad_tensor *ad_jvp(ad_tape *T, ad_tensor *y, ad_tensor *x, ad_tensor *u, int create_graph);
+/* d y / d x with shape y.shape ++ x.shape (a one-element y counts as shape []), element
+   [i..., j...] = d y[i...] / d x[j...]. Takes min(y->size, x->size) sweeps: one per element of
+   y (reverse mode) when y is the smaller, else one recorded sweep and then one per element of x
+   through what it recorded (forward mode); a one-element y or x takes one. The result must fit
+   in AD_MAX_DIMS dimensions. */
+AUTODIFF_API ad_tensor *ad_jacobian(ad_tape *T, ad_tensor *y, ad_tensor *x, int create_graph);
+/* Second derivatives of a one-element y: shape x.shape ++ x.shape (also for a one-element x of
+   shape [1]: [1, 1]), the Jacobian of the recorded gradient: x->size + 1 sweeps. */
+AUTODIFF_API ad_tensor *ad_hessian(ad_tape *T, ad_tensor *y, ad_tensor *x, int create_graph);
+/* The same values, cut from the graph: a leaf that does not require grad, so no gradient flows
+   through it. As in PyTorch it shares x's memory (no copy): a write into one is seen in the
+   other, and in x's gradient where x's backward reads its values. */
+AUTODIFF_API ad_tensor *ad_detach(ad_tape *T, ad_tensor *x);
 
 /* >>api:rng --------------------------------------------------------------------------------- */
 AUTODIFF_API void ad_rng_seed(ad_rng *rng, uint64_t seed);
@@ -2315,8 +2365,24 @@ AUTODIFF_API void ad_set_requires_grad(ad_tensor *x, int requires_grad)
     ad__make_leaf(x->tape, x, requires_grad);
 }
 
-AUTODIFF_API ad_real ad_item(const ad_tensor *x) { return x && x->data ? x->data[0] : 0; }
-AUTODIFF_API ad_real ad_grad_item(const ad_tensor *x) { return x && x->grad ? x->grad[0] : 0; }
+/* Whether x, given to op, has one element; records an error on x's tape when it has more. */
+AD__PRIVATE int ad__item_ok(const ad_tensor *x, const char *op, const char *field)
+{
+    char s[96];
+    if (x->size == 1) return 1;
+    ad__fail(x->tape, "%s: x has shape %s; it must have exactly one element (read x->%s for more)", op,
+             ad_shape_str(x, s, sizeof s), field);
+    return 0;
+}
+
+AUTODIFF_API ad_real ad_item(const ad_tensor *x)
+{
+    return x && ad__item_ok(x, "ad_item", "data") && x->data ? x->data[0] : 0;
+}
+AUTODIFF_API ad_real ad_grad_item(const ad_tensor *x)
+{
+    return x && ad__item_ok(x, "ad_grad_item", "grad") && x->grad ? x->grad[0] : 0;
+}
 
 /* >>impl:rng --------------------------------------------------------------------------------- */
 AD__PRIVATE uint64_t ad__splitmix64(uint64_t *x)
@@ -2678,6 +2744,236 @@ AUTODIFF_API ad_tensor *ad_grad(ad_tape *T, ad_tensor *y, ad_tensor *x, int crea
     if (ad__sweep_run(&S, T, y, create_graph, 0, "ad_grad") != 0) return NULL;
     g = x->id < S.n ? S.gacc[x->id] : NULL;
     return g ? g : ad_zeros(T, x->ndim, x->shape);
+}
+
+/* >>impl:autograd: ad_grads and the helpers built on it -------------------------------------- */
+/* Every helper is one or more ad_grads sweeps. ad_grads seeds the ordinary one-element sweep of
+   ad__sweep_run with s = sum_i sum(grad_ys[i] * ys[i]), recorded: the sweep through that product
+   hands each ys[i] its seed, and with create_graph the results stay differentiable in the seeds,
+   which is what ad_jvp's double-backward trick and the forward-mode Jacobian differentiate. */
+
+/* Whether t, the argument called what of op, is usable: not NULL and on T. */
+AD__PRIVATE int ad__autograd_arg(ad_tape *T, const char *op, const char *what, const ad_tensor *t)
+{
+    if (!t) {
+        ad__fail(T, "%s: %s is NULL (an earlier op failed)", op, what);
+        return 0;
+    }
+    return ad__on_tape(T, op, what, t);
+}
+
+/* Whether seed (called sname; NULL: ones) may seed t (called tname): the same shape, or both one
+   element. */
+AD__PRIVATE int ad__autograd_seed(ad_tape *T, const char *op, const char *tname, const ad_tensor *t,
+                                  const char *sname, const ad_tensor *seed)
+{
+    char a[96], b[96];
+    if (!seed) {
+        if (t->size == 1) return 1;
+        ad__fail(T, "%s: %s has shape %s and %s is NULL; ones may be left out only for one element",
+                 op, tname, ad_shape_str(t, a, sizeof a), sname);
+        return 0;
+    }
+    if (!ad__on_tape(T, op, sname, seed)) return 0;
+    if (ad__same_shape(seed, t) || (seed->size == 1 && t->size == 1)) return 1;
+    ad__fail(T, "%s: %s has shape %s but %s has shape %s; they must be equal", op, sname,
+             ad_shape_str(seed, a, sizeof a), tname, ad_shape_str(t, b, sizeof b));
+    return 0;
+}
+
+/* ad_grads with its arguments checked; errors name op. */
+AD__PRIVATE int ad__grads(ad_tape *T, const char *op, int ny, ad_tensor *const *ys, ad_tensor *const *seeds,
+                          int nx, ad_tensor *const *xs, ad_tensor **out, int create_graph)
+{
+    ad__sweep S;
+    ad_tensor *s = NULL;
+    int i, enabled = T->grad_enabled;
+    T->grad_enabled = 1; /* s must be recorded, in no-grad mode too */
+    for (i = 0; i < ny; i++) {
+        ad_tensor *term = ys[i], *seed = seeds ? seeds[i] : NULL;
+        if (seed) term = ad_sum(T, ad_mul(T, seed, ys[i]));
+        s = s ? ad_add(T, s, term) : term;
+    }
+    T->grad_enabled = enabled;
+    if (!s) return -1;
+    if (ad__sweep_run(&S, T, s, create_graph, 0, op) != 0) return -1;
+    for (i = 0; i < nx; i++) {
+        ad_tensor *g = xs[i]->id < S.n ? S.gacc[xs[i]->id] : NULL;
+        out[i] = g ? g : ad__full(T, op, xs[i]->ndim, xs[i]->shape, 0);
+        if (!out[i]) return -1;
+    }
+    return 0;
+}
+
+AUTODIFF_API int ad_grads(ad_tape *T, int ny, ad_tensor *const *ys, ad_tensor *const *grad_ys,
+                          int nx, ad_tensor *const *xs, ad_tensor **out, int create_graph)
+{
+    char what[48], seed[48];
+    int i, ok = 1;
+    if (!T) return -1;
+    if (!out) {
+        ad__fail(T, "ad_grads: out is NULL");
+        return -1;
+    }
+    for (i = 0; i < nx; i++) out[i] = NULL;
+    if (ny < 1 || nx < 1 || !ys || !xs) {
+        ad__fail(T, "ad_grads: %d outputs (ys %s) and %d inputs (xs %s); each needs at least one", ny,
+                 ys ? "given" : "NULL", nx, xs ? "given" : "NULL");
+        return -1;
+    }
+    for (i = 0; ok && i < ny; i++) {
+        snprintf(what, sizeof what, "ys[%d]", i);
+        snprintf(seed, sizeof seed, "grad_ys[%d]", i);
+        ok = ad__autograd_arg(T, "ad_grads", what, ys[i]) &&
+             ad__autograd_seed(T, "ad_grads", what, ys[i], seed, grad_ys ? grad_ys[i] : NULL);
+    }
+    for (i = 0; ok && i < nx; i++) {
+        snprintf(what, sizeof what, "xs[%d]", i);
+        ok = ad__autograd_arg(T, "ad_grads", what, xs[i]);
+    }
+    if (ok && ad__grads(T, "ad_grads", ny, ys, grad_ys, nx, xs, out, create_graph) == 0) return 0;
+    for (i = 0; i < nx; i++) out[i] = NULL;
+    return -1;
+}
+
+AUTODIFF_API ad_tensor *ad_vjp(ad_tape *T, ad_tensor *y, ad_tensor *x, ad_tensor *v, int create_graph)
+{
+    ad_tensor *g;
+    if (!T) return NULL;
+    if (!ad__autograd_arg(T, "ad_vjp", "y", y) || !ad__autograd_arg(T, "ad_vjp", "x", x) ||
+        !ad__autograd_seed(T, "ad_vjp", "y", y, "v", v))
+        return NULL;
+    return ad__grads(T, "ad_vjp", 1, &y, &v, 1, &x, &g, create_graph) == 0 ? g : NULL;
+}
+
+/* J u for checked arguments (u NULL: ones): d/dw <w^T J, u> for a dummy w that requires grad,
+   whose value does not matter because w^T J is linear in w. */
+AD__PRIVATE ad_tensor *ad__jvp(ad_tape *T, const char *op, ad_tensor *y, ad_tensor *x, ad_tensor *u,
+                               int create_graph)
+{
+    ad_tensor *w, *g, *ju;
+    if (!y->requires_grad || !x->requires_grad) return ad__full(T, op, y->ndim, y->shape, 0);
+    w = ad__full(T, op, y->ndim, y->shape, 0);
+    if (!w) return NULL;
+    ad__make_leaf(T, w, 1);
+    if (ad__grads(T, op, 1, &y, &w, 1, &x, &g, 1) != 0) return NULL;
+    if (ad__grads(T, op, 1, &g, &u, 1, &w, &ju, create_graph) != 0) return NULL;
+    return ju;
+}
+
+AUTODIFF_API ad_tensor *ad_jvp(ad_tape *T, ad_tensor *y, ad_tensor *x, ad_tensor *u, int create_graph)
+{
+    if (!T) return NULL;
+    if (!ad__autograd_arg(T, "ad_jvp", "y", y) || !ad__autograd_arg(T, "ad_jvp", "x", x) ||
+        !ad__autograd_seed(T, "ad_jvp", "x", x, "u", u))
+        return NULL;
+    return ad__jvp(T, "ad_jvp", y, x, u, create_graph);
+}
+
+/* d y / d x shaped lead ++ x.shape (lead: nlead dimensions, y->size elements in all), for
+   checked arguments; errors name op. m = y->size rows, n = x->size columns: m sweeps seeded by
+   the rows of the identity when m <= n, else the recorded g(w) = w^T J of ad__jvp and n sweeps
+   through it seeded by its columns. Without create_graph the rows or columns are copied into
+   place; with it they are stacked by recorded ops. */
+AD__PRIVATE ad_tensor *ad__jacobian(ad_tape *T, const char *op, ad_tensor *y, int nlead, const int *lead,
+                                    ad_tensor *x, int create_graph)
+{
+    int shape[AD_MAX_DIMS], flat[2], i, enabled, rows, count;
+    size_t m = y->size, n = x->size, k, j;
+    ad_tensor *J = NULL, *w = NULL, *g = NULL, *src, *e, **parts = NULL;
+    char a[96], b[96];
+    if (nlead + x->ndim > AD_MAX_DIMS) {
+        ad__fail(T, "%s: y %s and x %s: the result would have %d dimensions; at most %d are supported "
+                 "(AD_MAX_DIMS)", op, ad_shape_str(y, a, sizeof a), ad_shape_str(x, b, sizeof b),
+                 nlead + x->ndim, AD_MAX_DIMS);
+        return NULL;
+    }
+    if (m > (size_t)INT_MAX || n > (size_t)INT_MAX || (n > 0 && m > ((size_t)-1 / sizeof(ad_real)) / n)) {
+        ad__fail(T, "%s: y %s and x %s: the result would be too large", op, ad_shape_str(y, a, sizeof a),
+                 ad_shape_str(x, b, sizeof b));
+        return NULL;
+    }
+    for (i = 0; i < nlead; i++) shape[i] = lead[i];
+    for (i = 0; i < x->ndim; i++) shape[nlead + i] = x->shape[i];
+    if (!y->requires_grad || !x->requires_grad) return ad__full(T, op, nlead + x->ndim, shape, 0);
+    rows = m <= n;
+    src = rows ? y : NULL;
+    if (!rows) { /* forward mode: g = w^T J, recorded once */
+        w = ad__full(T, op, y->ndim, y->shape, 0);
+        if (!w) return NULL;
+        ad__make_leaf(T, w, 1);
+        if (ad__grads(T, op, 1, &y, &w, 1, &x, &g, 1) != 0) return NULL;
+        src = g;
+    }
+    count = (int)(rows ? m : n);
+    if (create_graph) {
+        parts = (ad_tensor **)ad__alloc(T, (size_t)count * sizeof(ad_tensor *), op);
+        if (!parts) return NULL;
+    } else {
+        J = ad__tensor(T, op, nlead + x->ndim, shape, 1);
+        if (!J) return NULL;
+    }
+    e = ad__full(T, op, src->ndim, src->shape, 0); /* the seed: one row of the identity */
+    if (!e) return NULL;
+    for (k = 0; k < (size_t)count; k++) {
+        ad_tensor *part;
+        e->data[k] = 1;
+        if (ad__grads(T, op, 1, &src, &e, 1, rows ? &x : &w, &part, create_graph) != 0) return NULL;
+        if (create_graph) {
+            /* the recorded result reads e when it is differentiated: the next seed is a new one */
+            parts[k] = part;
+            if (k + 1 < (size_t)count && !(e = ad__full(T, op, src->ndim, src->shape, 0))) return NULL;
+            continue;
+        }
+        if (rows) memcpy(J->data + k * n, part->data, n * sizeof(ad_real));
+        else for (j = 0; j < m; j++) J->data[j * n + k] = part->data[j];
+        e->data[k] = 0; /* a plain sweep is done with e once its result is copied */
+    }
+    if (!create_graph) return J;
+    enabled = T->grad_enabled;
+    T->grad_enabled = 1;
+    flat[0] = (int)(rows ? n : m);
+    for (k = 0; k < (size_t)count; k++) parts[k] = ad_reshape(T, parts[k], 1, flat);
+    J = ad_stack(T, parts, count, rows ? 0 : 1);
+    J = ad_reshape(T, J, nlead + x->ndim, shape);
+    T->grad_enabled = enabled;
+    return J;
+}
+
+AUTODIFF_API ad_tensor *ad_jacobian(ad_tape *T, ad_tensor *y, ad_tensor *x, int create_graph)
+{
+    if (!T) return NULL;
+    if (!ad__autograd_arg(T, "ad_jacobian", "y", y) || !ad__autograd_arg(T, "ad_jacobian", "x", x)) return NULL;
+    return ad__jacobian(T, "ad_jacobian", y, y->size == 1 ? 0 : y->ndim, y->shape, x, create_graph);
+}
+
+AUTODIFF_API ad_tensor *ad_hessian(ad_tape *T, ad_tensor *y, ad_tensor *x, int create_graph)
+{
+    ad_tensor *g;
+    char a[96], b[96];
+    if (!T) return NULL;
+    if (!ad__autograd_arg(T, "ad_hessian", "y", y) || !ad__autograd_arg(T, "ad_hessian", "x", x)) return NULL;
+    if (y->size != 1) {
+        ad__fail(T, "ad_hessian: y has shape %s; it must have exactly one element", ad_shape_str(y, a, sizeof a));
+        return NULL;
+    }
+    if (2 * x->ndim > AD_MAX_DIMS) {
+        ad__fail(T, "ad_hessian: x %s: the Hessian would have %d dimensions; at most %d are supported "
+                 "(AD_MAX_DIMS)", ad_shape_str(x, b, sizeof b), 2 * x->ndim, AD_MAX_DIMS);
+        return NULL;
+    }
+    if (ad__grads(T, "ad_hessian", 1, &y, NULL, 1, &x, &g, 1) != 0) return NULL;
+    return ad__jacobian(T, "ad_hessian", g, x->ndim, x->shape, x, create_graph);
+}
+
+AUTODIFF_API ad_tensor *ad_detach(ad_tape *T, ad_tensor *x)
+{
+    ad_tensor *t;
+    if (!T) return NULL;
+    if (!ad__autograd_arg(T, "ad_detach", "x", x)) return NULL;
+    t = ad__tensor_sized(T, "ad_detach", x->ndim, x->shape, x->size, 0);
+    if (t) t->data = x->data;
+    return t;
 }
 
 /* >>impl:kernels ----------------------------------------------------------------------------- */
