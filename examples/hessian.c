@@ -3,9 +3,11 @@
    ad_grad(T, y, x, 1) returns dy/dx as a tensor that is itself recorded on the tape
    (create_graph), so it can be differentiated again like any other result:
 
-     - Hessian-vector product: H v = d/dx <dy/dx, v>, one extra reverse sweep, without ever
-       forming H (the basis of Newton-CG and of curvature estimates in large models);
-     - full Hessian, row by row: row i is d/dx of the i-th element of dy/dx.
+     - Hessian-vector product: H v = d/dx <dy/dx, v> = ad_vjp(T, dy/dx, x, v, 0), one extra
+       reverse sweep, without ever forming H (the basis of Newton-CG and of curvature estimates
+       in large models);
+     - full Hessian: ad_hessian(T, y, x, 0), shape x.shape ++ x.shape, one sweep per element of x
+       through the recorded gradient.
 
    The function is f(x) = sum(tanh(A x)^2) + x0 x1^3 with x in R^4 and a fixed 3 x 4 matrix A.
    Both results are checked against central finite differences of the gradient; the program
@@ -71,7 +73,7 @@ int main(void)
     const double xv[N] = {0.3, -0.8, 1.2, 0.5}, vv[N] = {1.0, 0.5, -2.0, 0.25};
     double H[N][N], fd[N][N], Hv[N];
     ad_tape *T = ad_tape_new();
-    ad_tensor *x, *y, *g, *v, *hvp;
+    ad_tensor *x, *y, *g, *v, *hvp, *hess;
     int i, j, bad = 0;
 
     x = ad_tensor_new(T, 2, xshape, xv, 1);
@@ -86,16 +88,15 @@ int main(void)
            ad_item(y));
     printf("gradient: (%.8f, %.8f, %.8f, %.8f)\n\n", g->data[0], g->data[1], g->data[2], g->data[3]);
 
-    /* Hessian-vector product: H v = d/dx <g, v> */
+    /* Hessian-vector product: H v = d/dx <g, v>, the vector-Jacobian product of g */
     v = ad_tensor_new(T, 2, xshape, vv, 0);
-    hvp = ad_grad(T, ad_sum(T, ad_mul(T, g, v)), x, 0);
+    hvp = ad_vjp(T, g, x, v, 0);
 
-    /* full Hessian: row i = d g[i] / dx */
-    for (i = 0; i < N; i++) {
-        ad_tensor *row = ad_grad(T, ad_sum(T, ad_slice(T, g, 0, i, i + 1)), x, 0);
-        for (j = 0; j < N; j++) H[i][j] = row ? row->data[j] : NAN;
-    }
-    if (!hvp || ad_tape_error(T)) {
+    /* full Hessian, shape [N, 1, N, 1] for x of shape [N, 1] */
+    hess = ad_hessian(T, y, x, 0);
+    for (i = 0; i < N; i++)
+        for (j = 0; j < N; j++) H[i][j] = hess ? hess->data[i * N + j] : NAN;
+    if (!hvp || !hess || ad_tape_error(T)) {
         const char *error = ad_tape_error(T);
         fprintf(stderr, "%s\n", error ? error : "failed");
         return 1;
