@@ -29,15 +29,14 @@
        >>api           declarations, grouped as in the implementation:
                        >>api:tape >>api:tensor >>api:elementwise >>api:binary >>api:reduce
                        >>api:shape >>api:index >>api:linalg >>api:nn >>api:conv >>api:layers
-                       >>api:loss >>api:backward >>api:rng >>api:params >>api:optim
-                       >>api:checkpoint >>api:data
+                       >>api:loss >>api:backward >>api:custom >>api:gradcheck >>api:rng
+                       >>api:params >>api:optim >>api:checkpoint >>api:data
        >>impl          implementation: >>impl:platform >>impl:arena >>impl:threads >>impl:tape
                        >>impl:tensor >>impl:rng >>impl:sweep >>impl:autograd >>impl:kernels
-                       >>impl:gemm
-                       >>ops:elementwise >>ops:binary >>ops:reduce >>ops:shape >>ops:index
-                       >>ops:linalg >>ops:nn >>ops:conv >>ops:pool >>ops:dropout >>ops:norm
-                       >>ops:embedding >>ops:loss >>impl:params >>impl:optim >>impl:checkpoint
-                       >>impl:data
+                       >>impl:gemm >>ops:elementwise >>ops:binary >>ops:reduce >>ops:shape
+                       >>ops:index >>ops:linalg >>ops:nn >>ops:conv >>ops:pool >>ops:dropout
+                       >>ops:norm >>ops:embedding >>ops:loss >>impl:custom >>impl:gradcheck
+                       >>impl:params >>impl:optim >>impl:checkpoint >>impl:data
        >>license
 
    >>quickstart
@@ -675,6 +674,127 @@ AUTODIFF_API ad_tensor *ad_hessian(ad_tape *T, ad_tensor *y, ad_tensor *x, int c
    through it. As in PyTorch it shares x's memory (no copy): a write into one is seen in the
    other, and in x's gradient where x's backward reads its values. */
 AUTODIFF_API ad_tensor *ad_detach(ad_tape *T, ad_tensor *x);
+
+/* >>api:custom: ops of your own, with their own derivative ------------------------------------
+   A custom op is a forward on arrays and a backward of one of two kinds, as PyTorch's
+   autograd.Function or JAX's custom_vjp:
+     backward        records the inputs' gradients with the library's own ops on T (it is called
+                     in every sweep; in a create_graph sweep T records, so second and higher
+                     derivatives pass through the op);
+     backward_array  writes them into arrays: first order only. A create_graph sweep through
+                     such an op fails with an error that names it.
+   When both are set, backward is used. Inputs that do not require grad get no gradient (their
+   needs_grad entry is 0 and the backward may skip them). The op's output requires grad when
+   an input does, like any op's. Errors (no forward, a bad output shape, a forward or backward
+   that returns non-zero, a missing gradient or one of the wrong shape) are the tape's, and
+   name the op as  ad_custom "NAME": ...
+
+       static int lc_fwd(const ad_custom_call *c)             // y = log(cosh(x))
+       { for (size_t i = 0; i < c->out->size; i++) c->out->data[i] = logcosh(c->in[0]->data[i]);
+         return 0; }
+       static int lc_bwd(ad_tape *T, const ad_custom_call *c, ad_tensor *g, ad_tensor **gin)
+       { gin[0] = ad_mul(T, g, ad_tanh(T, c->in[0])); return 0; }
+       static const ad_custom_op logcosh_op = {.name = "logcosh", .forward = lc_fwd, .backward = lc_bwd};
+       ... y = ad_custom(T, &logcosh_op, 1, &x);
+
+   examples/custom_op.c is a complete program with both kinds. */
+
+#define AD_CUSTOM_MAX_INPUTS 16
+
+/* What a custom op's functions receive. */
+typedef struct ad_custom_call {
+    const char *name;            /* the op's name */
+    void *ctx;                   /* the descriptor's ctx */
+    void *saved;                 /* saved_bytes bytes on the tape, zeroed before the forward,
+                                    which may fill them for the backward; NULL when 0 */
+    int nin;                     /* number of inputs */
+    ad_tensor *const *in;        /* the inputs (read their data, size and shape) */
+    ad_tensor *out;              /* the output, zeroed before the forward; NULL in shape() */
+    unsigned char needs_grad[AD_CUSTOM_MAX_INPUTS]; /* in a backward: 1 where input i wants a
+                                    gradient (requires grad and leads to what is differentiated) */
+} ad_custom_call;
+
+/* Writes the output's values into c->out->data from the inputs. Returns 0, or non-zero to fail
+   the op. */
+typedef int (*ad_custom_forward_fn)(const ad_custom_call *c);
+/* Recorded backward: sets grad_in[i] (all NULL on entry), for each i with c->needs_grad[i], to
+   d L / d in[i], a tensor of in[i]'s shape made with ops on T from grad_out (d L / d out, the
+   output's shape) and c->in, c->out. Returns 0, or non-zero to fail the sweep. */
+typedef int (*ad_custom_backward_fn)(ad_tape *T, const ad_custom_call *c, ad_tensor *grad_out,
+                                     ad_tensor **grad_in);
+/* Backward on arrays: grad_in[i] (in[i]->size values, zeroed) for each i with c->needs_grad[i],
+   NULL for the others. Returns 0, or non-zero to fail the sweep. */
+typedef int (*ad_custom_backward_array_fn)(const ad_custom_call *c, const ad_real *grad_out,
+                                           ad_real *const *grad_in);
+/* The output's shape: sets *ndim (0 .. AD_MAX_DIMS) and shape[0 .. *ndim-1] from the inputs
+   (c->out is NULL). Returns 0, or non-zero to fail the op. */
+typedef int (*ad_custom_shape_fn)(const ad_custom_call *c, int *ndim, int *shape);
+
+/* A custom op. Zero-initialised fields take their defaults. The descriptor is copied when the
+   op is applied, so it may be a local variable; ctx must outlive the tape's use of the output. */
+typedef struct ad_custom_op {
+    const char *name;            /* for messages, copied (NULL: "custom") */
+    ad_custom_forward_fn forward;                 /* required */
+    ad_custom_backward_fn backward;               /* recorded backward (create_graph works) */
+    ad_custom_backward_array_fn backward_array;   /* or: on arrays, first order only */
+    ad_custom_shape_fn shape;    /* NULL: the output has the shape of in[0] */
+    void *ctx;                   /* passed on as c->ctx */
+    size_t saved_bytes;          /* bytes kept on the tape from forward to backward (c->saved) */
+} ad_custom_op;
+
+/* Applies op to in[0 .. nin-1] (1 <= nin <= AD_CUSTOM_MAX_INPUTS): the output, made on T by
+   op->forward, recorded with op's backward when an input requires grad. An op without a
+   backward may only be applied to inputs that need no gradient (or in no-grad mode). Returns
+   NULL on error, and for a NULL input. */
+AUTODIFF_API ad_tensor *ad_custom(ad_tape *T, const ad_custom_op *op, int nin, ad_tensor *const *in);
+
+/* >>api:gradcheck: derivatives against finite differences ------------------------------------
+   ad_gradcheck evaluates f on tapes of its own and compares, for every element of every input
+   that requires grad, the gradient from ad_backward of L = sum(w * f(x)) (w fixed weights
+   uniform in [0.5, 1.5], so that every element of the output counts) with the central
+   difference (L(x + h) - L(x - h)) / 2h, h = eps * max(1, |x|). With orders & 2 it checks the
+   second derivatives too: the gradient of s = sum_i sum(v_i * dL/dx_i) (v_i fixed, uniform in
+   [-1, 1]) recorded through ad_grad(..., create_graph=1), against central differences of s
+   computed by plain sweeps: a Hessian-vector product per input, the way PyTorch's
+   gradgradcheck works. An element passes when |analytic - numeric| <= atol + rtol * |numeric|.
+   Precision: built with AUTODIFF_DOUBLE the check is tight (defaults below, those of the
+   library's own tests). In a float build f itself runs in float, so differences of its values
+   lose about half the digits: the defaults become eps 1e-3 (second order 1e-2) and atol =
+   rtol = 1e-2, enough to catch a wrong derivative but not a subtly inexact one; use
+   AUTODIFF_DOUBLE for tight checks. */
+
+/* The function under check: builds its result from the inputs on T (any shape). */
+typedef ad_tensor *(*ad_fn)(ad_tape *T, ad_tensor *const *in, void *ctx);
+
+typedef struct ad_gradcheck_options {
+    int orders;                  /* 1 (and 0): first derivatives; 2: second only; 3: both */
+    double eps, atol, rtol;      /* first order; 0: 1e-6, 1e-6, 1e-5 (float build: 1e-3, 1e-2, 1e-2) */
+    double eps2, atol2, rtol2;   /* second order; 0: 1e-5, 1e-5, 1e-4 (float: 1e-2, 1e-2, 1e-2) */
+    uint64_t seed;               /* of the weights w (0: 1234); the v use seed 99 */
+} ad_gradcheck_options;
+
+typedef struct ad_gradcheck_result {
+    int passed;                  /* 1 when every element checked passed */
+    size_t checked;              /* elements compared (of both orders) */
+    double max_error;            /* the largest |analytic - numeric| */
+    double max_ratio;            /* the largest |analytic - numeric| / (atol + rtol |numeric|):
+                                    above 1 fails; infinite for a NaN */
+    int order;                   /* the worst element (the largest ratio): its order (1, 2), */
+    int input;                   /*   which input, */
+    size_t index;                /*   its flat index in that input, */
+    double analytic, numeric;    /*   and its two values */
+    size_t mismatches;           /* elements that failed */
+    char message[320];           /* one line naming the worst element, for a report */
+} ad_gradcheck_result;
+
+/* Checks f's derivatives at the values of in[0 .. n-1] (tensors of T; those that do not require
+   grad are held constant and not checked; 1 <= n <= AD_CUSTOM_MAX_INPUTS). T is used for its
+   error and its thread count only; nothing is recorded on it. opt may be NULL (defaults); res
+   may be NULL. Returns 0 when every element passes, 1 when one does not (res says which), -1
+   when f fails or an argument is wrong (with T's error set, naming f's own error). Runs f
+   about 2 * (elements) + 1 times per order; use small inputs. */
+AUTODIFF_API int ad_gradcheck(ad_tape *T, ad_fn f, void *ctx, int n, ad_tensor *const *in,
+                              const ad_gradcheck_options *opt, ad_gradcheck_result *res);
 
 /* >>api:rng --------------------------------------------------------------------------------- */
 AUTODIFF_API void ad_rng_seed(ad_rng *rng, uint64_t seed);
@@ -9066,6 +9186,373 @@ AUTODIFF_API ad_tensor *ad_kl_div(ad_tape *T, ad_tensor *logp, ad_tensor *target
     y->data[0] = (ad_real)(total / (double)ad__kl_batch(logp));
     if (!ad__record2(T, "ad_kl_div", y, ad__kl_backward, logp, target)) return NULL;
     return y;
+}
+
+/* >>impl:custom ------------------------------------------------------------------------------ */
+/* A custom op's entry keeps a copy of its descriptor (name included: the user's may be a local)
+   and the bytes its forward saved for the backward. */
+typedef struct ad__custom_saved {
+    ad_custom_op op;
+    void *bytes;
+} ad__custom_saved;
+
+/* 'ad_custom "NAME"', the prefix of every message about a custom op. */
+AD__PRIVATE const char *ad__custom_who(const char *name, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "ad_custom \"%s\"", name ? name : "custom");
+    return buf;
+}
+
+/* Checks a gradient that a recorded backward returned for input i; records the error. */
+AD__PRIVATE int ad__custom_check_grad(ad_tape *T, const char *who, const ad_tensor *x, const ad_tensor *g, int i)
+{
+    char a[96], b[96];
+    if (!g) {
+        ad__fail(T, "%s backward: the gradient of input %d is NULL (the op needs it)", who, i);
+        return 0;
+    }
+    if (!ad__on_tape(T, who, "a gradient returned by the backward", g)) return 0;
+    if (!ad__same_shape(g, x)) {
+        ad__fail(T, "%s backward: the gradient of input %d has shape %s; the input has shape %s", who, i,
+                 ad_shape_str(g, a, sizeof a), ad_shape_str(x, b, sizeof b));
+        return 0;
+    }
+    return 1;
+}
+
+AD__PRIVATE void ad__custom_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad__custom_saved *sv = (ad__custom_saved *)n->saved;
+    ad_tape *T = S->T;
+    ad_custom_call c;
+    ad_tensor *gin[AD_CUSTOM_MAX_INPUTS];
+    ad_real *arrays[AD_CUSTOM_MAX_INPUTS];
+    char who[96];
+    int i, rc, any = 0;
+    memset(&c, 0, sizeof c);
+    c.name = sv->op.name;
+    c.ctx = sv->op.ctx;
+    c.saved = sv->bytes;
+    c.nin = n->nin;
+    c.in = n->in;
+    c.out = n->out;
+    for (i = 0; i < n->nin; i++) {
+        c.needs_grad[i] = (unsigned char)ad__wants(S, n->in[i]);
+        any |= c.needs_grad[i];
+        gin[i] = NULL;
+        arrays[i] = NULL;
+    }
+    if (!any) return;
+    ad__custom_who(c.name, who, sizeof who);
+    if (sv->op.backward) {
+        rc = sv->op.backward(T, &c, g, gin);
+        if (rc) ad__fail(T, "%s backward: returned %d", who, rc);
+        for (i = 0; !rc && i < n->nin; i++)
+            if (c.needs_grad[i] && !ad__custom_check_grad(T, who, n->in[i], gin[i], i)) rc = -1;
+        for (i = 0; !rc && i < n->nin; i++)
+            if (c.needs_grad[i]) ad__accum(S, n->in[i], gin[i], 0); /* it may be g, or an input */
+    } else if (S->create_graph) {
+        ad__fail(T, "%s: create_graph through an op whose backward is on arrays (backward_array), "
+                 "which gives first derivatives only; give it a recorded backward", who);
+        rc = -1;
+    } else {
+        for (i = 0, rc = 0; !rc && i < n->nin; i++) {
+            if (!c.needs_grad[i]) continue;
+            gin[i] = ad__full(T, who, n->in[i]->ndim, n->in[i]->shape, 0);
+            if (gin[i]) arrays[i] = gin[i]->data;
+            else rc = -1;
+        }
+        if (!rc && (rc = sv->op.backward_array(&c, g->data, arrays)) != 0)
+            ad__fail(T, "%s backward: returned %d", who, rc);
+        for (i = 0; !rc && i < n->nin; i++)
+            if (c.needs_grad[i]) ad__accum(S, n->in[i], gin[i], 1);
+    }
+    if (rc) S->failed = 1;
+}
+
+AUTODIFF_API ad_tensor *ad_custom(ad_tape *T, const ad_custom_op *op, int nin, ad_tensor *const *in)
+{
+    ad__custom_saved *sv;
+    ad_custom_call c;
+    ad_tensor *y;
+    ad__node *node;
+    char who[96], what[32];
+    int i, rc, ndim, shape[AD_MAX_DIMS], needed = 0;
+    size_t len;
+    if (!T) return NULL;
+    if (!op) {
+        ad__fail(T, "ad_custom: op is NULL");
+        return NULL;
+    }
+    ad__custom_who(op->name, who, sizeof who);
+    if (nin < 1 || nin > AD_CUSTOM_MAX_INPUTS || !in) {
+        ad__fail(T, "%s: %d inputs%s; between 1 and %d are supported", who, nin, in ? "" : " (in is NULL)",
+                 AD_CUSTOM_MAX_INPUTS);
+        return NULL;
+    }
+    for (i = 0; i < nin; i++)
+        if (!in[i]) return NULL;
+    for (i = 0; i < nin; i++) {
+        snprintf(what, sizeof what, "input %d", i);
+        if (!ad__on_tape(T, who, what, in[i])) return NULL;
+        if (in[i]->requires_grad && T->grad_enabled) needed = 1;
+    }
+    if (!op->forward) {
+        ad__fail(T, "%s: the op has no forward function", who);
+        return NULL;
+    }
+    if (needed && !op->backward && !op->backward_array) {
+        ad__fail(T, "%s: an input requires grad but the op has no backward (set backward or backward_array)", who);
+        return NULL;
+    }
+    memset(&c, 0, sizeof c);
+    c.name = op->name ? op->name : "custom";
+    c.ctx = op->ctx;
+    c.nin = nin;
+    c.in = in;
+    if (op->saved_bytes) {
+        if (!(c.saved = ad__alloc(T, op->saved_bytes, who))) return NULL;
+        memset(c.saved, 0, op->saved_bytes);
+    }
+    if (op->shape) {
+        ndim = -1;
+        if ((rc = op->shape(&c, &ndim, shape)) != 0) {
+            ad__fail(T, "%s: the shape function returned %d", who, rc);
+            return NULL;
+        }
+    } else {
+        ndim = in[0]->ndim;
+        memcpy(shape, in[0]->shape, sizeof shape);
+    }
+    if (!(y = ad__tensor(T, who, ndim, shape, 1))) return NULL;
+    memset(y->data, 0, y->size * sizeof(ad_real));
+    c.out = y;
+    if ((rc = op->forward(&c)) != 0) {
+        ad__fail(T, "%s: the forward returned %d", who, rc);
+        return NULL;
+    }
+    if (!needed) return y;
+    len = strlen(c.name) + 1;
+    if (!(sv = (ad__custom_saved *)ad__alloc_aligned(T, sizeof *sv + len, 16, who))) return NULL;
+    sv->op = *op;
+    sv->op.name = (const char *)memcpy(sv + 1, c.name, len);
+    sv->bytes = c.saved;
+    if (!(node = ad__record(T, who, y, ad__custom_backward, in, nin))) return NULL;
+    node->saved = sv;
+    return y;
+}
+
+/* >>impl:gradcheck --------------------------------------------------------------------------- */
+/* One check's state: f, its inputs' values (copies the checker perturbs) and their leaves on
+   the checker's own tape U. */
+typedef struct ad__gradcheck {
+    ad_tape *U;
+    ad_fn f;
+    void *ctx;
+    int n;
+    ad_tensor *const *in;        /* the caller's tensors: shapes and which require grad */
+    ad_real *data[AD_CUSTOM_MAX_INPUTS];
+    ad_tensor *x[AD_CUSTOM_MAX_INPUTS];
+    uint64_t seed;
+} ad__gradcheck;
+
+/* L = sum(w * f(x)) on a reset U, with the inputs as views of the copies. */
+AD__PRIVATE ad_tensor *ad__gradcheck_loss(ad__gradcheck *G)
+{
+    ad_tensor *y, *w;
+    ad_rng r;
+    int i;
+    ad_tape_reset(G->U);
+    for (i = 0; i < G->n; i++) {
+        G->x[i] = ad_tensor_view(G->U, G->in[i]->ndim, G->in[i]->shape, G->data[i], NULL,
+                                 G->in[i]->requires_grad);
+        if (!G->x[i]) return NULL;
+    }
+    if (!(y = G->f(G->U, G->x, G->ctx))) return NULL;
+    ad_rng_seed(&r, G->seed);
+    w = ad_rand(G->U, y->ndim, y->shape, (ad_real)0.5, (ad_real)1.5, &r);
+    return ad_sum(G->U, ad_mul(G->U, y, w));
+}
+
+/* s = sum_i sum(v_i * dL/dx_i) over the inputs that require grad: its gradient is a
+   Hessian-vector product. With create_graph it stays differentiable. */
+AD__PRIVATE ad_tensor *ad__gradcheck_dot(ad__gradcheck *G, int create_graph)
+{
+    ad_tensor *loss = ad__gradcheck_loss(G), *s = NULL;
+    ad_rng r;
+    int i;
+    if (!loss) return NULL;
+    ad_rng_seed(&r, 99);
+    for (i = 0; i < G->n; i++) {
+        ad_tensor *g, *v, *term;
+        if (!G->in[i]->requires_grad) continue;
+        g = ad_grad(G->U, loss, G->x[i], create_graph);
+        v = ad_rand(G->U, G->x[i]->ndim, G->x[i]->shape, (ad_real)-1, (ad_real)1, &r);
+        term = ad_sum(G->U, ad_mul(G->U, g, v));
+        if (!term) return NULL;
+        s = s ? ad_add(G->U, s, term) : term;
+    }
+    return s;
+}
+
+/* The value checked at order 1 (L, nothing recorded) or 2 (s by plain sweeps); NaN with U's
+   error set when f fails. */
+AD__PRIVATE double ad__gradcheck_value(ad__gradcheck *G, int order)
+{
+    ad_tensor *v;
+    if (order == 1) {
+        int was = ad_set_grad_enabled(G->U, 0);
+        v = ad__gradcheck_loss(G);
+        ad_set_grad_enabled(G->U, was);
+    } else {
+        v = ad__gradcheck_dot(G, 0);
+    }
+    return v ? (double)v->data[0] : NAN;
+}
+
+/* The analytic derivatives of order 1 or 2 into ana (the inputs' elements one after another).
+   Returns 0, or -1 with U's error set. */
+AD__PRIVATE int ad__gradcheck_analytic(ad__gradcheck *G, int order, double *ana)
+{
+    ad_tensor *v = order == 1 ? ad__gradcheck_loss(G) : ad__gradcheck_dot(G, 1);
+    size_t j, at = 0;
+    int i;
+    if (!v || ad_backward(G->U, v) != 0) return -1;
+    for (i = 0; i < G->n; i++, at += G->in[i - 1]->size)
+        for (j = 0; j < G->in[i]->size; j++) ana[at + j] = G->x[i]->grad ? (double)G->x[i]->grad[j] : 0;
+    return 0;
+}
+
+/* Compares order `order` against central differences; updates res. Returns 0, or -1 when f
+   failed (U's error says why). */
+AD__PRIVATE int ad__gradcheck_order(ad__gradcheck *G, int order, double eps, double atol, double rtol,
+                                    double *ana, ad_gradcheck_result *res)
+{
+    size_t j, at = 0;
+    int i;
+    if (ad__gradcheck_analytic(G, order, ana) != 0) return -1;
+    for (i = 0; i < G->n; at += G->in[i]->size, i++) {
+        if (!G->in[i]->requires_grad) continue;
+        for (j = 0; j < G->in[i]->size; j++) {
+            ad_real keep = G->data[i][j];
+            double h = eps * (fabs((double)keep) > 1 ? fabs((double)keep) : 1), xp, xm, lp, lm, num, err, tol, ratio;
+            G->data[i][j] = (ad_real)((double)keep + h);
+            xp = (double)G->data[i][j];
+            lp = ad__gradcheck_value(G, order);
+            G->data[i][j] = (ad_real)((double)keep - h);
+            xm = (double)G->data[i][j];
+            lm = ad__gradcheck_value(G, order);
+            G->data[i][j] = keep;
+            if (lp != lp || lm != lm) {
+                if (ad_tape_error(G->U)) return -1;
+            }
+            num = (lp - lm) / (xp - xm); /* the steps as rounded to ad_real */
+            err = fabs(ana[at + j] - num);
+            tol = atol + rtol * fabs(num);
+            if (!(err <= tol)) res->mismatches++;
+            if (err == err && tol == tol) ratio = err / tol;
+            else err = ratio = HUGE_VAL; /* a NaN on either side */
+            res->checked++;
+            if (err > res->max_error) res->max_error = err;
+            if (res->checked == 1 || ratio > res->max_ratio) {
+                res->max_ratio = ratio;
+                res->order = order;
+                res->input = i;
+                res->index = j;
+                res->analytic = ana[at + j];
+                res->numeric = num;
+            }
+        }
+    }
+    return 0;
+}
+
+AUTODIFF_API int ad_gradcheck(ad_tape *T, ad_fn f, void *ctx, int n, ad_tensor *const *in,
+                              const ad_gradcheck_options *opt, ad_gradcheck_result *res)
+{
+#ifdef AUTODIFF_DOUBLE
+    const double d_eps = 1e-6, d_atol = 1e-6, d_rtol = 1e-5, d_eps2 = 1e-5, d_atol2 = 1e-5, d_rtol2 = 1e-4;
+#else
+    const double d_eps = 1e-3, d_atol = 1e-2, d_rtol = 1e-2, d_eps2 = 1e-2, d_atol2 = 1e-2, d_rtol2 = 1e-2;
+#endif
+    ad_gradcheck_options o;
+    ad_gradcheck_result own;
+    ad__gradcheck G;
+    size_t total = 0, at = 0;
+    double *ana = NULL;
+    ad_real *copies = NULL;
+    int i, rc = 0, orders;
+    char what[32];
+    if (!res) res = &own;
+    memset(res, 0, sizeof *res);
+    res->input = -1;
+    if (!T) return -1;
+    if (!f || n < 1 || n > AD_CUSTOM_MAX_INPUTS || !in) {
+        if (!f || !in) ad__fail(T, "ad_gradcheck: %s is NULL", f ? "in" : "f");
+        else ad__fail(T, "ad_gradcheck: %d inputs; between 1 and %d are supported", n, AD_CUSTOM_MAX_INPUTS);
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        snprintf(what, sizeof what, "input %d", i);
+        if (!in[i]) {
+            ad__fail(T, "ad_gradcheck: input %d is NULL (an earlier op failed)", i);
+            return -1;
+        }
+        if (!ad__on_tape(T, "ad_gradcheck", what, in[i])) return -1;
+        total += in[i]->size;
+    }
+    if (opt) o = *opt;
+    else memset(&o, 0, sizeof o);
+    orders = o.orders <= 0 ? 1 : o.orders & 3;
+    if (o.eps <= 0) o.eps = d_eps;
+    if (o.atol <= 0) o.atol = d_atol;
+    if (o.rtol <= 0) o.rtol = d_rtol;
+    if (o.eps2 <= 0) o.eps2 = d_eps2;
+    if (o.atol2 <= 0) o.atol2 = d_atol2;
+    if (o.rtol2 <= 0) o.rtol2 = d_rtol2;
+    memset(&G, 0, sizeof G);
+    G.f = f;
+    G.ctx = ctx;
+    G.n = n;
+    G.in = in;
+    G.seed = o.seed ? o.seed : 1234;
+    G.U = ad_tape_new();
+    ana = (double *)AUTODIFF_MALLOC(total * sizeof(double));
+    copies = (ad_real *)AUTODIFF_MALLOC(total * sizeof(ad_real));
+    if (!G.U || !ana || !copies) {
+        ad__fail(T, "ad_gradcheck: out of memory");
+        rc = -1;
+    } else {
+        ad_set_threads(G.U, ad_get_threads(T));
+        for (i = 0; i < n; at += in[i]->size, i++) {
+            G.data[i] = copies + at;
+            memcpy(G.data[i], in[i]->data, in[i]->size * sizeof(ad_real));
+        }
+        if ((orders & 1) && ad__gradcheck_order(&G, 1, o.eps, o.atol, o.rtol, ana, res) != 0) rc = -1;
+        if (!rc && (orders & 2) && ad__gradcheck_order(&G, 2, o.eps2, o.atol2, o.rtol2, ana, res) != 0) rc = -1;
+        if (rc) {
+            const char *e = ad_tape_error(G.U);
+            ad__fail(T, "ad_gradcheck: f failed: %s", e ? e : "it returned NULL");
+        }
+    }
+    if (!rc && res->checked == 0) {
+        ad__fail(T, "ad_gradcheck: no input requires grad: nothing to check");
+        rc = -1;
+    }
+    if (rc) {
+        snprintf(res->message, sizeof res->message, "%s", ad_tape_error(T));
+    } else {
+        res->passed = res->mismatches == 0;
+        rc = res->passed ? 0 : 1;
+        snprintf(res->message, sizeof res->message,
+                 "%s; worst: %s derivative, input %d [%zu]: analytic %.10g, numeric %.10g",
+                 res->passed ? "passed" : "FAILED", res->order == 1 ? "first" : "second", res->input,
+                 res->index, res->analytic, res->numeric);
+    }
+    ad_tape_free(G.U);
+    AUTODIFF_FREE(ana);
+    AUTODIFF_FREE(copies);
+    return rc;
 }
 
 /* >>impl:params ------------------------------------------------------------------------------ */

@@ -2,7 +2,7 @@
    central finite differences (build the tests with -DAUTODIFF_DOUBLE).
 
    A test program includes autodiff.h with its implementation, then this file, calls TH_CHECK and
-   the th_gradcheck family, and returns th_summary(), which prints "N passed, N failed". */
+   the th_gradcheck family (a front to the library's ad_gradcheck), and returns th_summary(), which prints "N passed, N failed". */
 #ifndef TESTS_HARNESS_H
 #define TESTS_HARNESS_H
 
@@ -116,71 +116,67 @@ TH_UNUSED static ad_tensor **th_leaves(ad_tape *T, int nin, const th_input *spec
     return x;
 }
 
-/* The value of the weighted sum at the given data, with nothing recorded. */
-TH_UNUSED static double th_value(th_fn f, void *ctx, int nin, const th_input *specs, double **data, unsigned seed)
+/* th_fn called through the library's ad_fn. */
+typedef struct th_adapter {
+    th_fn f;
+    void *ctx;
+} th_adapter;
+
+TH_UNUSED static ad_tensor *th_adapt(ad_tape *T, ad_tensor *const *in, void *ctx)
 {
-    ad_tape *T = ad_tape_new();
-    ad_tensor *x[TH_MAX_INPUTS], *y;
-    double v;
-    ad_set_grad_enabled(T, 0);
-    y = th_weighted(T, f, ctx, th_leaves(T, nin, specs, data, x), seed);
-    v = y ? ad_item(y) : NAN;
-    ad_tape_free(T);
-    return v;
+    const th_adapter *a = (const th_adapter *)ctx;
+    return a->f(T, (ad_tensor **)in, a->ctx);
 }
 
-TH_UNUSED static int th_close(double analytic, double numeric, double atol, double rtol)
-{
-    return fabs(analytic - numeric) <= atol + rtol * fabs(numeric);
-}
-
-/* Checks ad_backward's gradient of every input against central differences. Returns the number
-   of mismatches (each also counted as a failed check). */
-TH_UNUSED static int th_gradcheck_tol(const char *name, th_fn f, void *ctx, int nin, const th_input *specs,
-                            double atol, double rtol)
+/* Checks f's derivatives with the library's checker, ad_gradcheck (>>api:gradcheck), at inputs
+   drawn from specs: order 1 (ad_backward against central differences, step 1e-6 max(1, |x|))
+   or 2 (the gradient of a Hessian-vector product through create_graph, step 1e-5 max(1, |x|)),
+   within atol + rtol |numeric|. Counts one check; returns the number of mismatching elements
+   (1 when the check could not run). */
+TH_UNUSED static int th_check_order(const char *name, th_fn f, void *ctx, int nin, const th_input *specs,
+                                    int order, double atol, double rtol)
 {
     double *data[TH_MAX_INPUTS];
-    ad_tensor *x[TH_MAX_INPUTS], *loss;
+    ad_tensor *x[TH_MAX_INPUTS];
     ad_tape *T = ad_tape_new();
-    unsigned seed = 1234;
-    int i, bad = 0;
-    size_t j;
+    ad_gradcheck_options opt;
+    ad_gradcheck_result res;
+    th_adapter a;
+    int i, rc, bad;
     for (i = 0; i < nin; i++) {
         size_t n = th_numel(&specs[i]);
         data[i] = (double *)malloc(n * sizeof(double));
         th_fill(&specs[i], data[i], n, &th_rng_state);
     }
-    loss = th_weighted(T, f, ctx, th_leaves(T, nin, specs, data, x), seed);
-    TH_CHECK(loss != NULL, "%s: forward failed: %s", name, ad_tape_error(T));
-    if (loss && ad_backward(T, loss) == 0) {
-        for (i = 0; i < nin && !bad; i++) {
-            size_t n = th_numel(&specs[i]);
-            for (j = 0; j < n; j++) {
-                double keep = data[i][j], h = 1e-6 * (fabs(keep) > 1 ? fabs(keep) : 1), lp, lm, num, ana;
-                data[i][j] = keep + h;
-                lp = th_value(f, ctx, nin, specs, data, seed);
-                data[i][j] = keep - h;
-                lm = th_value(f, ctx, nin, specs, data, seed);
-                data[i][j] = keep;
-                num = (lp - lm) / (2 * h);
-                ana = x[i]->grad ? x[i]->grad[j] : 0;
-                if (!th_close(ana, num, atol, rtol)) {
-                    if (!bad)
-                        printf("FAIL %s: d/d input %d [%zu]: analytic %.10g, numeric %.10g\n", name, i, j,
-                               ana, num);
-                    bad++;
-                }
-            }
-        }
-    } else if (loss) {
-        printf("FAIL %s: backward failed: %s\n", name, ad_tape_error(T));
-        bad++;
-    }
+    memset(&opt, 0, sizeof opt);
+    opt.orders = order;
+    opt.eps = 1e-6;
+    opt.atol = atol;
+    opt.rtol = rtol;
+    opt.eps2 = 1e-5;
+    opt.atol2 = atol;
+    opt.rtol2 = rtol;
+    a.f = f;
+    a.ctx = ctx;
+    rc = ad_gradcheck(T, th_adapt, &a, nin, th_leaves(T, nin, specs, data, x), &opt, &res);
+    bad = rc < 0 ? 1 : (int)res.mismatches;
+    if (rc < 0) printf("FAIL %s%s: %s\n", name, order == 2 ? " (second order)" : "", ad_tape_error(T));
+    else if (rc > 0)
+        printf("FAIL %s%s: %zu elements differ; worst: input %d [%zu]: analytic %.10g, numeric %.10g\n", name,
+               order == 2 ? " (second order)" : "", res.mismatches, res.input, res.index, res.analytic,
+               res.numeric);
     if (bad) th_failed++;
     else th_passed++;
     for (i = 0; i < nin; i++) free(data[i]);
     ad_tape_free(T);
     return bad;
+}
+
+/* First derivatives (ad_backward) of every input against central differences. */
+TH_UNUSED static int th_gradcheck_tol(const char *name, th_fn f, void *ctx, int nin, const th_input *specs,
+                                      double atol, double rtol)
+{
+    return th_check_order(name, f, ctx, nin, specs, 1, atol, rtol);
 }
 
 TH_UNUSED static int th_gradcheck(const char *name, th_fn f, void *ctx, int nin, const th_input *specs)
@@ -188,72 +184,12 @@ TH_UNUSED static int th_gradcheck(const char *name, th_fn f, void *ctx, int nin,
     return th_gradcheck_tol(name, f, ctx, nin, specs, 1e-6, 1e-5);
 }
 
-/* s(x) = sum_i sum(v_i * dL/dx_i) for fixed random v: its gradient is a Hessian-vector product.
-   With create_graph the result stays differentiable. */
-TH_UNUSED static ad_tensor *th_grad_dot(ad_tape *T, th_fn f, void *ctx, int nin, ad_tensor **x, int create_graph)
-{
-    ad_tensor *loss = th_weighted(T, f, ctx, x, 1234), *s = NULL;
-    ad_rng r;
-    int i;
-    if (!loss) return NULL;
-    ad_rng_seed(&r, 99);
-    for (i = 0; i < nin; i++) {
-        ad_tensor *g = ad_grad(T, loss, x[i], create_graph);
-        ad_tensor *v = ad_rand(T, x[i]->ndim, x[i]->shape, (ad_real)-1, (ad_real)1, &r);
-        ad_tensor *term = ad_sum(T, ad_mul(T, g, v));
-        s = s ? ad_add(T, s, term) : term;
-    }
-    return s;
-}
-
-/* Checks second derivatives: the gradient of th_grad_dot recorded with create_graph against
-   central differences of th_grad_dot computed without it. */
+/* Second derivatives: the gradient of sum_i sum(v_i * dL/dx_i), recorded with create_graph,
+   against central differences of that sum computed by plain sweeps. */
 TH_UNUSED static int th_gradgradcheck_tol(const char *name, th_fn f, void *ctx, int nin, const th_input *specs,
-                                double atol, double rtol)
+                                          double atol, double rtol)
 {
-    double *data[TH_MAX_INPUTS];
-    ad_tensor *x[TH_MAX_INPUTS], *s;
-    ad_tape *T = ad_tape_new(), *U = ad_tape_new();
-    int i, bad = 0;
-    size_t j;
-    for (i = 0; i < nin; i++) {
-        size_t n = th_numel(&specs[i]);
-        data[i] = (double *)malloc(n * sizeof(double));
-        th_fill(&specs[i], data[i], n, &th_rng_state);
-    }
-    s = th_grad_dot(T, f, ctx, nin, th_leaves(T, nin, specs, data, x), 1);
-    if (!s || ad_backward(T, s) != 0) {
-        printf("FAIL %s: second-order sweep failed: %s\n", name, ad_tape_error(T));
-        bad++;
-    }
-    for (i = 0; i < nin && !bad; i++) {
-        size_t n = th_numel(&specs[i]);
-        for (j = 0; j < n; j++) {
-            double keep = data[i][j], h = 1e-5 * (fabs(keep) > 1 ? fabs(keep) : 1), sp, sm, num, ana;
-            ad_tensor *xu[TH_MAX_INPUTS];
-            data[i][j] = keep + h;
-            ad_tape_reset(U);
-            sp = ad_item(th_grad_dot(U, f, ctx, nin, th_leaves(U, nin, specs, data, xu), 0));
-            data[i][j] = keep - h;
-            ad_tape_reset(U);
-            sm = ad_item(th_grad_dot(U, f, ctx, nin, th_leaves(U, nin, specs, data, xu), 0));
-            data[i][j] = keep;
-            num = (sp - sm) / (2 * h);
-            ana = x[i]->grad ? x[i]->grad[j] : 0;
-            if (!th_close(ana, num, atol, rtol)) {
-                if (!bad)
-                    printf("FAIL %s (second order): input %d [%zu]: analytic %.10g, numeric %.10g\n", name,
-                           i, j, ana, num);
-                bad++;
-            }
-        }
-    }
-    if (bad) th_failed++;
-    else th_passed++;
-    for (i = 0; i < nin; i++) free(data[i]);
-    ad_tape_free(T);
-    ad_tape_free(U);
-    return bad;
+    return th_check_order(name, f, ctx, nin, specs, 2, atol, rtol);
 }
 
 TH_UNUSED static int th_gradgradcheck(const char *name, th_fn f, void *ctx, int nin, const th_input *specs)

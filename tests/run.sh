@@ -225,7 +225,7 @@ for name in "${examples[@]}"; do
     grep -q 'MPI_Init' "examples/$name.c" && continue
     if built "example_$name"; then pass; else fail "build example $name"; show "$OUT/example_$name.build.log"; fi
 done
-for name in scalar sigmoid hessian lbfgs_fit newton; do
+for name in scalar sigmoid hessian lbfgs_fit newton custom_op; do
     [ -x "$OUT/example_$name" ] && check "run example $name" "$OUT/example_$name"
 done
 
