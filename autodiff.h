@@ -30,13 +30,13 @@
                        >>api:tape >>api:tensor >>api:elementwise >>api:binary >>api:reduce
                        >>api:shape >>api:index >>api:linalg >>api:nn >>api:conv >>api:layers
                        >>api:loss >>api:backward >>api:custom >>api:gradcheck >>api:rng
-                       >>api:params >>api:optim >>api:checkpoint >>api:data
+                       >>api:params >>api:hooks >>api:optim >>api:checkpoint >>api:data
        >>impl          implementation: >>impl:platform >>impl:arena >>impl:threads >>impl:tape
                        >>impl:tensor >>impl:rng >>impl:sweep >>impl:autograd >>impl:kernels
                        >>impl:gemm >>ops:elementwise >>ops:binary >>ops:reduce >>ops:shape
                        >>ops:index >>ops:linalg >>ops:nn >>ops:conv >>ops:pool >>ops:dropout
                        >>ops:norm >>ops:embedding >>ops:loss >>impl:custom >>impl:gradcheck
-                       >>impl:params >>impl:optim >>impl:checkpoint >>impl:data
+                       >>impl:params >>impl:hooks >>impl:optim >>impl:checkpoint >>impl:data
        >>license
 
    >>quickstart
@@ -127,6 +127,8 @@
    tensor's header, which no new tensor reuses for several resets; keep nothing across a reset
    all the same (parameters live in an ad_params store and are put on each step's tape with
    ad_param).
+   A NaN or an Inf in a result is not an error: ad_set_detect_anomaly(T, 1) makes the first op
+   that produces one, forward or backward, fail with a message naming it (see >>api:hooks).
 
    >>threads
    There are no globals: different tapes may be used from different threads at once; one tape
@@ -947,6 +949,80 @@ AUTODIFF_API const void *ad_params_extra(const ad_params *P, size_t *len);
    ad_backward adds its gradient into the store's gradient buffer. Returns NULL with T's error
    set when P is NULL or id is not a parameter. */
 AUTODIFF_API ad_tensor *ad_param(ad_tape *T, ad_params *P, int id);
+
+/* >>api:hooks: gradient hooks, anomaly mode, names and pictures of the tape -----------------
+   Hooks see gradients as the backward sweep makes them. A tensor's hook is called once per
+   sweep (ad_backward, ad_grad) with the tensor's whole gradient from that sweep, before the
+   gradient goes on to the entries that made the tensor, or, for a leaf, before it is added into
+   leaf->grad; it may return another gradient to use instead (PyTorch's register_hook). A store's
+   hook is told when a parameter's gradient is final during ad_backward, so that a data-parallel
+   program can start reducing it while the sweep goes on. Hooks, retained gradients and names
+   belong to the tape's current recording: ad_tape_reset forgets them, with the tensors. Without
+   any hook, retained gradient or anomaly mode the sweep is the plain one: they cost nothing
+   when they are not used. Hooks run on the thread that called ad_backward or ad_grad. */
+
+/* A tensor's gradient hook: x the tensor, grad d y / d x from this sweep (x's shape; read it,
+   never write into it: it may be shared). Return NULL to keep grad, or the gradient to use
+   instead: a tensor of x's shape on T (made with the library's ops, or ad_tensor_new). With
+   create_graph (ad_grad) the ops a hook runs are recorded, so its replacement is
+   differentiated again. A hook whose ops fail (the tape's error is set when it returns) stops
+   the sweep: ad_backward returns -1, ad_grad NULL. */
+typedef ad_tensor *(*ad_grad_hook)(ad_tape *T, ad_tensor *x, ad_tensor *grad, void *ctx);
+/* Adds hook (called with ctx) to x, which must require grad. Several hooks on one tensor run
+   in the order they were added, each given the gradient the one before returned. Returns 0,
+   or -1 with the tape's error set. */
+AUTODIFF_API int ad_register_hook(ad_tensor *x, ad_grad_hook hook, void *ctx);
+/* Makes ad_backward fill x->grad for x, a tensor made by an op (PyTorch's retain_grad): the
+   gradient after x's hooks, added into x->grad as for a leaf (x->grad allocated on the tape and
+   zeroed first). Nothing to do for a leaf, which always gets its gradient. ad_grad leaves
+   x->grad alone. Returns 0, or -1 with the tape's error set (x does not require grad). */
+AUTODIFF_API int ad_retain_grad(ad_tensor *x);
+
+/* A store's hook: the gradient of parameter id (ad_params_info(P, id).grad) is complete. */
+typedef void (*ad_params_grad_hook)(ad_params *P, int id, void *ctx);
+/* Sets P's hook (NULL: none). During each ad_backward on a tape where some parameter of P was
+   put with ad_param after the hook was set, hook is called exactly once for every parameter of
+   P, in the order the sweep completes them: right after the last tape entry that adds to the
+   parameter's gradient has run (the earliest entry that uses it; the sweep goes on after the
+   hook returns); at the end, for the parameters the tape does not use, and for those with a
+   tensor hook (ad_register_hook), whose gradient reaches the store only then. The hook may
+   read the gradient and start sending it (an MPI_Iallreduce in place): the sweep never touches
+   that gradient again. It must not use the tape or the store's other functions. Not called by
+   ad_grad, nor after a sweep that failed. */
+AUTODIFF_API void ad_params_set_grad_hook(ad_params *P, ad_params_grad_hook hook, void *ctx);
+
+/* Anomaly mode on (1) or off (0, the default); returns the previous setting, and -1 for a NULL
+   tape. It lasts across ad_tape_reset. When on, each op checks its result, and each entry of a
+   backward sweep the gradients it made, for NaN and Inf, and the first op to make one from
+   finite values records an error that names the op, forward or backward, and its inputs'
+   shapes and names (ad_set_name), for example
+       ad_log forward: NaN in the result ([3]) from input 0 ([3], "x")
+       ad_sqrt backward: Inf in the gradient of input 0 ([3], "x")
+   the op returns NULL, ad_backward -1. Checked exactly: in the forward, the result of every op
+   that goes through the tape (recorded or not; not ad_param, leaves and constants), when
+   every input's values are finite; in a sweep, after each entry that runs, each input's
+   gradient, when the entry's incoming gradient, its result's values and its inputs' values are
+   finite and that input's gradient was finite (or empty) before the entry. So a NaN that comes
+   from a NaN already there is never blamed on the op that passed it on. The ops that a sweep
+   itself runs (create_graph, or in a hook) are covered by the entry's check, not their own.
+   A gradient hook's replacement is not checked. Costs a pass over each op's inputs and result
+   (and each entry's gradients) while on; nothing while off. */
+AUTODIFF_API int ad_set_detect_anomaly(ad_tape *T, int on);
+/* Names a tensor for anomaly messages and pictures (ad_tape_write_dot); the text is copied
+   into the tape's arena (at most 255 bytes kept). A later name replaces an earlier one. Returns
+   x, or NULL with the tape's error set (name NULL, x made before the tape's last reset, out of
+   memory); NULL for a NULL x. */
+AUTODIFF_API ad_tensor *ad_set_name(ad_tensor *x, const char *name);
+/* Writes the graph that y depends on as Graphviz DOT into the file at path (replaced): each op
+   a box with its name (ad_mul, ad_linear, ...), its result's shape and the name given with
+   ad_set_name, each leaf an ellipse with its name (ad_set_name, else a parameter's store name,
+   else "leaf" or "constant") and shape, parameters and leaves that require grad shaded, and an
+   edge from each input to the op that used it. Only what y depends on is drawn; an op on
+   inputs that did not require grad (or run with recording off) has no entry and is drawn as a
+   constant. Render with `dot -Tsvg graph.dot -o graph.svg`. Writes nothing anywhere else.
+   Returns 0, or -1 with the tape's error set (y NULL or not of this tape, path NULL, the file
+   cannot be written: the message names the path). */
+AUTODIFF_API int ad_tape_write_dot(ad_tape *T, const ad_tensor *y, const char *path);
 
 /* >>api:optim ---------------------------------------------------------------------------------
    Optimizers update a whole store from its gradients with PyTorch's semantics (torch.optim.SGD,
@@ -1959,6 +2035,8 @@ struct ad__node {
     ad_tensor *out;
     ad_tensor **in;
     int nin;
+    const char *op;              /* the public op's name, for anomaly messages and pictures
+                                    (not set by the one-element binary ops: see ad__op_name) */
     ad__saved_state st;          /* what the backward needs, by the op's family */
     const void *saved;           /* larger state on the tape (a window's geometry, the
                                     settings of a reduction along an axis) */
@@ -1977,6 +2055,8 @@ struct ad_tape {
     int grad_enabled;
     int training;
     int has_error;
+    int anomaly;                 /* ad_set_detect_anomaly: 1 on, 2 while a sweep runs */
+    struct ad__mark *marks;      /* names, hooks and parameters of tensors: >>impl:hooks */
     ad__node sink;               /* receives saved values when an op is not recorded */
     ad_real *pack;               /* GEMM packing buffers, one per thread, kept across resets */
     size_t pack_cap;
@@ -2069,6 +2149,7 @@ AUTODIFF_API void ad_tape_reset(ad_tape *T)
     ad__arena_reset(&T->heads, ad__heads_start(&T->heads, T->gen));
     T->last = NULL;
     T->leaves = NULL;
+    T->marks = NULL;
     T->ntensors = 0;
     T->nentries = 0;
     T->has_error = 0;
@@ -2567,6 +2648,7 @@ struct ad__sweep {
                                     (ad_backward), so an entry's output gradient may be reused
                                     once the entry is done */
     int failed;
+    struct ad__watch *watch;     /* hooks and anomaly checks of this sweep, or NULL */
 };
 
 /* Makes n, memory for an entry, the tape's last entry: out, produced by fn from nin inputs
@@ -2600,26 +2682,30 @@ AD__PRIVATE ad__node *ad__push_entry(ad_tape *T, const char *op, ad_tensor *out,
         if (!in) return NULL;
     }
     ad__link_entry(T, n, out, fn, nin);
+    n->op = op;
     if (in) n->in = in;
     return n;
 }
 
+AD__COLD ad__node *ad__anomaly_forward(ad_tape *T, const char *op, ad_tensor *out, ad_tensor *const *ins, int nin,
+                                       ad__node *n); /* >>impl:hooks */
+
 /* Records out as produced by fn from the inputs if any of them requires grad and recording is
    on. Returns the entry to save values into (a scratch entry when nothing is recorded), or NULL
-   when memory runs out. */
+   when memory runs out, or when anomaly mode finds a NaN or an Inf that out is the first to have. */
 AD__INLINE ad__node *ad__record(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
                                 ad_tensor *const *ins, int nin)
 {
     ad__node *n;
     int i, needed = 0;
-    if (!T->grad_enabled) return &T->sink;
+    if (!T->grad_enabled) return T->anomaly ? ad__anomaly_forward(T, op, out, ins, nin, &T->sink) : &T->sink;
     for (i = 0; i < nin; i++)
         if (ins[i] && ins[i]->requires_grad) needed = 1;
-    if (!needed) return &T->sink;
+    if (!needed) return T->anomaly ? ad__anomaly_forward(T, op, out, ins, nin, &T->sink) : &T->sink;
     n = ad__push_entry(T, op, out, fn, nin);
     if (!n) return NULL;
     for (i = 0; i < nin; i++) n->in[i] = ins[i];
-    return n;
+    return T->anomaly ? ad__anomaly_forward(T, op, out, ins, nin, n) : n;
 }
 
 AD__INLINE ad__node *ad__record1(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
@@ -2778,6 +2864,9 @@ AD__PRIVATE int ad__sweep_into_leaves(ad__sweep *S, const ad_tensor *y)
     return 0;
 }
 
+AD__COLD ad__node *ad__sweep_watched(ad__sweep *S, int into_leaves, const char *op); /* >>impl:hooks */
+AD__COLD void ad__sweep_watched_end(ad__sweep *S);
+
 /* Runs the reverse sweep from y. On return S->gacc holds d y / d t for every tensor t that
    existed before the sweep and that y depends on (added to the leaves' own gradient buffers
    when into_leaves is set). Returns 0 on success. */
@@ -2813,7 +2902,8 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     S->owned[y->id] = 1; /* the seed is the sweep's own: ad_backward may reuse it like any other */
     T->grad_enabled = create_graph != 0;
     /* every entry visited was recorded before the sweep began, so its tensors' ids are below n */
-    for (n = T->last; n && !S->failed; n = n->prev) {
+    n = T->anomaly || T->marks ? ad__sweep_watched(S, into_leaves, op) : T->last;
+    for (; n && !S->failed; n = n->prev) {
         ad_tensor *g = S->gacc[n->out->id];
         if (g) n->backward(S, n, g);
     }
@@ -2848,6 +2938,7 @@ AUTODIFF_API int ad_backward(ad_tape *T, ad_tensor *y)
             memcpy(leaf->grad, g->data, leaf->size * sizeof(ad_real));
         }
     }
+    if (S.watch) ad__sweep_watched_end(&S);
     return 0;
 }
 
@@ -5148,6 +5239,15 @@ AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 #define AD__ONE_ENTRY_OFFSET ((AD__ONE_BYTES + 15) & ~(size_t)15)
 #define AD__ONE_BLOCK_BYTES(recorded) ((recorded) ? AD__ONE_ENTRY_OFFSET + sizeof(ad__node) : AD__ONE_BYTES)
 
+/* The anomaly check of a one-element result (see ad__record). */
+AD__COLD ad_tensor *ad__anomaly_binary_one(ad_tape *T, ad_tensor *a, ad_tensor *b, ad_tensor *y, int kind)
+{
+    ad_tensor *ins[2];
+    ins[0] = a;
+    ins[1] = b;
+    return ad__anomaly_forward(T, ad__binary_names[kind], y, ins, 2, &T->sink) ? y : NULL;
+}
+
 AD__INLINE ad_tensor *ad__binary_one_fill(ad_tape *T, unsigned char *block, ad_tensor *a, ad_tensor *b,
                                           int kind, int recorded)
 {
@@ -5155,13 +5255,13 @@ AD__INLINE ad_tensor *ad__binary_one_fill(ad_tape *T, unsigned char *block, ad_t
     ad__node *n;
     ad__tensor_init(T, y, a->ndim, a->shape, 1, (ad_real *)(block + AD__ONE_HEADER_BYTES));
     y->data[0] = ad__binary_op(kind, a->data[0], b->data[0]);
-    if (!recorded) return y;
+    if (!recorded) return T->anomaly ? ad__anomaly_binary_one(T, a, b, y, kind) : y;
     n = (ad__node *)(block + AD__ONE_ENTRY_OFFSET);
     ad__link_entry(T, n, y, ad__binary_backward_one[kind], 2);
     n->in[0] = a;
     n->in[1] = b;
     n->st.binary.kind = kind;
-    return y;
+    return T->anomaly ? ad__anomaly_binary_one(T, a, b, y, kind) : y;
 }
 
 /* The same when the block does not fit in the arena's current chunk. */
@@ -9578,6 +9678,8 @@ struct ad_params {
     uint64_t saves;              /* checkpoints written: part of temporary file names */
     unsigned char *extra;        /* the program's own bytes, saved with checkpoints */
     size_t extra_len;
+    ad_params_grad_hook grad_hook; /* ad_params_set_grad_hook */
+    void *grad_hook_ctx;
     int has_error;
     char error[320];
 };
@@ -9961,9 +10063,12 @@ AUTODIFF_API const void *ad_params_extra(const ad_params *P, size_t *len)
     return P ? P->extra : NULL;
 }
 
+AD__PRIVATE int ad__mark_param(ad_tape *T, ad_tensor *x, ad_params *P, int id); /* >>impl:hooks */
+
 AUTODIFF_API ad_tensor *ad_param(ad_tape *T, ad_params *P, int id)
 {
     const ad__param *p;
+    ad_tensor *x;
     if (!T) return NULL;
     if (!P) {
         ad__fail(T, "ad_param: the parameter store is NULL");
@@ -9974,8 +10079,542 @@ AUTODIFF_API ad_tensor *ad_param(ad_tape *T, ad_params *P, int id)
         return NULL;
     }
     p = &P->items[id];
-    return ad_tensor_view(T, p->ndim, p->shape, P->value + p->offset, P->grad + p->offset, 1);
+    x = ad_tensor_view(T, p->ndim, p->shape, P->value + p->offset, P->grad + p->offset, 1);
+    return x && ad__mark_param(T, x, P, id) ? x : NULL;
 }
+
+/* >>impl:hooks ------------------------------------------------------------------------------- */
+/* What a program attaches to a tensor (a name, a hook, retain_grad) and the parameters put on
+   the tape live in one list on the tape, newest first, not in the tensor's header: headers keep
+   their size, and a sweep that finds the list empty with anomaly mode off runs the plain loop. */
+enum { AD__MARK_NAME, AD__MARK_HOOK, AD__MARK_RETAIN, AD__MARK_PARAM };
+
+typedef struct ad__mark {
+    struct ad__mark *next;       /* the tape's list, newest first */
+    struct ad__mark *chain;      /* during a sweep: x's next hook or retain mark, oldest first */
+    ad_tensor *x;
+    int kind;                    /* AD__MARK_... */
+    int id;                      /* PARAM: the parameter's handle in the store */
+    int store_hook;              /* PARAM: the store had a hook when the parameter was put on
+                                    the tape; only such a store is read by a sweep, so that a
+                                    store freed before the tape's reset is never touched */
+    const char *name;            /* NAME: the text, on the tape; PARAM: the store's name */
+    ad_grad_hook hook;           /* HOOK */
+    void *ctx;                   /* HOOK: the caller's; PARAM: the store */
+} ad__mark;
+
+/* A parameter of a store with a hook, during ad_backward. */
+typedef struct ad__watch_param {
+    ad_params *P;
+    int id;
+    int left;                    /* entries still to visit that use it */
+    int deferred;                /* 1: a tensor of it has a hook, so its gradient reaches the
+                                    store only after the sweep */
+    int done;                    /* 1: the store's hook has been called */
+} ad__watch_param;
+
+/* A sweep with hooks, retained gradients, store hooks or anomaly checks. */
+typedef struct ad__watch {
+    ad__mark **chain;            /* by tensor id: its first hook or retain mark, or NULL */
+    int *pslot;                  /* by tensor id: 1 + its parameter's index in params, or 0 */
+    ad__watch_param *params;     /* every parameter of each store with a hook (ad_backward) */
+    int nparams;
+    int into_leaves;             /* ad_backward: retained gradients and store hooks */
+    int anomaly;
+    const char *op;              /* ad_backward or ad_grad, for messages */
+} ad__watch;
+
+AD__PRIVATE ad__mark *ad__mark_new(ad_tape *T, ad_tensor *x, int kind, const char *op)
+{
+    ad__mark *m = (ad__mark *)ad__alloc_aligned(T, sizeof(ad__mark), 16, op);
+    if (!m) return NULL;
+    memset(m, 0, sizeof *m);
+    m->x = x;
+    m->kind = kind;
+    m->next = T->marks;
+    T->marks = m;
+    return m;
+}
+
+AD__PRIVATE int ad__mark_param(ad_tape *T, ad_tensor *x, ad_params *P, int id)
+{
+    ad__mark *m = ad__mark_new(T, x, AD__MARK_PARAM, "ad_param");
+    if (!m) return 0;
+    m->ctx = P;
+    m->id = id;
+    m->store_hook = P->grad_hook != NULL;
+    m->name = P->items[id].name;
+    return 1;
+}
+
+/* An entry's op name. The one-element binary ops leave n->op unset, to keep the scalar path
+   short; their backward says which op they are. */
+AD__PRIVATE const char *ad__op_name(const ad__node *n)
+{
+    int k;
+    for (k = 0; ad__binary_backward_one[k]; k++)
+        if (n->backward == ad__binary_backward_one[k]) return ad__binary_names[k];
+    return n->op ? n->op : "(an op)";
+}
+
+/* x's name: the last ad_set_name, else its parameter's name in its store, else NULL. */
+AD__PRIVATE const char *ad__name_of(const ad_tape *T, const ad_tensor *x)
+{
+    const ad__mark *m;
+    const char *param = NULL;
+    for (m = T->marks; m; m = m->next) {
+        if (m->x != x) continue;
+        if (m->kind == AD__MARK_NAME) return m->name;
+        if (m->kind == AD__MARK_PARAM && !param) param = m->name;
+    }
+    return param;
+}
+
+/* x for a message: its shape and name, as `[3], "x"`. */
+AD__PRIVATE char *ad__describe(const ad_tape *T, const ad_tensor *x, char *buf, size_t cap)
+{
+    char s[96];
+    const char *name = ad__name_of(T, x);
+    ad_shape_str(x, s, sizeof s);
+    if (name) snprintf(buf, cap, "%s, \"%.60s\"", s, name);
+    else snprintf(buf, cap, "%s", s);
+    return buf;
+}
+
+/* Whether all n values are finite. An OR of comparisons, which the compiler vectorises (a sum
+   of x - x would be one long chain of dependent adds), in blocks that stop at the first bad one. */
+AD__PRIVATE int ad__all_finite(const ad_real *v, size_t n)
+{
+#ifdef AUTODIFF_DOUBLE
+    const ad_real big = DBL_MAX;
+#else
+    const ad_real big = FLT_MAX;
+#endif
+    size_t i, end;
+    if (!v) return 1;
+    for (i = 0; i < n; i = end) {
+        int bad = 0;
+        end = n - i > 1024 ? i + 1024 : n;
+        for (; i < end; i++) bad |= (v[i] != v[i]) | (v[i] > big) | (v[i] < -big);
+        if (bad) return 0;
+    }
+    return 1;
+}
+
+AD__PRIVATE const char *ad__nonfinite_kind(const ad_real *v, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (v[i] != v[i]) return "NaN";
+    return "Inf";
+}
+
+/* The forward check of anomaly mode, on out, just made by op from ins (see ad__record):
+   returns n, or NULL with the error set when out has a NaN or an Inf and the inputs have none. */
+AD__COLD ad__node *ad__anomaly_forward(ad_tape *T, const char *op, ad_tensor *out, ad_tensor *const *ins, int nin,
+                                       ad__node *n)
+{
+    char msg[320], d[160];
+    size_t len;
+    int i;
+    if (T->anomaly != 1 || T->has_error) return n; /* a sweep's own ops: see ad__watched_entry */
+    for (i = 0; i < nin; i++)
+        if (ins[i] && !ad__all_finite(ins[i]->data, ins[i]->size)) return n;
+    if (ad__all_finite(out->data, out->size)) return n;
+    len = (size_t)snprintf(msg, sizeof msg, "%s forward: %s in the result (%s)", op,
+                           ad__nonfinite_kind(out->data, out->size), ad_shape_str(out, d, sizeof d));
+    for (i = 0; i < nin && len < sizeof msg; i++)
+        if (ins[i])
+            len += (size_t)snprintf(msg + len, sizeof msg - len, "%s input %d (%s)", i ? "," : " from", i,
+                                    ad__describe(T, ins[i], d, sizeof d));
+    ad__fail(T, "%s", msg);
+    return NULL;
+}
+
+/* Runs entry n's backward with anomaly checks around it (see ad_set_detect_anomaly). */
+AD__PRIVATE void ad__watched_entry(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    unsigned long long bad_before = 0;
+    int i, check = ad__all_finite(g->data, g->size) && ad__all_finite(n->out->data, n->out->size);
+    for (i = 0; check && i < n->nin; i++)
+        if (n->in[i] && !ad__all_finite(n->in[i]->data, n->in[i]->size)) check = 0;
+    for (i = 0; check && i < n->nin && i < 64; i++) {
+        ad_tensor *x = n->in[i], *h = x && ad__wants(S, x) ? S->gacc[x->id] : NULL;
+        if (h && !ad__all_finite(h->data, h->size)) bad_before |= 1ull << i;
+    }
+    n->backward(S, n, g);
+    for (i = 0; check && !S->failed && i < n->nin && i < 64; i++) {
+        ad_tensor *x = n->in[i], *h = x && ad__wants(S, x) ? S->gacc[x->id] : NULL;
+        char d[160];
+        if (!h || (bad_before >> i & 1) || ad__all_finite(h->data, h->size)) continue;
+        ad__fail(S->T, "%s backward: %s in the gradient of input %d (%s)", ad__op_name(n),
+                 ad__nonfinite_kind(h->data, h->size), i, ad__describe(S->T, x, d, sizeof d));
+        S->failed = 1;
+    }
+}
+
+/* Adds g into x->grad for ad_retain_grad. */
+AD__PRIVATE void ad__retain(ad__sweep *S, ad_tensor *x, const ad_tensor *g)
+{
+    if (!x->grad) {
+        x->grad = (ad_real *)ad__alloc(S->T, x->size * sizeof(ad_real), "ad_backward");
+        if (!x->grad) { S->failed = 1; return; }
+        memset(x->grad, 0, x->size * sizeof(ad_real));
+    }
+    ad__add_into(x->grad, g->data, x->size);
+}
+
+/* Runs x's hooks on its gradient, then fills its retained gradient. Returns the gradient to
+   use, or NULL when the sweep fails. */
+AD__PRIVATE ad_tensor *ad__run_hooks(ad__sweep *S, ad__watch *W, ad_tensor *x)
+{
+    ad_tape *T = S->T;
+    ad_tensor *g = S->gacc[x->id], *r;
+    ad__mark *m;
+    int retain = 0, had_error = T->has_error;
+    char a[96], b[96];
+    for (m = W->chain[x->id]; m; m = m->chain) {
+        if (m->kind == AD__MARK_RETAIN) { retain = 1; continue; } /* after the hooks, as PyTorch */
+        r = m->hook(T, x, g, m->ctx);
+        if (T->has_error && !had_error) { S->failed = 1; return NULL; }
+        if (!r) continue;
+        if (r->tape != T || r->gen != T->gen || !ad__same_shape(r, x)) {
+            ad__fail(T, "%s: the gradient hook of a tensor %s returned %s%s", W->op, ad__describe(T, x, a, sizeof a),
+                     r->tape != T || r->gen != T->gen ? "a tensor of another tape or an earlier step; shape " : "shape ",
+                     ad_shape_str(r, b, sizeof b));
+            S->failed = 1;
+            return NULL;
+        }
+        g = r;
+        S->gacc[x->id] = r;
+        S->owned[x->id] = 0; /* the hook's tensor: never written into */
+    }
+    if (retain && W->into_leaves) ad__retain(S, x, g);
+    return S->failed ? NULL : g;
+}
+
+/* After entry n: a parameter whose last use this was has its final gradient. */
+AD__PRIVATE void ad__params_after(ad__sweep *S, ad__watch *W, const ad__node *n)
+{
+    int i;
+    for (i = 0; i < n->nin; i++) {
+        const ad_tensor *x = n->in[i];
+        ad__watch_param *p;
+        if (!x || x->id >= S->n || !W->pslot[x->id]) continue;
+        p = &W->params[W->pslot[x->id] - 1];
+        if (--p->left == 0 && !p->deferred && !p->done) {
+            p->done = 1;
+            p->P->grad_hook(p->P, p->id, p->P->grad_hook_ctx);
+        }
+    }
+}
+
+/* Finds the stores with a hook among the parameters on the tape and lays out their parameters
+   in W->params; counts each one's uses by the entries the sweep will visit. Returns 0, or -1
+   when memory runs out. */
+AD__PRIVATE int ad__watch_params(ad__sweep *S, ad__watch *W)
+{
+    ad_tape *T = S->T;
+    ad__mark *m;
+    ad_params **stores;
+    int *base, nstores = 0, marks = 0, i, k;
+    const ad__node *n;
+    for (m = T->marks; m; m = m->next)
+        if (m->kind == AD__MARK_PARAM && m->store_hook && ((ad_params *)m->ctx)->grad_hook) marks++;
+    if (!marks) return 0;
+    stores = (ad_params **)ad__alloc(T, (size_t)marks * (sizeof(ad_params *) + sizeof(int)), W->op);
+    if (!stores) return -1;
+    base = (int *)(stores + marks);
+    for (m = T->marks; m; m = m->next) {
+        ad_params *P = (ad_params *)m->ctx;
+        if (m->kind != AD__MARK_PARAM || !m->store_hook || !P->grad_hook) continue;
+        for (i = 0; i < nstores && stores[i] != P; i++) {}
+        if (i < nstores) continue;
+        stores[nstores] = P;
+        base[nstores++] = W->nparams;
+        W->nparams += P->n;
+    }
+    W->params = (ad__watch_param *)ad__alloc(T, (size_t)W->nparams * sizeof(ad__watch_param), W->op);
+    if (!W->params) return -1;
+    memset(W->params, 0, (size_t)W->nparams * sizeof(ad__watch_param));
+    for (i = 0; i < nstores; i++)
+        for (k = 0; k < stores[i]->n; k++) {
+            W->params[base[i] + k].P = stores[i];
+            W->params[base[i] + k].id = k;
+        }
+    for (m = T->marks; m; m = m->next) {
+        ad_params *P = (ad_params *)m->ctx;
+        if (m->kind != AD__MARK_PARAM || !m->store_hook || !P->grad_hook || m->x->id >= S->n) continue;
+        for (i = 0; stores[i] != P; i++) {}
+        k = base[i] + m->id;
+        W->pslot[m->x->id] = k + 1;
+        if (W->chain[m->x->id]) W->params[k].deferred = 1;
+    }
+    for (n = T->last; n; n = n->prev)
+        for (i = 0; i < n->nin; i++)
+            if (n->in[i] && n->in[i]->id < S->n && W->pslot[n->in[i]->id]) W->params[W->pslot[n->in[i]->id] - 1].left++;
+    return 0;
+}
+
+/* The sweep of ad__sweep_run when the tape has marks or anomaly mode is on: the same loop,
+   with each tensor's hooks before its entry, anomaly checks around each entry, and the store
+   hooks after the last use of each parameter; then the leaves' hooks. Returns the entries left
+   for the plain loop: all of them when there is nothing to watch, else none. */
+AD__COLD ad__node *ad__sweep_watched(ad__sweep *S, int into_leaves, const char *op)
+{
+    ad_tape *T = S->T;
+    ad__watch *W;
+    ad__mark *m;
+    ad__node *n;
+    int hooks = 0, work = T->anomaly != 0;
+    for (m = T->marks; m && !work; m = m->next) /* names and parameters alone: the plain loop */
+        work = m->kind == AD__MARK_HOOK || (m->kind == AD__MARK_RETAIN && into_leaves) ||
+               (m->kind == AD__MARK_PARAM && into_leaves && m->store_hook && ((ad_params *)m->ctx)->grad_hook);
+    if (!work) return T->last;
+    W = (ad__watch *)ad__alloc(T, sizeof(ad__watch) + (size_t)S->n * (sizeof(ad__mark *) + sizeof(int)), op);
+    if (!W) { S->failed = 1; return NULL; }
+    memset(W, 0, sizeof(ad__watch) + (size_t)S->n * (sizeof(ad__mark *) + sizeof(int)));
+    W->chain = (ad__mark **)(W + 1);
+    W->pslot = (int *)(W->chain + S->n);
+    W->into_leaves = into_leaves;
+    W->anomaly = T->anomaly != 0;
+    W->op = op;
+    for (m = T->marks; m; m = m->next) { /* newest first, so each chain ends oldest first */
+        if (m->x->id >= S->n || !(m->kind == AD__MARK_HOOK || (m->kind == AD__MARK_RETAIN && into_leaves))) continue;
+        m->chain = W->chain[m->x->id];
+        W->chain[m->x->id] = m;
+        hooks = 1;
+        /* a hooked leaf's gradient goes to its hooks before it is added into leaf->grad */
+        if (!m->x->node && S->gacc[m->x->id] && S->gacc[m->x->id]->data == m->x->grad && m->x->grad) {
+            S->gacc[m->x->id] = NULL;
+            S->owned[m->x->id] = 0;
+        }
+    }
+    if (into_leaves && ad__watch_params(S, W) != 0) { S->failed = 1; return NULL; }
+    if (W->nparams) S->watch = W;
+    if (T->anomaly) T->anomaly = 2;
+    for (n = T->last; n && !S->failed; n = n->prev) {
+        ad_tensor *g = S->gacc[n->out->id];
+        if (g && hooks && W->chain[n->out->id]) g = ad__run_hooks(S, W, n->out);
+        if (g && W->anomaly) ad__watched_entry(S, n, g);
+        else if (g) n->backward(S, n, g);
+        if (W->nparams && !S->failed) ad__params_after(S, W, n);
+    }
+    for (m = T->marks; m && !S->failed; m = m->next)
+        if (!m->x->node && m->x->id < S->n && W->chain[m->x->id] == m && S->gacc[m->x->id]) ad__run_hooks(S, W, m->x);
+    if (T->anomaly) T->anomaly = 1;
+    return NULL;
+}
+
+/* After ad_backward has added the leaves' gradients: the store hooks not called yet. */
+AD__COLD void ad__sweep_watched_end(ad__sweep *S)
+{
+    ad__watch *W = S->watch;
+    int k;
+    for (k = 0; k < W->nparams; k++) {
+        ad__watch_param *p = &W->params[k];
+        if (p->done) continue;
+        p->done = 1;
+        p->P->grad_hook(p->P, p->id, p->P->grad_hook_ctx);
+    }
+}
+
+AUTODIFF_API int ad_register_hook(ad_tensor *x, ad_grad_hook hook, void *ctx)
+{
+    ad_tape *T;
+    ad__mark *m;
+    char s[96];
+    if (!x) return -1;
+    T = x->tape;
+    if (!ad__on_tape(T, "ad_register_hook", "x", x)) return -1;
+    if (!hook) {
+        ad__fail(T, "ad_register_hook: hook is NULL");
+        return -1;
+    }
+    if (!x->requires_grad) {
+        ad__fail(T, "ad_register_hook: x (%s) does not require grad, so no gradient reaches it",
+                 ad__describe(T, x, s, sizeof s));
+        return -1;
+    }
+    m = ad__mark_new(T, x, AD__MARK_HOOK, "ad_register_hook");
+    if (!m) return -1;
+    m->hook = hook;
+    m->ctx = ctx;
+    return 0;
+}
+
+AUTODIFF_API int ad_retain_grad(ad_tensor *x)
+{
+    char s[96];
+    if (!x) return -1;
+    if (!ad__on_tape(x->tape, "ad_retain_grad", "x", x)) return -1;
+    if (!x->requires_grad) {
+        ad__fail(x->tape, "ad_retain_grad: x (%s) does not require grad, so no gradient reaches it",
+                 ad__describe(x->tape, x, s, sizeof s));
+        return -1;
+    }
+    if (!x->node) return 0; /* a leaf gets its gradient anyway */
+    return ad__mark_new(x->tape, x, AD__MARK_RETAIN, "ad_retain_grad") ? 0 : -1;
+}
+
+AUTODIFF_API void ad_params_set_grad_hook(ad_params *P, ad_params_grad_hook hook, void *ctx)
+{
+    if (!P) return;
+    P->grad_hook = hook;
+    P->grad_hook_ctx = hook ? ctx : NULL;
+}
+
+AUTODIFF_API int ad_set_detect_anomaly(ad_tape *T, int on)
+{
+    int previous;
+    if (!T) return -1;
+    previous = T->anomaly != 0;
+    T->anomaly = on != 0;
+    return previous;
+}
+
+#define AD__NAME_MAX 255
+
+AUTODIFF_API ad_tensor *ad_set_name(ad_tensor *x, const char *name)
+{
+    ad_tape *T;
+    ad__mark *m;
+    char *text;
+    size_t len;
+    if (!x) return NULL;
+    T = x->tape;
+    if (!ad__on_tape(T, "ad_set_name", "x", x)) return NULL;
+    if (!name) {
+        ad__fail(T, "ad_set_name: name is NULL");
+        return NULL;
+    }
+    len = strlen(name);
+    if (len > AD__NAME_MAX) len = AD__NAME_MAX;
+    text = (char *)ad__alloc_aligned(T, len + 1, 16, "ad_set_name");
+    if (!text) return NULL;
+    memcpy(text, name, len);
+    text[len] = 0;
+    m = ad__mark_new(T, x, AD__MARK_NAME, "ad_set_name");
+    if (!m) return NULL;
+    m->name = text;
+    return x;
+}
+
+#ifndef AUTODIFF_NO_STDIO
+/* text inside a DOT string: quotes and backslashes escaped, control characters as spaces */
+AD__PRIVATE void ad__dot_text(FILE *f, const char *text)
+{
+    for (; *text; text++) {
+        unsigned char c = (unsigned char)*text;
+        if (c == '"' || c == '\\') fputc('\\', f);
+        fputc(c < 32 ? ' ' : c, f);
+    }
+}
+
+/* One tensor of the picture: an op as a box, a leaf as an ellipse. */
+AD__PRIVATE void ad__dot_tensor(FILE *f, const ad_tensor *t, const char *name, int param, int is_y)
+{
+    char s[96];
+    ad_shape_str(t, s, sizeof s);
+    fprintf(f, "  t%u [", t->id);
+    if (t->node) {
+        fprintf(f, "shape=box, style=rounded, label=\"");
+        ad__dot_text(f, ad__op_name(t->node));
+        fprintf(f, "\\n%s", s);
+        if (name) {
+            fprintf(f, "\\n");
+            ad__dot_text(f, name);
+        }
+    } else {
+        fprintf(f, "shape=ellipse%s, label=\"", param ? ", style=filled, fillcolor=\"#cfe2f3\""
+                                                : t->requires_grad ? ", style=filled, fillcolor=\"#d9ead3\"" : "");
+        if (name) ad__dot_text(f, name);
+        else if (t->size == 1 && !t->requires_grad && t->data) fprintf(f, "%g", (double)t->data[0]);
+        else fprintf(f, "%s", t->requires_grad ? "leaf" : "constant");
+        fprintf(f, "\\n%s", s);
+    }
+    fprintf(f, "\"%s];\n", is_y ? ", peripheries=2" : "");
+}
+#endif
+
+AUTODIFF_API int ad_tape_write_dot(ad_tape *T, const ad_tensor *y, const char *path)
+{
+#ifdef AUTODIFF_NO_STDIO
+    (void)y;
+    (void)path;
+    ad__fail(T, "ad_tape_write_dot: this build has no file functions (AUTODIFF_NO_STDIO)");
+    return -1;
+#else
+    const ad_tensor **stack;
+    const char **names;
+    unsigned char *flags; /* by tensor id: 1 drawn or queued, 2 a parameter */
+    const ad__mark *m;
+    size_t nt, top = 0, bytes;
+    FILE *f;
+    int i, failed;
+    if (!T) return -1;
+    if (!y) {
+        ad__fail(T, "ad_tape_write_dot: y is NULL (an earlier op failed)");
+        return -1;
+    }
+    if (!ad__on_tape(T, "ad_tape_write_dot", "y", y)) return -1;
+    if (!path) {
+        ad__fail(T, "ad_tape_write_dot: path is NULL");
+        return -1;
+    }
+    nt = T->ntensors;
+    bytes = nt * (sizeof(*stack) + sizeof(*names) + 1);
+    stack = (const ad_tensor **)AUTODIFF_MALLOC(bytes);
+    if (!stack) {
+        ad__fail(T, "ad_tape_write_dot: out of memory allocating %zu bytes", bytes);
+        return -1;
+    }
+    names = (const char **)(stack + nt);
+    flags = (unsigned char *)(names + nt);
+    memset(names, 0, nt * sizeof(*names));
+    memset(flags, 0, nt);
+    for (m = T->marks; m; m = m->next)
+        if (m->kind == AD__MARK_NAME && !names[m->x->id]) names[m->x->id] = m->name;
+    for (m = T->marks; m; m = m->next)
+        if (m->kind == AD__MARK_PARAM) {
+            flags[m->x->id] |= 2;
+            if (!names[m->x->id]) names[m->x->id] = m->name;
+        }
+    f = fopen(path, "w");
+    if (!f) {
+        ad__fail(T, "ad_tape_write_dot: cannot open \"%.200s\" for writing: %s", path, strerror(errno));
+        AUTODIFF_FREE(stack);
+        return -1;
+    }
+    fprintf(f, "digraph autodiff {\n  node [fontname=\"Helvetica\", fontsize=10];\n  edge [arrowsize=0.6];\n");
+    stack[top++] = y;
+    flags[y->id] |= 1;
+    while (top > 0) { /* each tensor once: drawn, then its inputs queued */
+        const ad_tensor *t = stack[--top];
+        ad__dot_tensor(f, t, names[t->id], flags[t->id] & 2, t == y);
+        if (!t->node) continue;
+        for (i = 0; i < t->node->nin; i++) {
+            const ad_tensor *x = t->node->in[i];
+            if (!x) continue;
+            fprintf(f, "  t%u -> t%u;\n", x->id, t->id);
+            if (!(flags[x->id] & 1)) {
+                flags[x->id] |= 1;
+                stack[top++] = x;
+            }
+        }
+    }
+    fprintf(f, "}\n");
+    failed = ferror(f) != 0;
+    if (fclose(f) != 0) failed = 1;
+    AUTODIFF_FREE(stack);
+    if (failed) {
+        ad__fail(T, "ad_tape_write_dot: writing \"%.200s\" failed: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+#endif
+}
+#undef AD__NAME_MAX
 
 /* >>impl:optim ------------------------------------------------------------------------------- */
 struct ad_optim {
