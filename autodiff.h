@@ -27,9 +27,9 @@
        >>limits        what autodiff.h does not do
        >>history       version history
        >>api           declarations, grouped as in the implementation:
-                       >>api:tape >>api:tensor >>api:elementwise >>api:binary >>api:reduce
-                       >>api:shape >>api:index >>api:linalg >>api:nn >>api:conv >>api:layers
-                       >>api:loss >>api:backward >>api:custom >>api:gradcheck >>api:rng
+                       >>api:tape >>api:tensor >>api:rng >>api:backward >>api:elementwise
+                       >>api:binary >>api:reduce >>api:shape >>api:index >>api:linalg >>api:nn
+                       >>api:conv >>api:layers >>api:loss >>api:custom >>api:gradcheck
                        >>api:params >>api:hooks >>api:optim >>api:checkpoint >>api:data
        >>impl          implementation: >>impl:platform >>impl:arena >>impl:threads >>impl:tape
                        >>impl:tensor >>impl:rng >>impl:sweep >>impl:autograd >>impl:kernels
@@ -207,6 +207,13 @@
                       cumsum, squeeze, unsqueeze, stack, pad, index_select, gather, where,
                       masked_fill; NLL, L1, Huber and KL losses. ad_max passes on NaN as
                       PyTorch does.
+   0.7.0  2026-11-25  autograd: ad_grads (many outputs with seeds, many inputs), ad_vjp,
+                      ad_jvp, ad_jacobian, ad_hessian, ad_detach, all working inside recorded
+                      sweeps; custom ops (ad_custom: a backward recorded with the library's
+                      ops, or on arrays for first order); ad_gradcheck; gradient hooks,
+                      ad_retain_grad and a store's gradient-complete hook; anomaly mode and
+                      ad_set_name; ad_tape_write_dot; ad_item and ad_grad_item refuse tensors
+                      of more than one element.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -215,7 +222,7 @@
 #include <stdint.h>
 
 #define AUTODIFF_VERSION_MAJOR 0
-#define AUTODIFF_VERSION_MINOR 6
+#define AUTODIFF_VERSION_MINOR 7
 #define AUTODIFF_VERSION_PATCH 0
 
 #ifdef AUTODIFF_STATIC
@@ -334,6 +341,73 @@ AUTODIFF_API char *ad_shape_str(const ad_tensor *x, char *buf, size_t cap);
 
 /* Convenience for C (not C++): AD_SHAPE(2,3) expands to the pair 2, (const int[]){2,3}. */
 #define AD_SHAPE(...) (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (const int[]){__VA_ARGS__}
+
+/* >>api:rng --------------------------------------------------------------------------------- */
+AUTODIFF_API void ad_rng_seed(ad_rng *rng, uint64_t seed);
+AUTODIFF_API uint64_t ad_rng_next(ad_rng *rng);
+/* Uniform integer in [0, n) without modulo bias; 0 when n is 0. */
+AUTODIFF_API uint64_t ad_rng_below(ad_rng *rng, uint64_t n);
+/* Uniform double in [0, 1) with 53 random bits. */
+AUTODIFF_API double ad_rng_uniform(ad_rng *rng);
+/* Standard normal (Box-Muller). */
+AUTODIFF_API double ad_rng_normal(ad_rng *rng);
+
+/* >>api:backward ---------------------------------------------------------------------------- */
+/* Adds d y / d x into x->grad for every leaf x on the tape that requires grad and that y depends
+   on (x->grad is allocated and zeroed on the tape first if it is NULL). y must have one element.
+   Returns 0, or -1 with the tape's error set. */
+AUTODIFF_API int ad_backward(ad_tape *T, ad_tensor *y);
+/* d y / d x as a new tensor of x's shape (zeros when y does not depend on x), without touching
+   any grad field. y must have one element. With create_graph non-zero the result is recorded on
+   the tape and can be differentiated again. Returns NULL on error. */
+AUTODIFF_API ad_tensor *ad_grad(ad_tape *T, ad_tensor *y, ad_tensor *x, int create_graph);
+
+/* The functions below are torch.autograd's grad, vjp, jvp, jacobian and hessian on tensors
+   already computed on the tape (PyTorch's functional forms take a function instead). Each
+   sweeps the tape as ad_grad does, writes no grad field, and returns new tensors on the tape.
+   With create_graph non-zero every result is itself recorded, so the helpers compose: ad_jvp
+   of an ad_vjp, ad_hessian of a function that calls ad_grad(..., 1), ad_jacobian of a gradient
+   are exact. They work in no-grad mode too (the sweeps record what they need). Where they differ
+   from PyTorch:
+   - an input with no route from the outputs, or one that does not require grad, gets zeros of
+     its shape (torch.autograd.grad raises, or gives None with allow_unused; this is its
+     materialize_grads=True); an output that does not require grad contributes nothing;
+   - a seed (grad_ys[i], v, u) must have exactly the shape of what it seeds (one-element shapes
+     are interchangeable: [] and [1, 1] both seed a scalar); nothing is broadcast;
+   - a one-element y counts as shape [] in ad_jacobian (PyTorch keeps y's shape: [1] ++ x.shape);
+   - nothing is freed by a sweep, so there is no retain_graph: the tape may be swept again.
+   Errors name the function and the shapes, set the tape's error and return NULL (-1 for
+   ad_grads); a NULL tensor argument is an error too (an earlier op failed). One tape, one
+   thread, as for every op. */
+
+/* For each xs[j]: d/d xs[j] of sum_i <grad_ys[i], ys[i]>, written into out[j] (shape of xs[j];
+   zeros where there is no route), all from one sweep. grad_ys may be NULL, and any entry may be
+   NULL, meaning ones for a one-element ys[i] (an error for a larger one). create_graph as in
+   ad_grad; with it the results are differentiable in grad_ys too. ny and nx are at least 1.
+   Returns 0, or -1 with the tape's error set and every out[j] NULL. */
+AUTODIFF_API int ad_grads(ad_tape *T, int ny, ad_tensor *const *ys, ad_tensor *const *grad_ys,
+                          int nx, ad_tensor *const *xs, ad_tensor **out, int create_graph);
+/* v^T J, the vector-Jacobian product (J = d y / d x): the shape of x, one sweep. v has the shape
+   of y; NULL means ones, for a one-element y only (torch.autograd.functional.vjp's rule). */
+AUTODIFF_API ad_tensor *ad_vjp(ad_tape *T, ad_tensor *y, ad_tensor *x, ad_tensor *v, int create_graph);
+/* J u, the Jacobian-vector product (forward mode): the shape of y. u has the shape of x; NULL
+   means ones, for a one-element x only. Costs about one recorded sweep and one more sweep
+   through it (g(w) = w^T J is recorded for a dummy w, then J u = d/dw <g(w), u>), not one
+   sweep per element. */
+AUTODIFF_API ad_tensor *ad_jvp(ad_tape *T, ad_tensor *y, ad_tensor *x, ad_tensor *u, int create_graph);
+/* d y / d x with shape y.shape ++ x.shape (a one-element y counts as shape []), element
+   [i..., j...] = d y[i...] / d x[j...]. Takes min(y->size, x->size) sweeps: one per element of
+   y (reverse mode) when y is the smaller, else one recorded sweep and then one per element of x
+   through what it recorded (forward mode); a one-element y or x takes one. The result must fit
+   in AD_MAX_DIMS dimensions. */
+AUTODIFF_API ad_tensor *ad_jacobian(ad_tape *T, ad_tensor *y, ad_tensor *x, int create_graph);
+/* Second derivatives of a one-element y: shape x.shape ++ x.shape (also for a one-element x of
+   shape [1]: [1, 1]), the Jacobian of the recorded gradient: x->size + 1 sweeps. */
+AUTODIFF_API ad_tensor *ad_hessian(ad_tape *T, ad_tensor *y, ad_tensor *x, int create_graph);
+/* The same values, cut from the graph: a leaf that does not require grad, so no gradient flows
+   through it. As in PyTorch it shares x's memory (no copy): a write into one is seen in the
+   other, and in x's gradient where x's backward reads its values. */
+AUTODIFF_API ad_tensor *ad_detach(ad_tape *T, ad_tensor *x);
 
 /* >>api:elementwise ------------------------------------------------------------------------- */
 AUTODIFF_API ad_tensor *ad_neg(ad_tape *T, ad_tensor *a);
@@ -620,63 +694,6 @@ AUTODIFF_API ad_tensor *ad_huber_loss(ad_tape *T, ad_tensor *pred, ad_tensor *ta
    gradient 0, as in PyTorch; both inputs get gradients. */
 AUTODIFF_API ad_tensor *ad_kl_div(ad_tape *T, ad_tensor *logp, ad_tensor *target);
 
-/* >>api:backward ---------------------------------------------------------------------------- */
-/* Adds d y / d x into x->grad for every leaf x on the tape that requires grad and that y depends
-   on (x->grad is allocated and zeroed on the tape first if it is NULL). y must have one element.
-   Returns 0, or -1 with the tape's error set. */
-AUTODIFF_API int ad_backward(ad_tape *T, ad_tensor *y);
-/* d y / d x as a new tensor of x's shape (zeros when y does not depend on x), without touching
-   any grad field. y must have one element. With create_graph non-zero the result is recorded on
-   the tape and can be differentiated again. Returns NULL on error. */
-AUTODIFF_API ad_tensor *ad_grad(ad_tape *T, ad_tensor *y, ad_tensor *x, int create_graph);
-
-/* The functions below are torch.autograd's grad, vjp, jvp, jacobian and hessian on tensors
-   already computed on the tape (PyTorch's functional forms take a function instead). Each
-   sweeps the tape as ad_grad does, writes no grad field, and returns new tensors on the tape.
-   With create_graph non-zero every result is itself recorded, so the helpers compose: ad_jvp
-   of an ad_vjp, ad_hessian of a function that calls ad_grad(..., 1), ad_jacobian of a gradient
-   are exact. They work in no-grad mode too (the sweeps record what they need). Where they differ
-   from PyTorch:
-   - an input with no route from the outputs, or one that does not require grad, gets zeros of
-     its shape (torch.autograd.grad raises, or gives None with allow_unused; this is its
-     materialize_grads=True); an output that does not require grad contributes nothing;
-   - a seed (grad_ys[i], v, u) must have exactly the shape of what it seeds (one-element shapes
-     are interchangeable: [] and [1, 1] both seed a scalar); nothing is broadcast;
-   - a one-element y counts as shape [] in ad_jacobian (PyTorch keeps y's shape: [1] ++ x.shape);
-   - nothing is freed by a sweep, so there is no retain_graph: the tape may be swept again.
-   Errors name the function and the shapes, set the tape's error and return NULL (-1 for
-   ad_grads); a NULL tensor argument is an error too (an earlier op failed). One tape, one
-   thread, as for every op. */
-
-/* For each xs[j]: d/d xs[j] of sum_i <grad_ys[i], ys[i]>, written into out[j] (shape of xs[j];
-   zeros where there is no route), all from one sweep. grad_ys may be NULL, and any entry may be
-   NULL, meaning ones for a one-element ys[i] (an error for a larger one). create_graph as in
-   ad_grad; with it the results are differentiable in grad_ys too. ny and nx are at least 1.
-   Returns 0, or -1 with the tape's error set and every out[j] NULL. */
-AUTODIFF_API int ad_grads(ad_tape *T, int ny, ad_tensor *const *ys, ad_tensor *const *grad_ys,
-                          int nx, ad_tensor *const *xs, ad_tensor **out, int create_graph);
-/* v^T J, the vector-Jacobian product (J = d y / d x): the shape of x, one sweep. v has the shape
-   of y; NULL means ones, for a one-element y only (torch.autograd.functional.vjp's rule). */
-AUTODIFF_API ad_tensor *ad_vjp(ad_tape *T, ad_tensor *y, ad_tensor *x, ad_tensor *v, int create_graph);
-/* J u, the Jacobian-vector product (forward mode): the shape of y. u has the shape of x; NULL
-   means ones, for a one-element x only. Costs about one recorded sweep and one more sweep
-   through it (g(w) = w^T J is recorded for a dummy w, then J u = d/dw <g(w), u>), not one
-   sweep per element. */
-AUTODIFF_API ad_tensor *ad_jvp(ad_tape *T, ad_tensor *y, ad_tensor *x, ad_tensor *u, int create_graph);
-/* d y / d x with shape y.shape ++ x.shape (a one-element y counts as shape []), element
-   [i..., j...] = d y[i...] / d x[j...]. Takes min(y->size, x->size) sweeps: one per element of
-   y (reverse mode) when y is the smaller, else one recorded sweep and then one per element of x
-   through what it recorded (forward mode); a one-element y or x takes one. The result must fit
-   in AD_MAX_DIMS dimensions. */
-AUTODIFF_API ad_tensor *ad_jacobian(ad_tape *T, ad_tensor *y, ad_tensor *x, int create_graph);
-/* Second derivatives of a one-element y: shape x.shape ++ x.shape (also for a one-element x of
-   shape [1]: [1, 1]), the Jacobian of the recorded gradient: x->size + 1 sweeps. */
-AUTODIFF_API ad_tensor *ad_hessian(ad_tape *T, ad_tensor *y, ad_tensor *x, int create_graph);
-/* The same values, cut from the graph: a leaf that does not require grad, so no gradient flows
-   through it. As in PyTorch it shares x's memory (no copy): a write into one is seen in the
-   other, and in x's gradient where x's backward reads its values. */
-AUTODIFF_API ad_tensor *ad_detach(ad_tape *T, ad_tensor *x);
-
 /* >>api:custom: ops of your own, with their own derivative ------------------------------------
    A custom op is a forward on arrays and a backward of one of two kinds, as PyTorch's
    autograd.Function or JAX's custom_vjp:
@@ -797,16 +814,6 @@ typedef struct ad_gradcheck_result {
    about 2 * (elements) + 1 times per order; use small inputs. */
 AUTODIFF_API int ad_gradcheck(ad_tape *T, ad_fn f, void *ctx, int n, ad_tensor *const *in,
                               const ad_gradcheck_options *opt, ad_gradcheck_result *res);
-
-/* >>api:rng --------------------------------------------------------------------------------- */
-AUTODIFF_API void ad_rng_seed(ad_rng *rng, uint64_t seed);
-AUTODIFF_API uint64_t ad_rng_next(ad_rng *rng);
-/* Uniform integer in [0, n) without modulo bias; 0 when n is 0. */
-AUTODIFF_API uint64_t ad_rng_below(ad_rng *rng, uint64_t n);
-/* Uniform double in [0, 1) with 53 random bits. */
-AUTODIFF_API double ad_rng_uniform(ad_rng *rng);
-/* Standard normal (Box-Muller). */
-AUTODIFF_API double ad_rng_normal(ad_rng *rng);
 
 /* >>api:params --------------------------------------------------------------------------------
    A parameter store holds named parameters that outlive every tape. All values sit in one
@@ -9377,8 +9384,9 @@ AUTODIFF_API ad_tensor *ad_custom(ad_tape *T, const ad_custom_op *op, int nin, a
     ad_tensor *y;
     ad__node *node;
     char who[96], what[32];
+    const char *kept_who;
     int i, rc, ndim, shape[AD_MAX_DIMS], needed = 0;
-    size_t len;
+    size_t len, who_len;
     if (!T) return NULL;
     if (!op) {
         ad__fail(T, "ad_custom: op is NULL");
@@ -9432,12 +9440,15 @@ AUTODIFF_API ad_tensor *ad_custom(ad_tape *T, const ad_custom_op *op, int nin, a
         return NULL;
     }
     if (!needed) return y;
+    /* the name, and the op's name for messages and pictures (the entry keeps it), on the tape */
     len = strlen(c.name) + 1;
-    if (!(sv = (ad__custom_saved *)ad__alloc_aligned(T, sizeof *sv + len, 16, who))) return NULL;
+    who_len = strlen(who) + 1;
+    if (!(sv = (ad__custom_saved *)ad__alloc_aligned(T, sizeof *sv + len + who_len, 16, who))) return NULL;
     sv->op = *op;
     sv->op.name = (const char *)memcpy(sv + 1, c.name, len);
+    kept_who = (const char *)memcpy((char *)(sv + 1) + len, who, who_len);
     sv->bytes = c.saved;
-    if (!(node = ad__record(T, who, y, ad__custom_backward, in, nin))) return NULL;
+    if (!(node = ad__record(T, kept_who, y, ad__custom_backward, in, nin))) return NULL;
     node->saved = sv;
     return y;
 }
