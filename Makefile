@@ -11,8 +11,8 @@
 #                  FUZZ_TARGETS="idx_fuzz ..." runs only those; needs clang and libclang-rt-14-dev
 #   make bench     benchmarks side by side with OpenBLAS and PyTorch where installed
 #   make compare   the same benchmarks, autodiff.h against itself at REV (default HEAD~1)
-#   make pictures  docs/sigmoid.svg and docs/mlp_step.svg, tapes drawn by ad_tape_write_dot and
-#                  rendered by Graphviz's dot (Debian: graphviz, needed by this target only)
+#   make pictures  examples/pictures/*.svg: tapes drawn by ad_tape_write_dot and rendered by
+#                  Graphviz's dot (Debian: graphviz, needed by this target only)
 #   make clean     removes build/
 # The example programs are rebuilt only when their sources or autodiff.h changed.
 
@@ -102,12 +102,12 @@ fashion:
 	$(BUILD)/mnist --data "$(FASHION_DIR)" --fashion --checkpoint $(BUILD)/fashion.ckpt --plot $(BUILD)/fashion.svg
 
 # Pictures of the tape (examples/tape_pictures.c): the sigmoid and one MLP step as DOT files,
-# rendered to docs/*.svg by Graphviz's dot (Debian: apt-get install graphviz); nothing else
+# rendered to examples/pictures/*.svg by Graphviz's dot (Debian: apt-get install graphviz); nothing else
 # needs Graphviz.
 .PHONY: pictures
 
 pictures: $(BUILD)/tape_pictures
-	@mkdir -p $(BUILD)/pictures docs
+	@mkdir -p $(BUILD)/pictures examples/pictures
 	$(BUILD)/tape_pictures $(BUILD)/pictures
-	dot -Tsvg $(BUILD)/pictures/sigmoid.dot -o docs/sigmoid.svg
-	dot -Tsvg $(BUILD)/pictures/mlp_step.dot -o docs/mlp_step.svg
+	dot -Tsvg $(BUILD)/pictures/sigmoid.dot -o examples/pictures/sigmoid.svg
+	dot -Tsvg $(BUILD)/pictures/mlp_step.dot -o examples/pictures/mlp_step.svg

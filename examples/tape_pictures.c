@@ -1,6 +1,6 @@
 /* tape_pictures.c - draws two tapes as Graphviz DOT files: the tutorial's sigmoid sigma(W x + b)
    built from primitive ops, and one training step of the MNIST MLP (examples/mnist.c's model).
-   `make pictures` renders them to SVG with Graphviz's dot into docs/.
+   `make pictures` renders them to SVG with Graphviz's dot into examples/pictures/.
 
        cc -O2 examples/tape_pictures.c -lm && ./a.out [folder] */
 #define AUTODIFF_IMPLEMENTATION
