@@ -8937,6 +8937,7 @@ AD__PRIVATE int ad__rnn_check(ad_tape *T, const char *op, int gates, ad_tensor *
     const char *role[7] = {"x", "h", "c", "w_ih", "w_hh", "b_ih", "b_hh"};
     ad_tensor *t[7];
     int i, rows, in, hid;
+    long long G; /* the weights' rows, gates * H, which need not fit an int when H is wrong */
     t[0] = x; t[1] = h; t[2] = c; t[3] = w_ih; t[4] = w_hh; t[5] = b_ih; t[6] = b_hh;
     for (i = 0; i < 7; i++)
         if (t[i] && !ad__on_tape(T, op, role[i], t[i])) return 0;
@@ -8947,15 +8948,16 @@ AD__PRIVATE int ad__rnn_check(ad_tape *T, const char *op, int gates, ad_tensor *
         rows = x->shape[0];
         in = x->shape[1];
         hid = h->shape[1];
+        G = (long long)gates * hid;
         if (c && !ad__same_shape(c, h))
             snprintf(why, sizeof why, "c must be [%d,%d], as h", rows, hid);
-        else if (w_ih->ndim != 2 || w_ih->shape[0] != gates * hid || w_ih->shape[1] != in)
-            snprintf(why, sizeof why, "w_ih must be [%d,%d] (%dH, I)", gates * hid, in, gates);
-        else if (w_hh->ndim != 2 || w_hh->shape[0] != gates * hid || w_hh->shape[1] != hid)
-            snprintf(why, sizeof why, "w_hh must be [%d,%d] (%dH, H)", gates * hid, hid, gates);
-        else if ((b_ih && !(b_ih->ndim == 1 && b_ih->shape[0] == gates * hid)) ||
-                 (b_hh && !(b_hh->ndim == 1 && b_hh->shape[0] == gates * hid)))
-            snprintf(why, sizeof why, "b_ih and b_hh must be [%d] (%dH)", gates * hid, gates);
+        else if (w_ih->ndim != 2 || w_ih->shape[0] != G || w_ih->shape[1] != in)
+            snprintf(why, sizeof why, "w_ih must be [%lld,%d] (%dH, I)", G, in, gates);
+        else if (w_hh->ndim != 2 || w_hh->shape[0] != G || w_hh->shape[1] != hid)
+            snprintf(why, sizeof why, "w_hh must be [%lld,%d] (%dH, H)", G, hid, gates);
+        else if ((b_ih && !(b_ih->ndim == 1 && b_ih->shape[0] == G)) ||
+                 (b_hh && !(b_hh->ndim == 1 && b_hh->shape[0] == G)))
+            snprintf(why, sizeof why, "b_ih and b_hh must be [%lld] (%dH)", G, gates);
     }
     if (!why[0]) return 1;
     for (i = 0; i < 7; i++)
