@@ -29,14 +29,16 @@
        >>api           declarations, grouped as in the implementation:
                        >>api:tape >>api:tensor >>api:rng >>api:backward >>api:elementwise
                        >>api:binary >>api:reduce >>api:shape >>api:index >>api:linalg >>api:nn
-                       >>api:conv >>api:layers >>api:loss >>api:custom >>api:gradcheck
-                       >>api:params >>api:hooks >>api:optim >>api:checkpoint >>api:data
+                       >>api:conv >>api:layers >>api:rnn >>api:loss >>api:custom
+                       >>api:gradcheck >>api:params >>api:hooks >>api:optim >>api:checkpoint
+                       >>api:data
        >>impl          implementation: >>impl:platform >>impl:arena >>impl:threads >>impl:tape
                        >>impl:tensor >>impl:rng >>impl:sweep >>impl:autograd >>impl:kernels
                        >>impl:gemm >>ops:elementwise >>ops:binary >>ops:reduce >>ops:shape
                        >>ops:index >>ops:linalg >>ops:nn >>ops:conv >>ops:pool >>ops:dropout
-                       >>ops:norm >>ops:embedding >>ops:loss >>impl:custom >>impl:gradcheck
-                       >>impl:params >>impl:hooks >>impl:optim >>impl:checkpoint >>impl:data
+                       >>ops:norm >>ops:rnn >>ops:embedding >>ops:loss >>impl:custom
+                       >>impl:gradcheck >>impl:params >>impl:hooks >>impl:optim >>impl:checkpoint
+                       >>impl:data
        >>license
 
    >>quickstart
@@ -147,7 +149,9 @@
 
    >>limits
    No strided views (transposes are done by kernels or copies), no sparse tensors, no GPU, no
-   complex numbers, no recurrent-network helpers, no distributed training inside the header.
+   complex numbers, no distributed training inside the header. Recurrent networks come as
+   one-step LSTM and GRU cells (>>api:rnn) that a program unrolls itself: no multi-layer or
+   bidirectional sequence layers, no packed variable-length sequences.
    Gradients flow through ad_real values only; integer inputs (class labels, embedding
    indices) are not differentiated.
 
@@ -669,6 +673,29 @@ AUTODIFF_API ad_tensor *ad_layer_norm(ad_tape *T, ad_tensor *x, int k, ad_tensor
    gradient is a dense [V, D] tensor, zero in the rows not named. Returns NULL when weight is
    not 2-D, n < 1, indices is NULL or an index is outside 0..V-1. */
 AUTODIFF_API ad_tensor *ad_embedding(ad_tape *T, ad_tensor *weight, const int *indices, int n);
+
+/* >>api:rnn: recurrent cells, one time step each ---------------------------------------------- */
+/* One step of an LSTM cell, as torch.nn.LSTMCell: with x [N, I], h and c [N, H],
+       gates = x w_ih^T + b_ih + h w_hh^T + b_hh      (w_ih [4H, I], w_hh [4H, H], b_* [4H])
+   split along its columns into i, f, g, o (in that order), i, f, o = sigmoid, g = tanh, and
+       c' = f * c + i * g,   h' = o * tanh(c').
+   Returns h' and stores c' in *c_out (both [N, H], views of one [2, N, H] result, so both live
+   until the tape's next reset). Either bias may be NULL. The two products run on the GEMM and
+   everything after them in one fused pass; a plain backward sweep runs one fused pass and the
+   products' gradients, a create_graph sweep records the derivative with the library's ops (so
+   second derivatives work). Unroll a sequence by calling it once per step with the last step's
+   h' and c'. Returns NULL (and *c_out NULL) when an input is NULL, or, with the tape's error
+   naming ad_lstm_cell and every shape, when c_out is NULL or a shape is not as above. May be
+   called from several threads only on different tapes. */
+AUTODIFF_API ad_tensor *ad_lstm_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *c, ad_tensor *w_ih,
+                                     ad_tensor *w_hh, ad_tensor *b_ih, ad_tensor *b_hh, ad_tensor **c_out);
+/* One step of a GRU cell, as torch.nn.GRUCell: with x [N, I], h [N, H], w_ih [3H, I],
+   w_hh [3H, H], b_ih and b_hh [3H] (either may be NULL), the row blocks r, z, n (in that order)
+       r = sigmoid(x w_ir^T + b_ir + h w_hr^T + b_hr),   z likewise,
+       n = tanh(x w_in^T + b_in + r * (h w_hn^T + b_hn)),   h' = (1 - z) * n + z * h.
+   Returns h' [N, H]. Products, fused passes, derivatives and errors as ad_lstm_cell's. */
+AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *w_ih, ad_tensor *w_hh,
+                                    ad_tensor *b_ih, ad_tensor *b_hh);
 
 /* >>api:loss: every loss returns a scalar, the mean over the batch ---------------------------- */
 /* Cross-entropy of logits [N, C] against labels[N] in 0..C-1 (fused with log-softmax). */
@@ -2020,6 +2047,13 @@ typedef struct ad__avg_pool_state {
 typedef struct ad__xent_state {
     const int *labels;           /* a copy on the tape */
 } ad__xent_state;
+typedef struct ad__rnn_state {   /* >>ops:rnn: a cell, or a half of the LSTM's result */
+    int kind;                    /* AD__RNN_* */
+    int biases;                  /* 1: b_ih is an input, 2: b_hh is, 3: both (after the others) */
+    const ad_real *gates;        /* on the tape: the activated gates, [N, 4H] i f g o (LSTM) or
+                                    [N, 3H] r z n (GRU) */
+    const ad_real *aux;          /* LSTM: tanh(c') [N, H]; GRU: h w_hh^T + b_hh [N, 3H] */
+} ad__rnn_state;
 
 typedef union ad__saved_state {
     ad__unary_state unary;
@@ -2034,6 +2068,7 @@ typedef union ad__saved_state {
     ad__gather_state gather;
     ad__avg_pool_state avg_pool;
     ad__xent_state xent;
+    ad__rnn_state rnn;
 } ad__saved_state;
 
 struct ad__node {
@@ -8844,6 +8879,519 @@ AUTODIFF_API ad_tensor *ad_layer_norm(ad_tape *T, ad_tensor *x, int k, ad_tensor
     y = ad_reshape(T, ad_mul(T, xc, ad_pow(T, ad_add_scalar(T, var, eps), (ad_real)-0.5)), x->ndim, x->shape);
     if (gamma) y = ad_mul(T, y, gamma);
     if (beta) y = ad_add(T, y, beta);
+    return y;
+}
+
+/* >>ops:rnn ---------------------------------------------------------------------------------- */
+/* ad_lstm_cell and ad_gru_cell. A cell is one tape entry: its two products on the GEMM (into
+   one buffer for the LSTM, whose gates add them; into two for the GRU, whose n gate needs
+   h w_hn^T + b_hn on its own), then one fused pass over each row of gates that applies the
+   nonlinearities and updates the state, keeping the activated gates for the backward. A plain
+   backward sweep runs one fused pass that gives the gradients of the gates' inputs and of the
+   state, then the products' gradients on the GEMM (as ad_linear's), adding into the gradient
+   buffers. A create_graph sweep rebuilds the cell from its inputs with recorded ops and writes
+   the same derivative with them (ad__lstm_recorded, ad__gru_recorded), so it can be
+   differentiated again.
+
+   The LSTM cell has two results, h' and c', and a tape entry has one output. The cell's entry
+   makes one [2, N, H] tensor, h' then c', and h' and c' are views of its halves (no copy),
+   each with a small entry whose backward puts its gradient into its half of the cell's. The
+   cell's backward then has both gradients side by side in one buffer (a half that nothing
+   used reads as zeros) and the fused pass needs both at once: c's gradient is
+   dc' + dh' o (1 - tanh^2 c'). Two entries sharing the gates, one per result, would have to
+   split that pass in two, the h' entry's adding into the c' entry's gradient. */
+
+enum { AD__RNN_LSTM, AD__RNN_GRU, AD__RNN_LSTM_H, AD__RNN_LSTM_C };
+
+/* The sigmoid or tanh of n values in place, with the vector functions where they exist (the
+   same values ad_sigmoid and ad_tanh give). */
+AD__PRIVATE void ad__rnn_sigmoid(ad_real *v, size_t n)
+{
+    size_t i;
+    if (ad__unary_vectorised(AD__U_SIGMOID, v, v, n)) return;
+    for (i = 0; i < n; i++) v[i] = ad__sigmoid1(v[i]);
+}
+
+AD__PRIVATE void ad__rnn_tanh(ad_real *v, size_t n)
+{
+    size_t i;
+    if (ad__unary_vectorised(AD__U_TANH, v, v, n)) return;
+    for (i = 0; i < n; i++) v[i] = AD__F(tanh)(v[i]);
+}
+
+/* The biases of a cell's entry (NULL where not given): its inputs from `first` on, those given
+   only, as st.rnn.biases says. */
+AD__PRIVATE void ad__rnn_biases(const ad__node *n, int first, ad_tensor **b_ih, ad_tensor **b_hh)
+{
+    int bits = n->st.rnn.biases;
+    *b_ih = bits & 1 ? n->in[first] : NULL;
+    *b_hh = bits & 2 ? n->in[first + (bits & 1)] : NULL;
+}
+
+/* Checks a cell's inputs (gates: 4 for the LSTM, 3 for the GRU; c NULL for the GRU). Records
+   an error naming op and every shape and returns 0 when one is wrong. */
+AD__PRIVATE int ad__rnn_check(ad_tape *T, const char *op, int gates, ad_tensor *x, ad_tensor *h, ad_tensor *c,
+                              ad_tensor *w_ih, ad_tensor *w_hh, ad_tensor *b_ih, ad_tensor *b_hh)
+{
+    char why[96], s[7][48];
+    const char *role[7] = {"x", "h", "c", "w_ih", "w_hh", "b_ih", "b_hh"};
+    ad_tensor *t[7];
+    int i, rows, in, hid;
+    long long G; /* the weights' rows, gates * H, which need not fit an int when H is wrong */
+    t[0] = x; t[1] = h; t[2] = c; t[3] = w_ih; t[4] = w_hh; t[5] = b_ih; t[6] = b_hh;
+    for (i = 0; i < 7; i++)
+        if (t[i] && !ad__on_tape(T, op, role[i], t[i])) return 0;
+    why[0] = 0;
+    if (x->ndim != 2 || h->ndim != 2 || x->shape[0] != h->shape[0]) {
+        snprintf(why, sizeof why, "x must be [N, I] and h [N, H]");
+    } else {
+        rows = x->shape[0];
+        in = x->shape[1];
+        hid = h->shape[1];
+        G = (long long)gates * hid;
+        if (c && !ad__same_shape(c, h))
+            snprintf(why, sizeof why, "c must be [%d,%d], as h", rows, hid);
+        else if (w_ih->ndim != 2 || w_ih->shape[0] != G || w_ih->shape[1] != in)
+            snprintf(why, sizeof why, "w_ih must be [%lld,%d] (%dH, I)", G, in, gates);
+        else if (w_hh->ndim != 2 || w_hh->shape[0] != G || w_hh->shape[1] != hid)
+            snprintf(why, sizeof why, "w_hh must be [%lld,%d] (%dH, H)", G, hid, gates);
+        else if ((b_ih && !(b_ih->ndim == 1 && b_ih->shape[0] == G)) ||
+                 (b_hh && !(b_hh->ndim == 1 && b_hh->shape[0] == G)))
+            snprintf(why, sizeof why, "b_ih and b_hh must be [%lld] (%dH)", G, gates);
+    }
+    if (!why[0]) return 1;
+    for (i = 0; i < 7; i++)
+        if (t[i]) ad_shape_str(t[i], s[i], sizeof s[i]);
+        else snprintf(s[i], sizeof s[i], "none");
+    if (c) ad__fail(T, "%s: x %s, h %s, c %s, w_ih %s, w_hh %s, b_ih %s, b_hh %s: %s", op, s[0], s[1], s[2], s[3],
+                    s[4], s[5], s[6], why);
+    else ad__fail(T, "%s: x %s, h %s, w_ih %s, w_hh %s, b_ih %s, b_hh %s: %s", op, s[0], s[1], s[3], s[4], s[5],
+                  s[6], why);
+    return 0;
+}
+
+/* out [rows, G] = b1 + b2 (either or both may be NULL) + x w1^T (+ h w2^T when w2 is given), on
+   the GEMM. Returns 0, or -1 when the packing buffers cannot be allocated. */
+AD__PRIVATE int ad__rnn_products(ad_tape *T, ad_real *out, int G, const ad_tensor *x, const ad_tensor *w1,
+                                 const ad_tensor *b1, const ad_tensor *h, const ad_tensor *w2,
+                                 const ad_tensor *b2)
+{
+    int rows = x->shape[0], r, j, biased = b1 || b2;
+    for (r = 0; biased && r < rows; r++) {
+        ad_real *o = out + (size_t)r * G;
+        for (j = 0; j < G; j++) o[j] = (b1 ? b1->data[j] : 0) + (b2 ? b2->data[j] : 0);
+    }
+    if (ad__gemm(T, 0, 1, rows, G, x->shape[1], x->data, x->shape[1], w1->data, x->shape[1], out, G, biased) != 0)
+        return -1;
+    if (w2 && ad__gemm(T, 0, 1, rows, G, h->shape[1], h->data, h->shape[1], w2->data, h->shape[1], out, G, 1) != 0)
+        return -1;
+    return 0;
+}
+
+/* The gradients through gates = x w^T + b given dg = d gates [rows, G]: dx (+)= dg w,
+   dw (+)= dg^T x, db (+)= the column sums of dg (in row order, so any thread count gives the
+   same sums), for sweeps that do not record. Each buffer is asked for just before it is
+   written, so an input given twice (x also as h) adds its second share. */
+AD__PRIVATE void ad__rnn_product_grads(ad__sweep *S, ad_tensor *x, ad_tensor *w, ad_tensor *b, const ad_real *dg)
+{
+    int rows = x->shape[0], in = x->shape[1], G = w->shape[0], add, r;
+    ad_real *d;
+    if (ad__wants(S, x) && (!(d = ad__grad_target(S, x, &add)) ||
+                            ad__gemm(S->T, 0, 0, rows, in, G, dg, G, w->data, in, d, in, add) != 0))
+        S->failed = 1;
+    if (ad__wants(S, w) && (!(d = ad__grad_target(S, w, &add)) ||
+                            ad__gemm(S->T, 1, 0, G, in, rows, dg, G, x->data, in, d, in, add) != 0))
+        S->failed = 1;
+    if (b && ad__wants(S, b)) {
+        if (!(d = ad__grad_target(S, b, &add))) {
+            S->failed = 1;
+            return;
+        }
+        if (!add) memset(d, 0, (size_t)G * sizeof(ad_real));
+        for (r = 0; r < rows; r++) ad__add_into(d, dg + (size_t)r * G, (size_t)G);
+    }
+}
+
+/* The same with recorded ops, for sweeps that record. */
+AD__PRIVATE void ad__rnn_product_grads_recorded(ad__sweep *S, ad_tensor *x, ad_tensor *w, ad_tensor *b,
+                                                ad_tensor *dg)
+{
+    ad_tape *T = S->T;
+    if (ad__wants(S, x)) ad__accum(S, x, ad_matmul(T, dg, w), 1);
+    if (ad__wants(S, w)) ad__accum(S, w, ad_matmul_t(T, dg, x, 1, 0), 1);
+    if (b && ad__wants(S, b)) ad__accum(S, b, ad_sum_axis(T, dg, 0, 0), 1);
+}
+
+/* x w^T + b + h w2^T + b2 with recorded ops (w2 NULL: the first two terms only). */
+AD__PRIVATE ad_tensor *ad__rnn_products_recorded(ad_tape *T, ad_tensor *x, ad_tensor *w, ad_tensor *b,
+                                                 ad_tensor *h, ad_tensor *w2, ad_tensor *b2)
+{
+    ad_tensor *y = ad_matmul_t(T, x, w, 0, 1);
+    if (b) y = ad_add(T, y, b);
+    if (w2) y = ad_add(T, y, ad_matmul_t(T, h, w2, 0, 1));
+    if (b2) y = ad_add(T, y, b2);
+    return y;
+}
+
+/* s (1 - s): the derivative of a sigmoid from its value, recorded. */
+AD__PRIVATE ad_tensor *ad__rnn_sigmoid_slope(ad_tape *T, ad_tensor *s)
+{
+    return ad_mul(T, s, ad_rsub_scalar(T, 1, s));
+}
+
+/* Columns [k H, (k + 1) H) of a [N, m H] tensor, recorded. */
+AD__PRIVATE ad_tensor *ad__rnn_block(ad_tape *T, ad_tensor *a, int k, int H)
+{
+    return ad_slice(T, a, 1, k * H, (k + 1) * H);
+}
+
+/* The LSTM's rows [lo, hi): gates (their sum before, i f g o activated after), c' and h' into
+   y's halves, tanh(c') into tc. */
+typedef struct ad__lstm_job {
+    ad_real *gates, *tc, *y;
+    const ad_real *c;
+    const ad_real *g;           /* backward: d [h'; c'] */
+    ad_real *dgates, *dc;       /* backward: d gates, and c's gradient buffer (NULL: not wanted) */
+    size_t half;                /* N H: where c' starts in y (and dc' in g) */
+    int H, add;
+} ad__lstm_job;
+
+AD__PRIVATE void ad__lstm_forward_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__lstm_job *j = (const ad__lstm_job *)ctx;
+    size_t r, H = (size_t)j->H, k;
+    for (r = lo; r < hi; r++) {
+        ad_real *gt = j->gates + r * 4 * H, *tc = j->tc + r * H, *hn = j->y + r * H, *cn = hn + j->half;
+        const ad_real *c = j->c + r * H;
+        ad__rnn_sigmoid(gt, 2 * H);
+        ad__rnn_tanh(gt + 2 * H, H);
+        ad__rnn_sigmoid(gt + 3 * H, H);
+        for (k = 0; k < H; k++) cn[k] = gt[H + k] * c[k] + gt[k] * gt[2 * H + k];
+        memcpy(tc, cn, H * sizeof(ad_real));
+        ad__rnn_tanh(tc, H);
+        for (k = 0; k < H; k++) hn[k] = gt[3 * H + k] * tc[k];
+    }
+}
+
+/* With t = tanh(c'): dct = dc' + dh' o (1 - t^2), d i = dct g i (1 - i), d f = dct c f (1 - f),
+   d g = dct i (1 - g^2), d o = dh' t o (1 - o), and dc (+)= dct f. */
+AD__PRIVATE void ad__lstm_backward_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__lstm_job *j = (const ad__lstm_job *)ctx;
+    size_t r, H = (size_t)j->H, k;
+    for (r = lo; r < hi; r++) {
+        const ad_real *gt = j->gates + r * 4 * H, *tc = j->tc + r * H, *c = j->c + r * H;
+        const ad_real *gh = j->g + r * H, *gc = gh + j->half;
+        ad_real *dg = j->dgates + r * 4 * H, *dc = j->dc ? j->dc + r * H : NULL;
+        for (k = 0; k < H; k++) {
+            ad_real i = gt[k], f = gt[H + k], g = gt[2 * H + k], o = gt[3 * H + k], t = tc[k];
+            ad_real dct = gc[k] + gh[k] * o * (1 - t * t);
+            dg[k] = dct * g * (i * (1 - i));
+            dg[H + k] = dct * c[k] * (f * (1 - f));
+            dg[2 * H + k] = dct * i * (1 - g * g);
+            dg[3 * H + k] = gh[k] * t * (o * (1 - o));
+            if (dc) dc[k] = (j->add ? dc[k] : 0) + dct * f;
+        }
+    }
+}
+
+AD__PRIVATE void ad__lstm_recorded(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0], *h = n->in[1], *c = n->in[2], *w_ih = n->in[3], *w_hh = n->in[4], *b_ih, *b_hh;
+    ad_tensor *pre, *i, *f, *gg, *o, *t, *gh, *gc, *dct, *parts[4], *dgates;
+    int H = h->shape[1];
+    ad__rnn_biases(n, 5, &b_ih, &b_hh);
+    pre = ad__rnn_products_recorded(T, x, w_ih, b_ih, h, w_hh, b_hh);
+    i = ad_sigmoid(T, ad__rnn_block(T, pre, 0, H));
+    f = ad_sigmoid(T, ad__rnn_block(T, pre, 1, H));
+    gg = ad_tanh(T, ad__rnn_block(T, pre, 2, H));
+    o = ad_sigmoid(T, ad__rnn_block(T, pre, 3, H));
+    t = ad_tanh(T, ad_add(T, ad_mul(T, f, c), ad_mul(T, i, gg)));
+    gh = ad_reshape(T, ad_slice(T, g, 0, 0, 1), 2, h->shape);
+    gc = ad_reshape(T, ad_slice(T, g, 0, 1, 2), 2, h->shape);
+    dct = ad_add(T, gc, ad_mul(T, gh, ad_mul(T, o, ad_rsub_scalar(T, 1, ad_square(T, t)))));
+    parts[0] = ad_mul(T, dct, ad_mul(T, gg, ad__rnn_sigmoid_slope(T, i)));
+    parts[1] = ad_mul(T, dct, ad_mul(T, c, ad__rnn_sigmoid_slope(T, f)));
+    parts[2] = ad_mul(T, dct, ad_mul(T, i, ad_rsub_scalar(T, 1, ad_square(T, gg))));
+    parts[3] = ad_mul(T, gh, ad_mul(T, t, ad__rnn_sigmoid_slope(T, o)));
+    dgates = ad_concat(T, parts, 4, 1);
+    if (!dgates) {
+        S->failed = 1;
+        return;
+    }
+    if (ad__wants(S, c)) ad__accum(S, c, ad_mul(T, dct, f), 1);
+    ad__rnn_product_grads_recorded(S, x, w_ih, b_ih, dgates);
+    ad__rnn_product_grads_recorded(S, h, w_hh, b_hh, dgates);
+}
+
+AD__PRIVATE void ad__lstm_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad__lstm_job job;
+    ad_tensor *x = n->in[0], *h = n->in[1], *c = n->in[2], *b_ih, *b_hh;
+    int rows = h->shape[0], H = h->shape[1];
+    if (S->create_graph) {
+        ad__lstm_recorded(S, n, g);
+        return;
+    }
+    ad__rnn_biases(n, 5, &b_ih, &b_hh);
+    job.gates = (ad_real *)n->st.rnn.gates;
+    job.tc = (ad_real *)n->st.rnn.aux;
+    job.y = NULL;
+    job.c = c->data;
+    job.g = g->data;
+    job.half = (size_t)rows * H;
+    job.H = H;
+    job.add = 0;
+    job.dc = NULL;
+    job.dgates = (ad_real *)ad__alloc(S->T, (size_t)rows * 4 * H * sizeof(ad_real), "ad_lstm_cell");
+    if (!job.dgates || (ad__wants(S, c) && !(job.dc = ad__grad_target(S, c, &job.add)))) {
+        S->failed = 1;
+        return;
+    }
+    ad__parallel_items(S->T, ad__lstm_backward_range, &job, (size_t)rows, (size_t)H * 4, 1);
+    ad__rnn_product_grads(S, x, n->in[3], b_ih, job.dgates);
+    ad__rnn_product_grads(S, h, n->in[4], b_hh, job.dgates);
+    if (S->failed && !S->T->has_error) ad__fail(S->T, "ad_lstm_cell: out of memory in the backward sweep");
+}
+
+/* A half of the LSTM's [2, N, H] result (h' or c'): its gradient goes into that half of the
+   result's, the other half zero until its own entry adds to it. */
+AD__PRIVATE void ad__lstm_half_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tensor *y = n->in[0];
+    int half = n->st.rnn.kind == AD__RNN_LSTM_C, add;
+    ad_real *d;
+    if (S->create_graph) {
+        int shape[3];
+        shape[0] = 1;
+        shape[1] = g->shape[0];
+        shape[2] = g->shape[1];
+        ad__accum(S, y, ad__pad_axis(S->T, ad_reshape(S->T, g, 3, shape), 0, half, 2), 1);
+        return;
+    }
+    if (!(d = ad__grad_target(S, y, &add))) return;
+    if (add) {
+        ad__add_into(d + half * g->size, g->data, g->size);
+    } else {
+        memcpy(d + half * g->size, g->data, g->size * sizeof(ad_real));
+        memset(d + (1 - half) * g->size, 0, g->size * sizeof(ad_real));
+    }
+}
+
+AD__PRIVATE ad_tensor *ad__lstm_half(ad_tape *T, ad_tensor *y, int kind)
+{
+    ad_tensor *v = ad__tensor(T, "ad_lstm_cell", 2, y->shape + 1, 0);
+    ad__node *n;
+    if (!v) return NULL;
+    v->data = y->data + (kind == AD__RNN_LSTM_C ? v->size : 0);
+    n = ad__record1(T, "ad_lstm_cell", v, ad__lstm_half_backward, y);
+    if (!n) return NULL;
+    n->st.rnn.kind = kind;
+    return v;
+}
+
+/* Appends the biases given to a cell's first `count` inputs; returns the new count. */
+AD__PRIVATE int ad__rnn_inputs(ad_tensor **ins, int count, ad_tensor *b_ih, ad_tensor *b_hh)
+{
+    if (b_ih) ins[count++] = b_ih;
+    if (b_hh) ins[count++] = b_hh;
+    return count;
+}
+
+AUTODIFF_API ad_tensor *ad_lstm_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *c, ad_tensor *w_ih,
+                                     ad_tensor *w_hh, ad_tensor *b_ih, ad_tensor *b_hh, ad_tensor **c_out)
+{
+    ad__lstm_job job;
+    ad_tensor *y, *ins[7], *hn;
+    ad__node *n;
+    int shape[3], rows, H, nin;
+    if (c_out) *c_out = NULL;
+    if (!T || !x || !h || !c || !w_ih || !w_hh) return NULL;
+    if (!ad__rnn_check(T, "ad_lstm_cell", 4, x, h, c, w_ih, w_hh, b_ih, b_hh)) return NULL;
+    if (!c_out) {
+        ad__fail(T, "ad_lstm_cell: c_out is NULL; it receives c'");
+        return NULL;
+    }
+    rows = h->shape[0];
+    H = h->shape[1];
+    shape[0] = 2;
+    shape[1] = rows;
+    shape[2] = H;
+    y = ad__tensor(T, "ad_lstm_cell", 3, shape, 1);
+    job.gates = (ad_real *)ad__alloc(T, (size_t)rows * 5 * H * sizeof(ad_real), "ad_lstm_cell");
+    if (!y || !job.gates) return NULL;
+    if (ad__rnn_products(T, job.gates, 4 * H, x, w_ih, b_ih, h, w_hh, b_hh) != 0) {
+        ad__fail(T, "ad_lstm_cell: out of memory for the packing buffer");
+        return NULL;
+    }
+    job.tc = job.gates + (size_t)rows * 4 * H;
+    job.y = y->data;
+    job.c = c->data;
+    job.half = (size_t)rows * H;
+    job.H = H;
+    ad__parallel_items(T, ad__lstm_forward_range, &job, (size_t)rows, (size_t)H * 5, 1);
+    ins[0] = x;
+    ins[1] = h;
+    ins[2] = c;
+    ins[3] = w_ih;
+    ins[4] = w_hh;
+    nin = ad__rnn_inputs(ins, 5, b_ih, b_hh);
+    n = ad__record(T, "ad_lstm_cell", y, ad__lstm_backward, ins, nin);
+    if (!n) return NULL;
+    n->st.rnn.kind = AD__RNN_LSTM;
+    n->st.rnn.biases = (b_ih ? 1 : 0) | (b_hh ? 2 : 0);
+    n->st.rnn.gates = job.gates;
+    n->st.rnn.aux = job.tc;
+    hn = ad__lstm_half(T, y, AD__RNN_LSTM_H);
+    *c_out = ad__lstm_half(T, y, AD__RNN_LSTM_C);
+    return *c_out ? hn : NULL;
+}
+
+/* The GRU's rows [lo, hi): gi = x w_ih^T + b_ih becomes r z n, gh = h w_hh^T + b_hh is kept
+   (its n block is read by the backward), h' into y. */
+typedef struct ad__gru_job {
+    ad_real *gi, *gh, *y;
+    const ad_real *h;
+    const ad_real *g;           /* backward: dh' */
+    ad_real *dgi, *dgh, *dh;    /* backward: d gi, d gh, and h's gradient buffer (NULL: not wanted) */
+    int H, add;
+} ad__gru_job;
+
+AD__PRIVATE void ad__gru_forward_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__gru_job *j = (const ad__gru_job *)ctx;
+    size_t r, H = (size_t)j->H, k;
+    for (r = lo; r < hi; r++) {
+        ad_real *gi = j->gi + r * 3 * H, *y = j->y + r * H;
+        const ad_real *gh = j->gh + r * 3 * H, *h = j->h + r * H;
+        for (k = 0; k < 2 * H; k++) gi[k] = gi[k] + gh[k];
+        ad__rnn_sigmoid(gi, 2 * H);
+        for (k = 0; k < H; k++) gi[2 * H + k] = gi[2 * H + k] + gi[k] * gh[2 * H + k];
+        ad__rnn_tanh(gi + 2 * H, H);
+        for (k = 0; k < H; k++) y[k] = (1 - gi[H + k]) * gi[2 * H + k] + gi[H + k] * h[k];
+    }
+}
+
+/* d n = dh' (1 - z) (1 - n^2), d z = dh' (h - n) z (1 - z), d r = d n ghn r (1 - r) with ghn
+   the n block of gh; d gi = [d r, d z, d n], d gh = [d r, d z, d n r], and dh (+)= dh' z. */
+AD__PRIVATE void ad__gru_backward_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__gru_job *j = (const ad__gru_job *)ctx;
+    size_t r, H = (size_t)j->H, k;
+    for (r = lo; r < hi; r++) {
+        const ad_real *gt = j->gi + r * 3 * H, *ghn = j->gh + r * 3 * H + 2 * H, *h = j->h + r * H;
+        const ad_real *g = j->g + r * H;
+        ad_real *di = j->dgi + r * 3 * H, *dh2 = j->dgh + r * 3 * H, *dh = j->dh ? j->dh + r * H : NULL;
+        for (k = 0; k < H; k++) {
+            ad_real rr = gt[k], z = gt[H + k], nn = gt[2 * H + k];
+            ad_real dn = g[k] * (1 - z) * (1 - nn * nn), dz = g[k] * (h[k] - nn) * (z * (1 - z));
+            ad_real dr = dn * ghn[k] * (rr * (1 - rr));
+            di[k] = dh2[k] = dr;
+            di[H + k] = dh2[H + k] = dz;
+            di[2 * H + k] = dn;
+            dh2[2 * H + k] = dn * rr;
+            if (dh) dh[k] = (j->add ? dh[k] : 0) + g[k] * z;
+        }
+    }
+}
+
+AD__PRIVATE void ad__gru_recorded(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0], *h = n->in[1], *w_ih = n->in[2], *w_hh = n->in[3], *b_ih, *b_hh;
+    ad_tensor *gi, *gh, *r, *z, *ghn, *nn, *dn, *dz, *dr, *parts[3], *dgi, *dgh;
+    int H = h->shape[1];
+    ad__rnn_biases(n, 4, &b_ih, &b_hh);
+    gi = ad__rnn_products_recorded(T, x, w_ih, b_ih, NULL, NULL, NULL);
+    gh = ad__rnn_products_recorded(T, h, w_hh, b_hh, NULL, NULL, NULL);
+    r = ad_sigmoid(T, ad_add(T, ad__rnn_block(T, gi, 0, H), ad__rnn_block(T, gh, 0, H)));
+    z = ad_sigmoid(T, ad_add(T, ad__rnn_block(T, gi, 1, H), ad__rnn_block(T, gh, 1, H)));
+    ghn = ad__rnn_block(T, gh, 2, H);
+    nn = ad_tanh(T, ad_add(T, ad__rnn_block(T, gi, 2, H), ad_mul(T, r, ghn)));
+    dn = ad_mul(T, g, ad_mul(T, ad_rsub_scalar(T, 1, z), ad_rsub_scalar(T, 1, ad_square(T, nn))));
+    dz = ad_mul(T, g, ad_mul(T, ad_sub(T, h, nn), ad__rnn_sigmoid_slope(T, z)));
+    dr = ad_mul(T, dn, ad_mul(T, ghn, ad__rnn_sigmoid_slope(T, r)));
+    parts[0] = dr;
+    parts[1] = dz;
+    parts[2] = dn;
+    dgi = ad_concat(T, parts, 3, 1);
+    parts[2] = ad_mul(T, dn, r);
+    dgh = ad_concat(T, parts, 3, 1);
+    if (!dgi || !dgh) {
+        S->failed = 1;
+        return;
+    }
+    if (ad__wants(S, h)) ad__accum(S, h, ad_mul(T, g, z), 1);
+    ad__rnn_product_grads_recorded(S, x, w_ih, b_ih, dgi);
+    ad__rnn_product_grads_recorded(S, h, w_hh, b_hh, dgh);
+}
+
+AD__PRIVATE void ad__gru_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad__gru_job job;
+    ad_tensor *x = n->in[0], *h = n->in[1], *b_ih, *b_hh;
+    int rows = h->shape[0], H = h->shape[1];
+    if (S->create_graph) {
+        ad__gru_recorded(S, n, g);
+        return;
+    }
+    ad__rnn_biases(n, 4, &b_ih, &b_hh);
+    job.gi = (ad_real *)n->st.rnn.gates;
+    job.gh = (ad_real *)n->st.rnn.aux;
+    job.y = NULL;
+    job.h = h->data;
+    job.g = g->data;
+    job.H = H;
+    job.add = 0;
+    job.dh = NULL;
+    job.dgi = (ad_real *)ad__alloc(S->T, (size_t)rows * 6 * H * sizeof(ad_real), "ad_gru_cell");
+    if (!job.dgi || (ad__wants(S, h) && !(job.dh = ad__grad_target(S, h, &job.add)))) {
+        S->failed = 1;
+        return;
+    }
+    job.dgh = job.dgi + (size_t)rows * 3 * H;
+    ad__parallel_items(S->T, ad__gru_backward_range, &job, (size_t)rows, (size_t)H * 6, 1);
+    ad__rnn_product_grads(S, x, n->in[2], b_ih, job.dgi);
+    ad__rnn_product_grads(S, h, n->in[3], b_hh, job.dgh);
+    if (S->failed && !S->T->has_error) ad__fail(S->T, "ad_gru_cell: out of memory in the backward sweep");
+}
+
+AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *w_ih, ad_tensor *w_hh,
+                                    ad_tensor *b_ih, ad_tensor *b_hh)
+{
+    ad__gru_job job;
+    ad_tensor *y, *ins[6];
+    ad__node *n;
+    int rows, H, nin;
+    if (!T || !x || !h || !w_ih || !w_hh) return NULL;
+    if (!ad__rnn_check(T, "ad_gru_cell", 3, x, h, NULL, w_ih, w_hh, b_ih, b_hh)) return NULL;
+    rows = h->shape[0];
+    H = h->shape[1];
+    y = ad__like(T, "ad_gru_cell", h);
+    job.gi = (ad_real *)ad__alloc(T, (size_t)rows * 6 * H * sizeof(ad_real), "ad_gru_cell");
+    if (!y || !job.gi) return NULL;
+    job.gh = job.gi + (size_t)rows * 3 * H;
+    if (ad__rnn_products(T, job.gi, 3 * H, x, w_ih, b_ih, NULL, NULL, NULL) != 0 ||
+        ad__rnn_products(T, job.gh, 3 * H, h, w_hh, b_hh, NULL, NULL, NULL) != 0) {
+        ad__fail(T, "ad_gru_cell: out of memory for the packing buffer");
+        return NULL;
+    }
+    job.y = y->data;
+    job.h = h->data;
+    job.H = H;
+    ad__parallel_items(T, ad__gru_forward_range, &job, (size_t)rows, (size_t)H * 6, 1);
+    ins[0] = x;
+    ins[1] = h;
+    ins[2] = w_ih;
+    ins[3] = w_hh;
+    nin = ad__rnn_inputs(ins, 4, b_ih, b_hh);
+    n = ad__record(T, "ad_gru_cell", y, ad__gru_backward, ins, nin);
+    if (!n) return NULL;
+    n->st.rnn.kind = AD__RNN_GRU;
+    n->st.rnn.biases = (b_ih ? 1 : 0) | (b_hh ? 2 : 0);
+    n->st.rnn.gates = job.gi;
+    n->st.rnn.aux = job.gh;
     return y;
 }
 

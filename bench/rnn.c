@@ -1,0 +1,129 @@
+/* Recurrent cells: the forward and backward of `steps` unrolled steps of ad_lstm_cell (or
+   ad_gru_cell) against the same cell written with existing ops (two products, adds, slices,
+   sigmoid, tanh, products and sums), in the same run. The weights and biases are leaves with
+   gradient buffers of their own (as parameters are), h and c start as zeros, x is random, and
+   the loss is the sum of the last h. Each repetition records the steps, runs ad_backward and
+   resets the tape.
+
+   Build: cc -O2 -I. bench/rnn.c -lm -lpthread
+   Run:   bench/rnn [lstm|gru] [N] [I] [H] [steps]     (defaults: lstm 12 128 128 1)
+   Reports microseconds per step (forward and backward), the median of 7 rounds, for the fused
+   cell and the composition, and their ratio. AUTODIFF_THREADS sets the thread count (default
+   1); BENCH_CLOCK=cpu times in CPU time of the calling thread (see bench.h). */
+#define _POSIX_C_SOURCE 200809L
+#define AUTODIFF_IMPLEMENTATION
+#include "autodiff.h"
+#include "bench/bench.h"
+
+static ad_tensor *block(ad_tape *T, ad_tensor *a, int k, int H) { return ad_slice(T, a, 1, k * H, (k + 1) * H); }
+
+static ad_tensor *comp_lstm(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *c, ad_tensor *const *w,
+                            ad_tensor **c_out)
+{
+    int H = h->shape[1];
+    ad_tensor *pre = ad_add(T, ad_add(T, ad_matmul_t(T, x, w[0], 0, 1), w[2]),
+                            ad_add(T, ad_matmul_t(T, h, w[1], 0, 1), w[3]));
+    ad_tensor *i = ad_sigmoid(T, block(T, pre, 0, H)), *f = ad_sigmoid(T, block(T, pre, 1, H));
+    ad_tensor *g = ad_tanh(T, block(T, pre, 2, H)), *o = ad_sigmoid(T, block(T, pre, 3, H));
+    *c_out = ad_add(T, ad_mul(T, f, c), ad_mul(T, i, g));
+    return ad_mul(T, o, ad_tanh(T, *c_out));
+}
+
+static ad_tensor *comp_gru(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *const *w)
+{
+    int H = h->shape[1];
+    ad_tensor *gi = ad_add(T, ad_matmul_t(T, x, w[0], 0, 1), w[2]);
+    ad_tensor *gh = ad_add(T, ad_matmul_t(T, h, w[1], 0, 1), w[3]);
+    ad_tensor *r = ad_sigmoid(T, ad_add(T, block(T, gi, 0, H), block(T, gh, 0, H)));
+    ad_tensor *z = ad_sigmoid(T, ad_add(T, block(T, gi, 1, H), block(T, gh, 1, H)));
+    ad_tensor *n = ad_tanh(T, ad_add(T, block(T, gi, 2, H), ad_mul(T, r, block(T, gh, 2, H))));
+    return ad_add(T, ad_mul(T, ad_rsub_scalar(T, 1, z), n), ad_mul(T, z, h));
+}
+
+/* One repetition: `steps` steps, the backward sweep, a reset. Returns 0 on success. */
+static int run(ad_tape *T, int gru, int fused, int N, int I, int H, int steps, ad_real *const *wdata,
+               ad_real *const *wgrad, const ad_real *xdata)
+{
+    int G = (gru ? 3 : 4) * H, shape[2], s, rc;
+    ad_tensor *w[4], *h, *c, *x;
+    shape[0] = G;
+    shape[1] = I;
+    w[0] = ad_tensor_view(T, 2, shape, wdata[0], wgrad[0], 1);
+    shape[1] = H;
+    w[1] = ad_tensor_view(T, 2, shape, wdata[1], wgrad[1], 1);
+    w[2] = ad_tensor_view(T, 1, &G, wdata[2], wgrad[2], 1);
+    w[3] = ad_tensor_view(T, 1, &G, wdata[3], wgrad[3], 1);
+    shape[0] = N;
+    h = ad_zeros(T, 2, shape);
+    c = ad_zeros(T, 2, shape);
+    shape[1] = I;
+    for (s = 0; s < steps; s++) {
+        x = ad_tensor_view(T, 2, shape, (ad_real *)xdata + (size_t)s * N * I, NULL, 0);
+        if (gru) h = fused ? ad_gru_cell(T, x, h, w[0], w[1], w[2], w[3]) : comp_gru(T, x, h, w);
+        else if (fused) h = ad_lstm_cell(T, x, h, c, w[0], w[1], w[2], w[3], &c);
+        else h = comp_lstm(T, x, h, c, w, &c);
+    }
+    rc = ad_backward(T, ad_sum(T, h));
+    if (rc != 0) fprintf(stderr, "rnn: %s\n", ad_tape_error(T));
+    ad_tape_reset(T);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    int gru = argc > 1 && strcmp(argv[1], "gru") == 0;
+    int N = argc > 2 ? atoi(argv[2]) : 12, I = argc > 3 ? atoi(argv[3]) : 128, H = argc > 4 ? atoi(argv[4]) : 128;
+    int steps = argc > 5 ? atoi(argv[5]) : 1, G, round, fused, rep, reps, i;
+    ad_real *wdata[4], *wgrad[4], *xdata;
+    size_t sizes[4];
+    double us[2][7], med[2], t0;
+    ad_rng rng;
+    ad_tape *T = ad_tape_new();
+    char key[128];
+    if (N < 1 || I < 1 || H < 1 || steps < 1 || N > 4096 || I > 4096 || H > 4096 || steps > 1024 || !T) {
+        fprintf(stderr, "rnn: bench/rnn [lstm|gru] [N] [I] [H] [steps]\n");
+        return 2;
+    }
+    G = (gru ? 3 : 4) * H;
+    sizes[0] = (size_t)G * I;
+    sizes[1] = (size_t)G * H;
+    sizes[2] = sizes[3] = (size_t)G;
+    ad_rng_seed(&rng, 7);
+    for (i = 0; i < 4; i++) {
+        size_t j;
+        wdata[i] = (ad_real *)malloc(sizes[i] * sizeof(ad_real));
+        wgrad[i] = (ad_real *)calloc(sizes[i], sizeof(ad_real));
+        if (!wdata[i] || !wgrad[i]) return 1;
+        for (j = 0; j < sizes[i]; j++) wdata[i][j] = (ad_real)((ad_rng_uniform(&rng) * 2 - 1) / 12);
+    }
+    xdata = (ad_real *)malloc((size_t)steps * N * I * sizeof(ad_real));
+    if (!xdata) return 1;
+    for (i = 0; i < steps * N * I; i++) xdata[i] = (ad_real)(ad_rng_uniform(&rng) * 2 - 1);
+    ad_set_threads(T, bench_threads());
+    /* about 50 ms a round */
+    t0 = bench_time();
+    for (rep = 0; rep < 20; rep++)
+        if (run(T, gru, 1, N, I, H, steps, wdata, wgrad, xdata) != 0) return 1;
+    reps = (int)(0.05 / ((bench_time() - t0) / 20 + 1e-9)) + 1;
+    for (round = 0; round < 7; round++)
+        for (fused = 1; fused >= 0; fused--) {
+            t0 = bench_time();
+            for (rep = 0; rep < reps; rep++)
+                if (run(T, gru, fused, N, I, H, steps, wdata, wgrad, xdata) != 0) return 1;
+            us[fused][round] = (bench_time() - t0) * 1e6 / reps / steps;
+        }
+    for (fused = 0; fused <= 1; fused++) med[fused] = bench_median(us[fused], 7);
+    printf("%s N=%d I=%d H=%d, %d step(s), %d thread(s): fused %.2f us/step, composition %.2f us/step (%.2fx)\n",
+           gru ? "gru" : "lstm", N, I, H, steps, bench_threads(), med[1], med[0], med[0] / med[1]);
+    snprintf(key, sizeof key, "rnn.%s.%d-%d-%d-%d.us_step.fused", gru ? "gru" : "lstm", N, I, H, steps);
+    bench_result(key, med[1]);
+    snprintf(key, sizeof key, "rnn.%s.%d-%d-%d-%d.us_step.composition", gru ? "gru" : "lstm", N, I, H, steps);
+    bench_result(key, med[0]);
+    for (i = 0; i < 4; i++) {
+        free(wdata[i]);
+        free(wgrad[i]);
+    }
+    free(xdata);
+    ad_tape_free(T);
+    return 0;
+}

@@ -1,0 +1,524 @@
+/* ad_lstm_cell and ad_gru_cell (>>ops:rnn).
+
+   For both cells, with each choice of biases, on odd sizes (N = 3, I = 5, H = 7): the forward
+   against plain loops written here and against the same cell written with existing ops; the
+   gradients against that composition's; first and second derivatives against central finite
+   differences (th_gradcheck, th_gradgradcheck), of one step and of four unrolled steps; the
+   recorded derivative (create_graph) against the fused one of a plain sweep; an input given
+   twice (x also as h); gradients added into buffers that leaves already have; values and
+   gradients on two and three threads equal to one thread's bit for bit; bad shapes, whose
+   messages name the op and every shape, and NULL inputs. Each family prints its number of
+   checks. */
+#define AUTODIFF_DOUBLE
+#define AUTODIFF_IMPLEMENTATION
+#include "autodiff.h"
+#include "tests/harness.h"
+
+enum { NB = 3, NI = 5, NH = 7, STEPS = 4 };
+
+static int family_start;
+
+static void family(const char *name)
+{
+    printf("  %-40s %d checks\n", name, th_passed + th_failed - family_start);
+    family_start = th_passed + th_failed;
+}
+
+static const char *errs(const ad_tape *T)
+{
+    const char *e = ad_tape_error(T);
+    return e ? e : "(none)";
+}
+
+/* ---- references ----------------------------------------------------------------------------- */
+static double sig(double v) { return 1 / (1 + exp(-v)); }
+
+/* row n of x w^T (x [N, in], w [G, in]) at column k */
+static double dot_row(const double *x, const double *w, int n, int k, int in)
+{
+    double s = 0;
+    int j;
+    for (j = 0; j < in; j++) s += x[n * in + j] * w[k * in + j];
+    return s;
+}
+
+/* torch.nn.LSTMCell in plain loops; b_ih, b_hh may be NULL. */
+static void ref_lstm(int N, int I, int H, const double *x, const double *h, const double *c, const double *w_ih,
+                     const double *w_hh, const double *b_ih, const double *b_hh, double *h2, double *c2)
+{
+    int n, j, k;
+    double pre[4 * 64];
+    for (n = 0; n < N; n++) {
+        for (k = 0; k < 4 * H; k++)
+            pre[k] = dot_row(x, w_ih, n, k, I) + dot_row(h, w_hh, n, k, H) + (b_ih ? b_ih[k] : 0) +
+                     (b_hh ? b_hh[k] : 0);
+        for (j = 0; j < H; j++) {
+            double i = sig(pre[j]), f = sig(pre[H + j]), g = tanh(pre[2 * H + j]), o = sig(pre[3 * H + j]);
+            c2[n * H + j] = f * c[n * H + j] + i * g;
+            h2[n * H + j] = o * tanh(c2[n * H + j]);
+        }
+    }
+}
+
+/* torch.nn.GRUCell in plain loops. */
+static void ref_gru(int N, int I, int H, const double *x, const double *h, const double *w_ih, const double *w_hh,
+                    const double *b_ih, const double *b_hh, double *h2)
+{
+    int n, j;
+    for (n = 0; n < N; n++)
+        for (j = 0; j < H; j++) {
+            double ir = dot_row(x, w_ih, n, j, I) + (b_ih ? b_ih[j] : 0);
+            double iz = dot_row(x, w_ih, n, H + j, I) + (b_ih ? b_ih[H + j] : 0);
+            double in = dot_row(x, w_ih, n, 2 * H + j, I) + (b_ih ? b_ih[2 * H + j] : 0);
+            double hr = dot_row(h, w_hh, n, j, H) + (b_hh ? b_hh[j] : 0);
+            double hz = dot_row(h, w_hh, n, H + j, H) + (b_hh ? b_hh[H + j] : 0);
+            double hn = dot_row(h, w_hh, n, 2 * H + j, H) + (b_hh ? b_hh[2 * H + j] : 0);
+            double r = sig(ir + hr), z = sig(iz + hz), nn = tanh(in + r * hn);
+            h2[n * H + j] = (1 - z) * nn + z * h[n * H + j];
+        }
+}
+
+/* The same cells written with existing ops. */
+static ad_tensor *block(ad_tape *T, ad_tensor *a, int k, int H) { return ad_slice(T, a, 1, k * H, (k + 1) * H); }
+
+static ad_tensor *affine(ad_tape *T, ad_tensor *x, ad_tensor *w, ad_tensor *b)
+{
+    ad_tensor *y = ad_matmul_t(T, x, w, 0, 1);
+    return b ? ad_add(T, y, b) : y;
+}
+
+static ad_tensor *comp_lstm(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *c, ad_tensor *w_ih, ad_tensor *w_hh,
+                            ad_tensor *b_ih, ad_tensor *b_hh, ad_tensor **c_out)
+{
+    int H = h->shape[1];
+    ad_tensor *pre = ad_add(T, affine(T, x, w_ih, b_ih), affine(T, h, w_hh, b_hh));
+    ad_tensor *i = ad_sigmoid(T, block(T, pre, 0, H)), *f = ad_sigmoid(T, block(T, pre, 1, H));
+    ad_tensor *g = ad_tanh(T, block(T, pre, 2, H)), *o = ad_sigmoid(T, block(T, pre, 3, H));
+    *c_out = ad_add(T, ad_mul(T, f, c), ad_mul(T, i, g));
+    return ad_mul(T, o, ad_tanh(T, *c_out));
+}
+
+static ad_tensor *comp_gru(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *w_ih, ad_tensor *w_hh, ad_tensor *b_ih,
+                           ad_tensor *b_hh)
+{
+    int H = h->shape[1];
+    ad_tensor *gi = affine(T, x, w_ih, b_ih), *gh = affine(T, h, w_hh, b_hh);
+    ad_tensor *r = ad_sigmoid(T, ad_add(T, block(T, gi, 0, H), block(T, gh, 0, H)));
+    ad_tensor *z = ad_sigmoid(T, ad_add(T, block(T, gi, 1, H), block(T, gh, 1, H)));
+    ad_tensor *n = ad_tanh(T, ad_add(T, block(T, gi, 2, H), ad_mul(T, r, block(T, gh, 2, H))));
+    return ad_add(T, ad_mul(T, ad_rsub_scalar(T, 1, z), n), ad_mul(T, z, h));
+}
+
+/* ---- the functions under test ---------------------------------------------------------------- */
+/* Inputs: x [steps N, I], h [N, H], c [N, H] (LSTM only), w_ih, w_hh, then the biases given. */
+typedef struct cell_ctx {
+    int gru;
+    int biases;  /* 1: b_ih, 2: b_hh, 3: both */
+    int out;     /* LSTM: 0 h' and c' side by side, 1 h' only, 2 c' only */
+    int steps;   /* time steps, each on its N rows of x */
+    int comp;    /* 1: the composition of existing ops */
+    int alias;   /* 1: x is given as h too (I = H, one step; h is then not an input) */
+} cell_ctx;
+
+static cell_ctx K(int gru, int biases, int out, int steps)
+{
+    cell_ctx k;
+    memset(&k, 0, sizeof k);
+    k.gru = gru;
+    k.biases = biases;
+    k.out = out;
+    k.steps = steps;
+    return k;
+}
+
+static ad_tensor *f_cell(ad_tape *T, ad_tensor **in, void *vctx)
+{
+    const cell_ctx *k = (const cell_ctx *)vctx;
+    int lstm = !k->gru, p, s, N;
+    ad_tensor *x = in[0], *h, *c, *w_ih, *w_hh, *b_ih, *b_hh;
+    if (k->alias) {
+        h = x;
+        p = lstm ? 2 : 1;
+        c = lstm ? in[1] : NULL;
+    } else {
+        h = in[1];
+        p = lstm ? 3 : 2;
+        c = lstm ? in[2] : NULL;
+    }
+    w_ih = in[p];
+    w_hh = in[p + 1];
+    b_ih = k->biases & 1 ? in[p + 2] : NULL;
+    b_hh = k->biases & 2 ? in[p + 2 + (k->biases & 1)] : NULL;
+    N = h->shape[0];
+    for (s = 0; s < k->steps; s++) {
+        ad_tensor *xs = k->steps > 1 ? ad_slice(T, x, 0, s * N, (s + 1) * N) : x;
+        if (!lstm) h = k->comp ? comp_gru(T, xs, h, w_ih, w_hh, b_ih, b_hh) : ad_gru_cell(T, xs, h, w_ih, w_hh, b_ih, b_hh);
+        else if (k->comp) h = comp_lstm(T, xs, h, c, w_ih, w_hh, b_ih, b_hh, &c);
+        else h = ad_lstm_cell(T, xs, h, c, w_ih, w_hh, b_ih, b_hh, &c);
+        if (!h) return NULL;
+    }
+    if (lstm && k->out == 0) {
+        ad_tensor *both[2];
+        both[0] = h;
+        both[1] = c;
+        return ad_concat(T, both, 2, 1);
+    }
+    return lstm && k->out == 2 ? c : h;
+}
+
+/* The input specs of a cell of N rows, I inputs and H units; returns their count. */
+static int specs_of(const cell_ctx *k, int N, int I, int H, th_input *s)
+{
+    int G = (k->gru ? 3 : 4) * H, n = 0, dims[2];
+    dims[0] = k->steps * N;
+    dims[1] = I;
+    s[n++] = th_in(2, dims, -1, 1, 0);
+    dims[0] = N;
+    dims[1] = H;
+    if (!k->alias) s[n++] = th_in(2, dims, -1, 1, 0);
+    if (!k->gru) s[n++] = th_in(2, dims, -1, 1, 0);
+    dims[0] = G;
+    dims[1] = I;
+    s[n++] = th_in(2, dims, -0.7, 0.7, 0);
+    dims[1] = H;
+    s[n++] = th_in(2, dims, -0.7, 0.7, 0);
+    if (k->biases & 1) s[n++] = th_in(1, &G, -0.5, 0.5, 0);
+    if (k->biases & 2) s[n++] = th_in(1, &G, -0.5, 0.5, 0);
+    return n;
+}
+
+/* Leaves of T from specs, filled from the harness's generator; data[i] (malloc'd) keeps their
+   values for the caller to free. */
+static void make_inputs(ad_tape *T, int nin, const th_input *specs, double **data, ad_tensor **x)
+{
+    int i;
+    for (i = 0; i < nin; i++) {
+        size_t n = th_numel(&specs[i]);
+        data[i] = (double *)malloc(n * sizeof(double));
+        th_fill(&specs[i], data[i], n, &th_rng_state);
+    }
+    th_leaves(T, nin, specs, data, x);
+}
+
+static double max_diff(const double *a, const double *b, size_t n)
+{
+    double worst = 0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        double d = fabs(a[i] - b[i]);
+        if (!(d <= worst)) worst = d; /* a NaN counts as the worst */
+    }
+    return worst;
+}
+
+/* ---- forward ---------------------------------------------------------------------------------- */
+static void test_forward(void)
+{
+    int gru, biases, grad;
+    for (gru = 0; gru <= 1; gru++)
+        for (biases = 0; biases <= 3; biases++)
+            for (grad = 0; grad <= 1; grad++) {
+                cell_ctx k = K(gru, biases, 0, 1);
+                th_input specs[TH_MAX_INPUTS];
+                double *data[TH_MAX_INPUTS], href[NB * NH], cref[NB * NH];
+                ad_tensor *x[TH_MAX_INPUTS], *h2, *c2 = NULL, *hc, *cc = NULL;
+                ad_tape *T = ad_tape_new();
+                int nin = specs_of(&k, NB, NI, NH, specs), i, p = gru ? 2 : 3;
+                const double *bi, *bh;
+                size_t before;
+                make_inputs(T, nin, specs, data, x);
+                bi = biases & 1 ? data[p + 2] : NULL;
+                bh = biases & 2 ? data[p + 2 + (biases & 1)] : NULL;
+                ad_set_grad_enabled(T, grad);
+                before = ad_tape_length(T);
+                if (gru) {
+                    h2 = ad_gru_cell(T, x[0], x[1], x[2], x[3], bi ? x[4] : NULL, bh ? x[4 + (biases & 1)] : NULL);
+                    hc = comp_gru(T, x[0], x[1], x[2], x[3], bi ? x[4] : NULL, bh ? x[4 + (biases & 1)] : NULL);
+                    ref_gru(NB, NI, NH, data[0], data[1], data[2], data[3], bi, bh, href);
+                } else {
+                    h2 = ad_lstm_cell(T, x[0], x[1], x[2], x[3], x[4], bi ? x[5] : NULL,
+                                      bh ? x[5 + (biases & 1)] : NULL, &c2);
+                    hc = comp_lstm(T, x[0], x[1], x[2], x[3], x[4], bi ? x[5] : NULL, bh ? x[5 + (biases & 1)] : NULL,
+                                   &cc);
+                    ref_lstm(NB, NI, NH, data[0], data[1], data[2], data[3], data[4], bi, bh, href, cref);
+                }
+                TH_CHECK(h2 && hc && (gru || (c2 && cc)), "%s biases %d: %s", gru ? "gru" : "lstm", biases, errs(T));
+                if (h2 && hc) {
+                    TH_CHECK(h2->ndim == 2 && h2->shape[0] == NB && h2->shape[1] == NH, "%s: h' shape",
+                             gru ? "gru" : "lstm");
+                    TH_CHECK(max_diff(h2->data, href, NB * NH) < 1e-13, "%s biases %d: h' differs from the loops by %g",
+                             gru ? "gru" : "lstm", biases, max_diff(h2->data, href, NB * NH));
+                    TH_CHECK(max_diff(h2->data, hc->data, NB * NH) < 1e-13,
+                             "%s biases %d: h' differs from the composition by %g", gru ? "gru" : "lstm", biases,
+                             max_diff(h2->data, hc->data, NB * NH));
+                }
+                if (c2 && cc) {
+                    TH_CHECK(c2->ndim == 2 && c2->shape[0] == NB && c2->shape[1] == NH, "lstm: c' shape");
+                    TH_CHECK(max_diff(c2->data, cref, NB * NH) < 1e-13, "lstm biases %d: c' differs from the loops",
+                             biases);
+                    TH_CHECK(max_diff(c2->data, cc->data, NB * NH) < 1e-13,
+                             "lstm biases %d: c' differs from the composition", biases);
+                }
+                /* with recording off, the cell records nothing; with it on, its entries only */
+                if (!grad) TH_CHECK(ad_tape_length(T) == before, "%s: recorded with grad off", gru ? "gru" : "lstm");
+                for (i = 0; i < nin; i++) free(data[i]);
+                ad_tape_free(T);
+            }
+    family("forward against loops and composition");
+}
+
+/* ---- gradients -------------------------------------------------------------------------------- */
+/* sum(w * f(x)) through ad_grad with and without create_graph (the recorded derivative and the
+   fused one), and through the composition of existing ops: all three agree. */
+static void check_paths(const char *name, cell_ctx k, int nin, const th_input *specs)
+{
+    ad_tape *T = ad_tape_new();
+    ad_tensor *x[TH_MAX_INPUTS], *loss, *loss_c;
+    double *data[TH_MAX_INPUTS], worst = 0, worst_c = 0;
+    cell_ctx kc = k;
+    int i, ok = 1, ok_c = 1;
+    make_inputs(T, nin, specs, data, x);
+    kc.comp = 1;
+    loss = th_weighted(T, f_cell, &k, x, 77);
+    loss_c = th_weighted(T, f_cell, &kc, x, 77);
+    ok = ok_c = loss && loss_c;
+    for (i = 0; ok && ok_c && i < nin; i++) {
+        ad_tensor *plain = ad_grad(T, loss, x[i], 0), *graph = ad_grad(T, loss, x[i], 1);
+        ad_tensor *comp = ad_grad(T, loss_c, x[i], 0);
+        double d, dc;
+        ok = plain && graph && plain->size == graph->size;
+        ok_c = plain && comp && plain->size == comp->size;
+        if (!ok || !ok_c) break;
+        d = max_diff(plain->data, graph->data, plain->size);
+        dc = max_diff(plain->data, comp->data, plain->size);
+        if (!(d <= 1e-12)) ok = 0;
+        if (!(dc <= 1e-12)) ok_c = 0;
+        if (d > worst) worst = d;
+        if (dc > worst_c) worst_c = dc;
+    }
+    TH_CHECK(ok, "%s: recorded and fused gradients differ (by %g): %s", name, worst, errs(T));
+    TH_CHECK(ok_c, "%s: gradients differ from the composition's (by %g): %s", name, worst_c, errs(T));
+    for (i = 0; i < nin; i++) free(data[i]);
+    ad_tape_free(T);
+}
+
+static void check_cell(const char *name, cell_ctx k, int N, int I, int H)
+{
+    th_input specs[TH_MAX_INPUTS];
+    int nin = specs_of(&k, N, I, H, specs);
+    th_gradcheck(name, f_cell, &k, nin, specs);
+    th_gradgradcheck(name, f_cell, &k, nin, specs);
+    check_paths(name, k, nin, specs);
+}
+
+static void test_gradients(void)
+{
+    static const char *const outs[] = {"h' and c'", "h' only", "c' only"};
+    char name[96];
+    int gru, biases, out;
+    for (gru = 0; gru <= 1; gru++)
+        for (biases = 0; biases <= 3; biases++) {
+            snprintf(name, sizeof name, "%s, biases %d", gru ? "gru" : "lstm", biases);
+            check_cell(name, K(gru, biases, 0, 1), NB, NI, NH);
+        }
+    for (out = 1; out <= 2; out++) {
+        snprintf(name, sizeof name, "lstm, %s", outs[out]);
+        check_cell(name, K(0, 3, out, 1), NB, NI, NH);
+    }
+    family("one step: gradients, second order");
+}
+
+static void test_sequence(void)
+{
+    int gru;
+    for (gru = 0; gru <= 1; gru++) {
+        cell_ctx k = K(gru, 3, 0, STEPS);
+        check_cell(gru ? "gru, 4 steps" : "lstm, 4 steps", k, NB, NI, NH);
+        k.biases = 2;
+        k.out = 1;
+        check_cell(gru ? "gru, 4 steps, b_hh only" : "lstm, 4 steps, h' only, b_hh only", k, NB, NI, NH);
+        k = K(gru, 3, 0, 1);
+        k.alias = 1; /* x also as h: its gradient has two shares */
+        check_cell(gru ? "gru, x as h" : "lstm, x as h", k, NB, NH, NH);
+    }
+    family("unrolled steps, x as h");
+}
+
+/* Gradients added into buffers that leaves already have (parameters' own buffers) equal those
+   buffers' old values plus the gradient ad_grad computes. */
+static void test_into_leaves(void)
+{
+    int gru;
+    for (gru = 0; gru <= 1; gru++) {
+        cell_ctx k = K(gru, 3, 0, 2);
+        th_input specs[TH_MAX_INPUTS];
+        double *data[TH_MAX_INPUTS], *grads[TH_MAX_INPUTS];
+        ad_tensor *x[TH_MAX_INPUTS], *loss;
+        ad_tape *T = ad_tape_new();
+        int nin = specs_of(&k, NB, NI, NH, specs), i, ok = 1;
+        size_t j;
+        for (i = 0; i < nin; i++) {
+            size_t n = th_numel(&specs[i]);
+            data[i] = (double *)malloc(n * sizeof(double));
+            grads[i] = (double *)malloc(n * sizeof(double));
+            th_fill(&specs[i], data[i], n, &th_rng_state);
+            for (j = 0; j < n; j++) grads[i][j] = 0.25 * (double)(j % 5);
+            x[i] = ad_tensor_view(T, specs[i].ndim, specs[i].shape, data[i], grads[i], 1);
+        }
+        loss = th_weighted(T, f_cell, &k, x, 78);
+        for (i = 0; ok && i < nin; i++) {
+            ad_tensor *g = ad_grad(T, loss, x[i], 0);
+            ok = g != NULL;
+            for (j = 0; ok && j < g->size; j++) grads[i][j] -= g->data[j]; /* the old values less it */
+        }
+        TH_CHECK(ok && ad_backward(T, loss) == 0, "%s: %s", gru ? "gru" : "lstm", errs(T));
+        for (i = 0; ok && i < nin; i++)
+            for (j = 0; ok && j < th_numel(&specs[i]); j++)
+                if (fabs(grads[i][j] - 0.25 * (double)(j % 5)) > 1e-12) ok = 0;
+        TH_CHECK(ok, "%s: ad_backward into the leaves' buffers: input %d [%zu] is off", gru ? "gru" : "lstm", i - 1,
+                 j - 1);
+        for (i = 0; i < nin; i++) {
+            free(data[i]);
+            free(grads[i]);
+        }
+        ad_tape_free(T);
+    }
+    family("gradients into the leaves' buffers");
+}
+
+/* ---- threads ---------------------------------------------------------------------------------- */
+/* Large enough that the products and the gates' passes are split over threads. */
+enum { TN = 160, TI = 40, TH = 64 };
+
+/* Three steps of the cell on `threads` threads: h' (and c') into out, then every input's
+   gradient after it. Returns the number of values written, 0 on failure. */
+static size_t thread_run(int gru, int threads, double *out)
+{
+    cell_ctx k = K(gru, 3, 0, 3);
+    th_input specs[TH_MAX_INPUTS];
+    double *data[TH_MAX_INPUTS];
+    ad_tensor *x[TH_MAX_INPUTS], *y, *loss;
+    ad_tape *T = ad_tape_new();
+    int nin = specs_of(&k, TN, TI, TH, specs), i;
+    size_t at = 0;
+    ad_rng_seed(&th_rng_state, 4242);
+    make_inputs(T, nin, specs, data, x);
+    ad_set_threads(T, threads);
+    y = f_cell(T, x, &k);
+    loss = y ? ad_sum(T, ad_mul(T, y, y)) : NULL;
+    if (loss && ad_backward(T, loss) == 0) {
+        memcpy(out, y->data, y->size * sizeof(double));
+        at = y->size;
+        for (i = 0; i < nin; i++) {
+            memcpy(out + at, x[i]->grad, x[i]->size * sizeof(double));
+            at += x[i]->size;
+        }
+    }
+    for (i = 0; i < nin; i++) free(data[i]);
+    ad_tape_free(T);
+    return at;
+}
+
+static void test_threads(void)
+{
+    size_t cap = 8 * (size_t)TN * 4 * TH + 8 * (size_t)4 * TH * (TI + TH + 2), n1, n;
+    double *one = (double *)malloc(cap * sizeof(double)), *more = (double *)malloc(cap * sizeof(double));
+    int gru, t;
+    for (gru = 0; one && more && gru <= 1; gru++) {
+        n1 = thread_run(gru, 1, one);
+        TH_CHECK(n1 > 0, "%s on one thread failed", gru ? "gru" : "lstm");
+        for (t = 2; n1 && t <= 3; t++) {
+            n = thread_run(gru, t, more);
+            TH_CHECK(n == n1 && memcmp(one, more, n1 * sizeof(double)) == 0,
+                     "%s on %d threads: values or gradients differ from one thread's", gru ? "gru" : "lstm", t);
+        }
+    }
+    free(one);
+    free(more);
+    family("1, 2 and 3 threads");
+}
+
+/* ---- errors ----------------------------------------------------------------------------------- */
+static ad_tensor *Z(ad_tape *T, int ndim, int d0, int d1)
+{
+    int shape[2];
+    shape[0] = d0;
+    shape[1] = d1;
+    return ad_zeros(T, ndim, shape);
+}
+
+static void test_errors(void)
+{
+    ad_tape *T = ad_tape_new(), *other = ad_tape_new();
+    ad_tensor *x = Z(T, 2, 3, 5), *h = Z(T, 2, 3, 7), *c = Z(T, 2, 3, 7), *wi = Z(T, 2, 28, 5), *wh = Z(T, 2, 28, 7);
+    ad_tensor *b = Z(T, 1, 28, 0), *gwi = Z(T, 2, 21, 5), *gwh = Z(T, 2, 21, 7), *c_out = x, *y;
+
+    /* NULL inputs: NULL, no message, *c_out cleared */
+    TH_CHECK(!ad_lstm_cell(T, NULL, h, c, wi, wh, b, b, &c_out) && !c_out && !ad_tape_error(T),
+             "lstm NULL x: %s", errs(T));
+    TH_CHECK(!ad_lstm_cell(T, x, h, NULL, wi, wh, NULL, NULL, &c_out) && !ad_tape_error(T), "lstm NULL c");
+    TH_CHECK(!ad_lstm_cell(NULL, x, h, c, wi, wh, NULL, NULL, &c_out), "lstm NULL tape");
+    TH_CHECK(!ad_gru_cell(T, x, h, NULL, gwh, NULL, NULL) && !ad_tape_error(T), "gru NULL w_ih: %s", errs(T));
+    TH_CHECK(!ad_gru_cell(NULL, x, h, gwi, gwh, NULL, NULL), "gru NULL tape");
+
+    /* a good call works, and the bad ones below are told apart from it */
+    y = ad_lstm_cell(T, x, h, c, wi, wh, b, NULL, &c_out);
+    TH_CHECK(y && c_out && !ad_tape_error(T), "lstm good call: %s", errs(T));
+    TH_CHECK(ad_gru_cell(T, x, h, gwi, gwh, NULL, Z(T, 1, 21, 0)) && !ad_tape_error(T), "gru good call: %s", errs(T));
+
+    TH_CHECK(!ad_lstm_cell(T, x, h, c, wi, wh, NULL, NULL, NULL), "lstm c_out NULL");
+    TH_CHECK_ERROR(T, "ad_lstm_cell: c_out is NULL");
+    ad_tape_clear_error(T);
+
+    TH_CHECK(!ad_lstm_cell(T, x, h, c, gwi, wh, b, NULL, &c_out) && !c_out, "lstm bad w_ih");
+    TH_CHECK_ERROR(T, "ad_lstm_cell: x [3,5], h [3,7], c [3,7], w_ih [21,5], w_hh [28,7], b_ih [28], b_hh none: "
+                      "w_ih must be [28,5]");
+    ad_tape_clear_error(T);
+    TH_CHECK(!ad_lstm_cell(T, x, h, c, wi, gwh, NULL, NULL, &c_out), "lstm bad w_hh");
+    TH_CHECK_ERROR(T, "w_hh [21,7], b_ih none, b_hh none: w_hh must be [28,7]");
+    ad_tape_clear_error(T);
+    TH_CHECK(!ad_lstm_cell(T, x, h, Z(T, 2, 3, 6), wi, wh, NULL, NULL, &c_out), "lstm bad c");
+    TH_CHECK_ERROR(T, "c [3,6]");
+    TH_CHECK_ERROR(T, "c must be [3,7], as h");
+    ad_tape_clear_error(T);
+    TH_CHECK(!ad_lstm_cell(T, x, h, c, wi, wh, NULL, Z(T, 1, 21, 0), &c_out), "lstm bad b_hh");
+    TH_CHECK_ERROR(T, "b_hh [21]: b_ih and b_hh must be [28]");
+    ad_tape_clear_error(T);
+    TH_CHECK(!ad_lstm_cell(T, Z(T, 2, 4, 5), h, c, wi, wh, NULL, NULL, &c_out), "lstm rows differ");
+    TH_CHECK_ERROR(T, "ad_lstm_cell: x [4,5], h [3,7]");
+    ad_tape_clear_error(T);
+    TH_CHECK(!ad_lstm_cell(T, Z(T, 1, 5, 0), h, c, wi, wh, NULL, NULL, &c_out), "lstm 1-D x");
+    TH_CHECK_ERROR(T, "x must be [N, I] and h [N, H]");
+    ad_tape_clear_error(T);
+
+    TH_CHECK(!ad_gru_cell(T, x, h, wi, gwh, NULL, NULL), "gru bad w_ih");
+    TH_CHECK_ERROR(T, "ad_gru_cell: x [3,5], h [3,7], w_ih [28,5], w_hh [21,7], b_ih none, b_hh none: w_ih must be "
+                      "[21,5]");
+    ad_tape_clear_error(T);
+    TH_CHECK(!ad_gru_cell(T, x, h, gwi, gwh, b, NULL), "gru bad b_ih");
+    TH_CHECK_ERROR(T, "b_ih [28]");
+    ad_tape_clear_error(T);
+
+    TH_CHECK(!ad_gru_cell(T, x, h, gwi, Z(other, 2, 21, 7), NULL, NULL), "gru w_hh of another tape");
+    TH_CHECK_ERROR(T, "ad_gru_cell: w_hh belongs to another tape");
+    ad_tape_clear_error(T);
+    ad_tape_reset(T);
+    TH_CHECK(!ad_lstm_cell(T, Z(T, 2, 3, 5), h, Z(T, 2, 3, 7), wi, wh, NULL, NULL, &c_out), "lstm stale h");
+    TH_CHECK_ERROR(T, "ad_lstm_cell: h was made before the tape's last reset");
+
+    ad_tape_free(T);
+    ad_tape_free(other);
+    family("errors");
+}
+
+int main(void)
+{
+    ad_rng_seed(&th_rng_state, 20261125);
+    test_forward();
+    test_gradients();
+    test_sequence();
+    test_into_leaves();
+    test_threads();
+    test_errors();
+    return th_summary();
+}
