@@ -1597,10 +1597,13 @@ static AD__UNUSED int ad__isa(void) { return ad__isa_features() & AD__ISA_LEVEL;
 #define AD__ZERO_PIECE 2048                      /* scalars Adam updates before zeroing their
                                                     gradients (zero_grad), so they are still in
                                                     the first-level cache */
-#define AD__ATTN_BQ 64                           /* query rows and keys of one block of the fused */
-#define AD__ATTN_BK 64                           /* attention: its score block stays in the first
+#define AD__ATTN_BLOCK 64                        /* query rows, and keys, of one block of the fused
+                                                    attention: its score block stays in the first
                                                     level cache, against more passes of the
                                                     running softmax and smaller products */
+#define AD__ATTN_BLOCK_CAUSAL 32                 /* the same with the causal mask: more of the
+                                                    masked triangle skipped, against smaller
+                                                    products */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define AD__PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -8877,8 +8880,9 @@ AUTODIFF_API ad_tensor *ad_layer_norm(ad_tape *T, ad_tensor *x, int k, ad_tensor
 }
 
 /* >>ops:attention ---------------------------------------------------------------------------- */
-/* The fused kernels work on one (batch, head) pair at a time, in blocks of AD__ATTN_BQ query
-   rows by AD__ATTN_BK keys: the block's scores come from one small GEMM on the calling thread's
+/* The fused kernels work on one (batch, head) pair at a time, in square blocks of query rows
+   by keys (AD__ATTN_BLOCK, or AD__ATTN_BLOCK_CAUSAL with the mask, whose blocks above the
+   diagonal are skipped): the block's scores come from one small GEMM on the calling thread's
    packing buffers, the softmax runs along its rows, and another GEMM takes the block to the
    output. Each pair is one task, computed by the same code on whichever thread claims it, so
    the bits do not depend on the thread count. */
@@ -8891,6 +8895,7 @@ typedef struct ad__attn_job {
     ad_real *pack, *scratch;     /* per thread: AD__PACK_PER_THREAD and scratch_len values */
     size_t scratch_len;
     int tq, tk, d, dv, causal;
+    int bq, bk;                  /* query rows and keys of a block */
     ad_real scale;
 } ad__attn_job;
 
@@ -8920,17 +8925,17 @@ AD__INLINE int ad__attn_key_end(const ad__attn_job *j, int i0, int nq)
 AD__PRIVATE void ad__attn_forward_task(void *ctx, int p, int thread)
 {
     const ad__attn_job *j = (const ad__attn_job *)ctx;
-    int d = j->d, dv = j->dv, i0, j0, r, c;
+    int d = j->d, dv = j->dv, bq = j->bq, bk = j->bk, i0, j0, r, c;
     const ad_real *q = j->q + (size_t)p * j->tq * d, *k = j->k + (size_t)p * j->tk * d;
     const ad_real *v = j->v + (size_t)p * j->tk * dv;
     ad_real *o = j->o + (size_t)p * j->tq * dv, *lse = j->lse + (size_t)p * j->tq;
     ad_real *pack = j->pack + (size_t)thread * AD__PACK_PER_THREAD;
     ad_real *s = j->scratch + (size_t)thread * j->scratch_len;
-    ad_real *m = s + AD__ATTN_BQ * AD__ATTN_BK, *l = m + AD__ATTN_BQ, *alpha = l + AD__ATTN_BQ;
-    for (i0 = 0; i0 < j->tq; i0 += AD__ATTN_BQ) {
-        int nq = j->tq - i0 < AD__ATTN_BQ ? j->tq - i0 : AD__ATTN_BQ, kend = ad__attn_key_end(j, i0, nq);
-        for (j0 = 0; j0 < kend; j0 += AD__ATTN_BK) {
-            int nk = kend - j0 < AD__ATTN_BK ? kend - j0 : AD__ATTN_BK;
+    ad_real *m = s + bq * bk, *l = m + bq, *alpha = l + bq;
+    for (i0 = 0; i0 < j->tq; i0 += bq) {
+        int nq = j->tq - i0 < bq ? j->tq - i0 : bq, kend = ad__attn_key_end(j, i0, nq);
+        for (j0 = 0; j0 < kend; j0 += bk) {
+            int nk = kend - j0 < bk ? kend - j0 : bk;
             /* s = q_i k_j^T scale, less each row's running maximum; keys a row does not see are
                0 before the exp and after it */
             ad__gemm_alone(pack, 0, 1, nq, nk, d, q + (size_t)i0 * d, d, k + (size_t)j0 * d, d, s, nk, 0);
@@ -8982,24 +8987,24 @@ AD__PRIVATE void ad__attn_forward_task(void *ctx, int p, int thread)
 AD__PRIVATE void ad__attn_backward_task(void *ctx, int p, int thread)
 {
     const ad__attn_job *j = (const ad__attn_job *)ctx;
-    int d = j->d, dv = j->dv, i0, j0, r, c;
+    int d = j->d, dv = j->dv, bq = j->bq, bk = j->bk, i0, j0, r, c;
     size_t qo = (size_t)p * j->tq * d, ko = (size_t)p * j->tk * d, vo = (size_t)p * j->tk * dv;
     size_t oo = (size_t)p * j->tq * dv;
     const ad_real *q = j->q + qo, *k = j->k + ko, *v = j->v + vo, *o = j->o + oo, *g = j->g + oo;
     const ad_real *lse = j->lse + (size_t)p * j->tq;
     ad_real *dq = j->gq ? j->gq + qo : NULL, *dk = j->gk ? j->gk + ko : NULL, *dvp = j->gv ? j->gv + vo : NULL;
     ad_real *pack = j->pack + (size_t)thread * AD__PACK_PER_THREAD;
-    ad_real *s = j->scratch + (size_t)thread * j->scratch_len, *ds = s + AD__ATTN_BQ * AD__ATTN_BK;
-    ad_real *dsum = ds + AD__ATTN_BQ * AD__ATTN_BK;
+    ad_real *s = j->scratch + (size_t)thread * j->scratch_len, *ds = s + bq * bk;
+    ad_real *dsum = ds + bq * bk;
     /* fresh buffers first: where two of q, k and v are one tensor, the later target adds */
     if (dq && !j->add_q) memset(dq, 0, (size_t)j->tq * d * sizeof(ad_real));
     if (dk && !j->add_k) memset(dk, 0, (size_t)j->tk * d * sizeof(ad_real));
     if (dvp && !j->add_v) memset(dvp, 0, (size_t)j->tk * dv * sizeof(ad_real));
     for (r = 0; r < j->tq; r++) dsum[r] = ad__dot8(g + (size_t)r * dv, o + (size_t)r * dv, (size_t)dv);
-    for (j0 = 0; j0 < j->tk; j0 += AD__ATTN_BK) {
-        int nk = j->tk - j0 < AD__ATTN_BK ? j->tk - j0 : AD__ATTN_BK;
-        for (i0 = j->causal ? j0 / AD__ATTN_BQ * AD__ATTN_BQ : 0; i0 < j->tq; i0 += AD__ATTN_BQ) {
-            int nq = j->tq - i0 < AD__ATTN_BQ ? j->tq - i0 : AD__ATTN_BQ;
+    for (j0 = 0; j0 < j->tk; j0 += bk) {
+        int nk = j->tk - j0 < bk ? j->tk - j0 : bk;
+        for (i0 = j->causal ? j0 / bq * bq : 0; i0 < j->tq; i0 += bq) {
+            int nq = j->tq - i0 < bq ? j->tq - i0 : bq;
             ad__gemm_alone(pack, 0, 1, nq, nk, d, q + (size_t)i0 * d, d, k + (size_t)j0 * d, d, s, nk, 0);
             for (r = 0; r < nq; r++) {
                 ad_real *row = s + (size_t)r * nk, sub = lse[i0 + r];
@@ -9029,14 +9034,20 @@ AD__PRIVATE void ad__attn_backward_task(void *ctx, int p, int thread)
     }
 }
 
-/* Runs the tasks of job (B H pairs) over the tape's threads once the work is large enough,
-   with per-thread packing buffers and scratch_len values of scratch each. Returns 0, or -1
-   (with the tape's error set) when memory runs out. */
-AD__PRIVATE int ad__attn_run(ad_tape *T, ad__attn_job *job, ad__task_fn fn, int pairs, size_t scratch_len)
+/* Runs the forward or the backward tasks of job (B H pairs) over the tape's threads once the
+   work is large enough, with per-thread packing buffers and scratch. Returns 0, or -1 (with the
+   tape's error set) when memory runs out. */
+AD__PRIVATE int ad__attn_run(ad_tape *T, ad__attn_job *job, int backward, int pairs)
 {
     double macs = (double)pairs * job->tq * job->tk * (job->d + job->dv);
     int threads = macs >= AD__SPLIT_MACS && pairs > 1 ? ad__thread_count(T) : 1, p;
-    job->scratch_len = (scratch_len + 15) / 16 * 16; /* whole lines: each thread's stays aligned */
+    ad__task_fn fn = backward ? ad__attn_backward_task : ad__attn_forward_task;
+    size_t block;
+    job->bq = job->bk = job->causal ? AD__ATTN_BLOCK_CAUSAL : AD__ATTN_BLOCK;
+    block = (size_t)job->bq * job->bk;
+    /* forward: the block and three values per row; backward: two blocks and D_i of every row */
+    job->scratch_len = backward ? 2 * block + (size_t)job->tq : block + 3 * (size_t)job->bq;
+    job->scratch_len = (job->scratch_len + 15) / 16 * 16; /* whole lines: each thread's stays aligned */
     job->scratch = (ad_real *)ad__alloc(T, job->scratch_len * (size_t)threads * sizeof(ad_real), "ad_attention");
     if (!job->scratch) return -1;
     job->pack = ad__gemm_buffers(T, threads, 0);
@@ -9094,8 +9105,7 @@ AD__PRIVATE void ad__attention_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
         if ((wq && !(job.gq = ad__grad_target(S, q, &job.add_q))) ||
             (wk && !(job.gk = ad__grad_target(S, k, &job.add_k))) ||
             (wv && !(job.gv = ad__grad_target(S, v, &job.add_v))) ||
-            ad__attn_run(T, &job, ad__attn_backward_task, q->shape[0] * q->shape[1],
-                         2 * AD__ATTN_BQ * AD__ATTN_BK + (size_t)job.tq) != 0) {
+            ad__attn_run(T, &job, 1, q->shape[0] * q->shape[1]) != 0) {
             S->failed = 1;
             if (!T->has_error) ad__fail(T, "ad_attention: out of memory in the backward sweep");
         }
@@ -9157,7 +9167,7 @@ AUTODIFF_API ad_tensor *ad_attention(ad_tape *T, ad_tensor *q, ad_tensor *k, ad_
     job.dv = v->shape[3];
     job.causal = causal != 0;
     job.scale = scale;
-    if (ad__attn_run(T, &job, ad__attn_forward_task, pairs, AD__ATTN_BQ * AD__ATTN_BK + 3 * AD__ATTN_BQ) != 0)
+    if (ad__attn_run(T, &job, 0, pairs) != 0)
         return NULL;
     ins[0] = q;
     ins[1] = k;
