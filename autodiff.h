@@ -29,16 +29,16 @@
        >>api           declarations, grouped as in the implementation:
                        >>api:tape >>api:tensor >>api:rng >>api:backward >>api:elementwise
                        >>api:binary >>api:reduce >>api:shape >>api:index >>api:linalg >>api:nn
-                       >>api:conv >>api:layers >>api:rnn >>api:loss >>api:custom
-                       >>api:gradcheck >>api:params >>api:hooks >>api:optim >>api:checkpoint
-                       >>api:data
+                       >>api:conv >>api:layers >>api:rnn >>api:attention >>api:loss
+                       >>api:custom >>api:gradcheck >>api:params >>api:hooks >>api:optim
+                       >>api:checkpoint >>api:data
        >>impl          implementation: >>impl:platform >>impl:arena >>impl:threads >>impl:tape
                        >>impl:tensor >>impl:rng >>impl:sweep >>impl:autograd >>impl:kernels
                        >>impl:gemm >>ops:elementwise >>ops:binary >>ops:reduce >>ops:shape
                        >>ops:index >>ops:linalg >>ops:nn >>ops:conv >>ops:pool >>ops:dropout
-                       >>ops:norm >>ops:rnn >>ops:embedding >>ops:loss >>impl:custom
-                       >>impl:gradcheck >>impl:params >>impl:hooks >>impl:optim >>impl:checkpoint
-                       >>impl:data
+                       >>ops:norm >>ops:rnn >>ops:attention >>ops:embedding >>ops:loss
+                       >>impl:custom >>impl:gradcheck >>impl:params >>impl:hooks >>impl:optim
+                       >>impl:checkpoint >>impl:data
        >>license
 
    >>quickstart
@@ -696,6 +696,23 @@ AUTODIFF_API ad_tensor *ad_lstm_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_
    Returns h' [N, H]. Products, fused passes, derivatives and errors as ad_lstm_cell's. */
 AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *w_ih, ad_tensor *w_hh,
                                     ad_tensor *b_ih, ad_tensor *b_hh);
+
+/* >>api:attention: scaled dot-product attention ------------------------------------------- */
+/* softmax(q k^T scale + mask) v per batch and head (PyTorch's scaled_dot_product_attention):
+   q [B, H, Tq, D], k [B, H, Tk, D] and v [B, H, Tk, Dv] give [B, H, Tq, Dv]. scale 0 means
+   1 / sqrt(D). With causal set, query i sees keys 0..i only (PyTorch's is_causal, the mask
+   aligned at the top left when Tq != Tk). One fused op: the forward goes over blocks of query
+   rows and of keys with a running maximum and sum (FlashAttention's online softmax), so no
+   [Tq, Tk] matrix is kept; besides the result, the tape keeps the log of each query row's
+   softmax denominator, B H Tq values. A plain backward sweep recomputes the probabilities block
+   by block from q, k and those values and adds dq, dk and dv straight into their buffers; a
+   create_graph sweep records the same derivative with matmuls and a softmax, so higher
+   derivatives work. The (batch, head) pairs are split over the tape's threads; results are the
+   same bits for any thread count. Returns NULL (with the tape's error naming ad_attention and
+   the three shapes) when an input is not 4-D, B, H, the key count or D differ where they must
+   agree, or scale is not finite. q, k and v may be the same tensor. */
+AUTODIFF_API ad_tensor *ad_attention(ad_tape *T, ad_tensor *q, ad_tensor *k, ad_tensor *v, int causal,
+                                     ad_real scale);
 
 /* >>api:loss: every loss returns a scalar, the mean over the batch ---------------------------- */
 /* Cross-entropy of logits [N, C] against labels[N] in 0..C-1 (fused with log-softmax). */
@@ -1605,6 +1622,13 @@ static AD__UNUSED int ad__isa(void) { return ad__isa_features() & AD__ISA_LEVEL;
 #define AD__ZERO_PIECE 2048                      /* scalars Adam updates before zeroing their
                                                     gradients (zero_grad), so they are still in
                                                     the first-level cache */
+#define AD__ATTN_BLOCK 64                        /* query rows, and keys, of one block of the fused
+                                                    attention: its score block stays in the first
+                                                    level cache, against more passes of the
+                                                    running softmax and smaller products */
+#define AD__ATTN_BLOCK_CAUSAL 32                 /* the same with the causal mask: more of the
+                                                    masked triangle skipped, against smaller
+                                                    products */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define AD__PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -2054,6 +2078,11 @@ typedef struct ad__rnn_state {   /* >>ops:rnn: a cell, or a half of the LSTM's r
                                     [N, 3H] r z n (GRU) */
     const ad_real *aux;          /* LSTM: tanh(c') [N, H]; GRU: h w_hh^T + b_hh [N, 3H] */
 } ad__rnn_state;
+typedef struct ad__attention_state {
+    const ad_real *lse;          /* on the tape, [B, H, Tq]: log of each query row's softmax sum */
+    ad_real scale;
+    int causal;
+} ad__attention_state;
 
 typedef union ad__saved_state {
     ad__unary_state unary;
@@ -2069,6 +2098,7 @@ typedef union ad__saved_state {
     ad__avg_pool_state avg_pool;
     ad__xent_state xent;
     ad__rnn_state rnn;
+    ad__attention_state attention;
 } ad__saved_state;
 
 struct ad__node {
@@ -9392,6 +9422,307 @@ AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_t
     n->st.rnn.biases = (b_ih ? 1 : 0) | (b_hh ? 2 : 0);
     n->st.rnn.gates = job.gi;
     n->st.rnn.aux = job.gh;
+    return y;
+}
+
+/* >>ops:attention ---------------------------------------------------------------------------- */
+/* The fused kernels work on one (batch, head) pair at a time, in square blocks of query rows
+   by keys (AD__ATTN_BLOCK, or AD__ATTN_BLOCK_CAUSAL with the mask, whose blocks above the
+   diagonal are skipped): the block's scores come from one small GEMM on the calling thread's
+   packing buffers, the softmax runs along its rows, and another GEMM takes the block to the
+   output. Each pair is one task, computed by the same code on whichever thread claims it, so
+   the bits do not depend on the thread count. */
+typedef struct ad__attn_job {
+    const ad_real *q, *k, *v;
+    ad_real *o, *lse;            /* forward: written; backward: o and lse read */
+    const ad_real *g;            /* backward: the output's gradient */
+    ad_real *gq, *gk, *gv;       /* backward: the inputs' gradients, NULL when not wanted */
+    int add_q, add_k, add_v;
+    ad_real *pack, *scratch;     /* per thread: AD__PACK_PER_THREAD and scratch_len values */
+    size_t scratch_len;
+    int tq, tk, d, dv, causal;
+    int bq, bk;                  /* query rows and keys of a block */
+    ad_real scale;
+} ad__attn_job;
+
+/* Keys of the block starting at key j0 (nk of them) that query row i sees. */
+AD__INLINE int ad__attn_valid(const ad__attn_job *j, int i, int j0, int nk)
+{
+    int last = i - j0 + 1;
+    if (!j->causal) return nk;
+    return last < 0 ? 0 : last < nk ? last : nk;
+}
+
+/* exp of n values in place, with the vector exp where there is one. */
+AD__INLINE void ad__attn_exp(ad_real *x, size_t n)
+{
+    size_t i;
+    if (ad__unary_vectorised(AD__U_EXP, x, x, n)) return;
+    for (i = 0; i < n; i++) x[i] = AD__F(exp)(x[i]);
+}
+
+/* The keys that the query rows [i0, i0 + nq) see: all of them, or up to the last row's. */
+AD__INLINE int ad__attn_key_end(const ad__attn_job *j, int i0, int nq)
+{
+    return j->causal && i0 + nq < j->tk ? i0 + nq : j->tk;
+}
+
+/* Forward of pair p: o = softmax(q k^T scale + mask) v and lse, its rows' log-sum-exp. */
+AD__PRIVATE void ad__attn_forward_task(void *ctx, int p, int thread)
+{
+    const ad__attn_job *j = (const ad__attn_job *)ctx;
+    int d = j->d, dv = j->dv, bq = j->bq, bk = j->bk, i0, j0, r, c;
+    const ad_real *q = j->q + (size_t)p * j->tq * d, *k = j->k + (size_t)p * j->tk * d;
+    const ad_real *v = j->v + (size_t)p * j->tk * dv;
+    ad_real *o = j->o + (size_t)p * j->tq * dv, *lse = j->lse + (size_t)p * j->tq;
+    ad_real *pack = j->pack + (size_t)thread * AD__PACK_PER_THREAD;
+    ad_real *s = j->scratch + (size_t)thread * j->scratch_len;
+    ad_real *m = s + bq * bk, *l = m + bq, *alpha = l + bq;
+    for (i0 = 0; i0 < j->tq; i0 += bq) {
+        int nq = j->tq - i0 < bq ? j->tq - i0 : bq, kend = ad__attn_key_end(j, i0, nq);
+        for (j0 = 0; j0 < kend; j0 += bk) {
+            int nk = kend - j0 < bk ? kend - j0 : bk;
+            /* s = q_i k_j^T scale, less each row's running maximum; keys a row does not see are
+               0 before the exp and after it */
+            ad__gemm_alone(pack, 0, 1, nq, nk, d, q + (size_t)i0 * d, d, k + (size_t)j0 * d, d, s, nk, 0);
+            for (r = 0; r < nq; r++) {
+                ad_real *row = s + (size_t)r * nk, mx;
+                int valid = ad__attn_valid(j, i0 + r, j0, nk);
+                for (c = 0; c < valid; c++) row[c] *= j->scale;
+                for (c = valid; c < nk; c++) row[c] = 0;
+                if (valid == 0) {
+                    alpha[r] = 1; /* the first block always has a key for every row */
+                    continue;
+                }
+                mx = ad__max8(row, (size_t)valid);
+                if (j0 == 0) {
+                    m[r] = mx;
+                    l[r] = 0;
+                    alpha[r] = 0;
+                } else {
+                    ad_real mn = mx > m[r] ? mx : m[r];
+                    alpha[r] = AD__F(exp)(m[r] - mn);
+                    m[r] = mn;
+                }
+                for (c = 0; c < valid; c++) row[c] -= m[r];
+            }
+            ad__attn_exp(s, (size_t)nq * nk);
+            for (r = 0; r < nq; r++) {
+                ad_real *row = s + (size_t)r * nk;
+                int valid = ad__attn_valid(j, i0 + r, j0, nk);
+                for (c = valid; c < nk; c++) row[c] = 0;
+                l[r] = l[r] * alpha[r] + ad__sum8(row, (size_t)valid);
+                if (j0 > 0 && alpha[r] != 1) {
+                    ad_real *orow = o + (size_t)(i0 + r) * dv;
+                    for (c = 0; c < dv; c++) orow[c] *= alpha[r];
+                }
+            }
+            ad__gemm_alone(pack, 0, 0, nq, dv, nk, s, nk, v + (size_t)j0 * dv, dv, o + (size_t)i0 * dv, dv, j0 > 0);
+        }
+        for (r = 0; r < nq; r++) {
+            ad_real *orow = o + (size_t)(i0 + r) * dv, inv = 1 / l[r];
+            for (c = 0; c < dv; c++) orow[c] *= inv;
+            lse[i0 + r] = m[r] + AD__F(log)(l[r]);
+        }
+    }
+}
+
+/* Backward of pair p (FlashAttention-2's): with D_i = sum(g_i o_i), per block
+   P = exp(q_i k_j^T scale - lse_i), dv_j += P^T g_i, dS = P (g_i v_j^T - D_i) scale,
+   dq_i += dS k_j and dk_j += dS^T q_i. */
+AD__PRIVATE void ad__attn_backward_task(void *ctx, int p, int thread)
+{
+    const ad__attn_job *j = (const ad__attn_job *)ctx;
+    int d = j->d, dv = j->dv, bq = j->bq, bk = j->bk, i0, j0, r, c;
+    size_t qo = (size_t)p * j->tq * d, ko = (size_t)p * j->tk * d, vo = (size_t)p * j->tk * dv;
+    size_t oo = (size_t)p * j->tq * dv;
+    const ad_real *q = j->q + qo, *k = j->k + ko, *v = j->v + vo, *o = j->o + oo, *g = j->g + oo;
+    const ad_real *lse = j->lse + (size_t)p * j->tq;
+    ad_real *dq = j->gq ? j->gq + qo : NULL, *dk = j->gk ? j->gk + ko : NULL, *dvp = j->gv ? j->gv + vo : NULL;
+    ad_real *pack = j->pack + (size_t)thread * AD__PACK_PER_THREAD;
+    ad_real *s = j->scratch + (size_t)thread * j->scratch_len, *ds = s + bq * bk;
+    ad_real *dsum = ds + bq * bk;
+    /* fresh buffers first: where two of q, k and v are one tensor, the later target adds */
+    if (dq && !j->add_q) memset(dq, 0, (size_t)j->tq * d * sizeof(ad_real));
+    if (dk && !j->add_k) memset(dk, 0, (size_t)j->tk * d * sizeof(ad_real));
+    if (dvp && !j->add_v) memset(dvp, 0, (size_t)j->tk * dv * sizeof(ad_real));
+    for (r = 0; r < j->tq; r++) dsum[r] = ad__dot8(g + (size_t)r * dv, o + (size_t)r * dv, (size_t)dv);
+    for (j0 = 0; j0 < j->tk; j0 += bk) {
+        int nk = j->tk - j0 < bk ? j->tk - j0 : bk;
+        for (i0 = j->causal ? j0 / bq * bq : 0; i0 < j->tq; i0 += bq) {
+            int nq = j->tq - i0 < bq ? j->tq - i0 : bq;
+            ad__gemm_alone(pack, 0, 1, nq, nk, d, q + (size_t)i0 * d, d, k + (size_t)j0 * d, d, s, nk, 0);
+            for (r = 0; r < nq; r++) {
+                ad_real *row = s + (size_t)r * nk, sub = lse[i0 + r];
+                int valid = ad__attn_valid(j, i0 + r, j0, nk);
+                for (c = 0; c < valid; c++) row[c] = row[c] * j->scale - sub;
+                for (c = valid; c < nk; c++) row[c] = 0;
+            }
+            ad__attn_exp(s, (size_t)nq * nk);
+            for (r = 0; r < nq; r++) {
+                int valid = ad__attn_valid(j, i0 + r, j0, nk);
+                for (c = valid; c < nk; c++) s[(size_t)r * nk + c] = 0;
+            }
+            if (dvp)
+                ad__gemm_alone(pack, 1, 0, nk, dv, nq, s, nk, g + (size_t)i0 * dv, dv, dvp + (size_t)j0 * dv, dv, 1);
+            if (!dq && !dk) continue;
+            ad__gemm_alone(pack, 0, 1, nq, nk, dv, g + (size_t)i0 * dv, dv, v + (size_t)j0 * dv, dv, ds, nk, 0);
+            for (r = 0; r < nq; r++) {
+                const ad_real *prow = s + (size_t)r * nk;
+                ad_real *row = ds + (size_t)r * nk, sub = dsum[i0 + r];
+                for (c = 0; c < nk; c++) row[c] = prow[c] * (row[c] - sub) * j->scale;
+            }
+            if (dq)
+                ad__gemm_alone(pack, 0, 0, nq, d, nk, ds, nk, k + (size_t)j0 * d, d, dq + (size_t)i0 * d, d, 1);
+            if (dk)
+                ad__gemm_alone(pack, 1, 0, nk, d, nq, ds, nk, q + (size_t)i0 * d, d, dk + (size_t)j0 * d, d, 1);
+        }
+    }
+}
+
+/* Runs the forward or the backward tasks of job (B H pairs) over the tape's threads once the
+   work is large enough, with per-thread packing buffers and scratch. Returns 0, or -1 (with the
+   tape's error set) when memory runs out. */
+AD__PRIVATE int ad__attn_run(ad_tape *T, ad__attn_job *job, int backward, int pairs)
+{
+    double macs = (double)pairs * job->tq * job->tk * (job->d + job->dv);
+    int threads = macs >= AD__SPLIT_MACS && pairs > 1 ? ad__thread_count(T) : 1, p;
+    ad__task_fn fn = backward ? ad__attn_backward_task : ad__attn_forward_task;
+    size_t block;
+    job->bq = job->bk = job->causal ? AD__ATTN_BLOCK_CAUSAL : AD__ATTN_BLOCK;
+    block = (size_t)job->bq * job->bk;
+    /* forward: the block and three values per row; backward: two blocks and D_i of every row */
+    job->scratch_len = backward ? 2 * block + (size_t)job->tq : block + 3 * (size_t)job->bq;
+    job->scratch_len = (job->scratch_len + 15) / 16 * 16; /* whole lines: each thread's stays aligned */
+    job->scratch = (ad_real *)ad__alloc(T, job->scratch_len * (size_t)threads * sizeof(ad_real), "ad_attention");
+    if (!job->scratch) return -1;
+    job->pack = ad__gemm_buffers(T, threads, 0);
+    if (!job->pack) {
+        ad__fail(T, "ad_attention: out of memory for the packing buffer");
+        return -1;
+    }
+    if (threads > 1) ad__parallel(T, fn, job, pairs);
+    else
+        for (p = 0; p < pairs; p++) fn(job, p, 0);
+    return 0;
+}
+
+/* The softmax probabilities of the scores, recorded with ops (for create_graph sweeps). */
+AD__PRIVATE ad_tensor *ad__attn_probs(ad_tape *T, ad_tensor *q, ad_tensor *k, const ad__attention_state *st)
+{
+    ad_tensor *s = ad_mul_scalar(T, ad_matmul_t(T, q, k, 0, 1), st->scale);
+    if (!s) return NULL;
+    if (st->causal) {
+        int shape[2], i, c;
+        ad_tensor *mask;
+        shape[0] = q->shape[2];
+        shape[1] = k->shape[2];
+        mask = ad__tensor(T, "ad_attention", 2, shape, 1);
+        if (!mask) return NULL;
+        for (i = 0; i < shape[0]; i++)
+            for (c = 0; c < shape[1]; c++) mask->data[(size_t)i * shape[1] + c] = c > i;
+        /* a finite fill: its exp is 0 all the same, and anomaly mode sees no Inf */
+        s = ad_masked_fill(T, s, mask, (ad_real)-1e30);
+    }
+    return ad_softmax(T, s, -1);
+}
+
+AD__PRIVATE void ad__attention_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2], *p, *dp, *ds;
+    const ad__attention_state *st = &n->st.attention;
+    int wq = ad__wants(S, q), wk = ad__wants(S, k), wv = ad__wants(S, v);
+    if (!S->create_graph) {
+        ad__attn_job job;
+        memset(&job, 0, sizeof job);
+        job.q = q->data;
+        job.k = k->data;
+        job.v = v->data;
+        job.o = n->out->data;
+        job.lse = (ad_real *)st->lse;
+        job.g = g->data;
+        job.tq = q->shape[2];
+        job.tk = k->shape[2];
+        job.d = q->shape[3];
+        job.dv = v->shape[3];
+        job.causal = st->causal;
+        job.scale = st->scale;
+        if ((wq && !(job.gq = ad__grad_target(S, q, &job.add_q))) ||
+            (wk && !(job.gk = ad__grad_target(S, k, &job.add_k))) ||
+            (wv && !(job.gv = ad__grad_target(S, v, &job.add_v))) ||
+            ad__attn_run(T, &job, 1, q->shape[0] * q->shape[1]) != 0) {
+            S->failed = 1;
+            if (!T->has_error) ad__fail(T, "ad_attention: out of memory in the backward sweep");
+        }
+        return;
+    }
+    p = ad__attn_probs(T, q, k, st);
+    if (wv) ad__accum(S, v, ad_matmul_t(T, p, g, 1, 0), 1);
+    if (!wq && !wk) return;
+    /* the softmax's derivative, then the scale: dS = P (dP - sum(dP P)) scale */
+    dp = ad_matmul_t(T, g, v, 0, 1);
+    ds = ad_mul_scalar(T, ad_mul(T, p, ad_sub(T, dp, ad_sum_axis(T, ad_mul(T, dp, p), -1, 1))), st->scale);
+    if (wq) ad__accum(S, q, ad_matmul(T, ds, k), 1);
+    if (wk) ad__accum(S, k, ad_matmul_t(T, ds, q, 1, 0), 1);
+}
+
+AUTODIFF_API ad_tensor *ad_attention(ad_tape *T, ad_tensor *q, ad_tensor *k, ad_tensor *v, int causal,
+                                     ad_real scale)
+{
+    int shape[4], pairs;
+    ad_tensor *y, *lse, *ins[3];
+    ad__node *node;
+    ad__attn_job job;
+    char sq[96], sk[96], sv[96];
+    const char *why = NULL;
+    if (!T || !q || !k || !v) return NULL;
+    if (!ad__on_tape(T, "ad_attention", "q", q) || !ad__on_tape(T, "ad_attention", "k", k) ||
+        !ad__on_tape(T, "ad_attention", "v", v))
+        return NULL;
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4) why = "each must be [B, H, T, D]";
+    else if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || k->shape[1] != q->shape[1] ||
+             v->shape[1] != q->shape[1])
+        why = "B and H must agree";
+    else if (v->shape[2] != k->shape[2]) why = "k and v must have as many keys";
+    else if (k->shape[3] != q->shape[3]) why = "q and k must have the same D";
+    else if (!(scale - scale == 0)) why = "scale must be finite";
+    if (why) {
+        ad__fail(T, "ad_attention: q %s, k %s, v %s: %s", ad_shape_str(q, sq, sizeof sq),
+                 ad_shape_str(k, sk, sizeof sk), ad_shape_str(v, sv, sizeof sv), why);
+        return NULL;
+    }
+    if (scale == 0) scale = 1 / AD__F(sqrt)((ad_real)q->shape[3]);
+    shape[0] = q->shape[0];
+    shape[1] = q->shape[1];
+    shape[2] = q->shape[2];
+    shape[3] = v->shape[3];
+    pairs = shape[0] * shape[1];
+    y = ad__tensor(T, "ad_attention", 4, shape, 1);
+    lse = ad__tensor(T, "ad_attention", 3, shape, 1);
+    if (!y || !lse) return NULL;
+    memset(&job, 0, sizeof job);
+    job.q = q->data;
+    job.k = k->data;
+    job.v = v->data;
+    job.o = y->data;
+    job.lse = lse->data;
+    job.tq = q->shape[2];
+    job.tk = k->shape[2];
+    job.d = q->shape[3];
+    job.dv = v->shape[3];
+    job.causal = causal != 0;
+    job.scale = scale;
+    if (ad__attn_run(T, &job, 0, pairs) != 0)
+        return NULL;
+    ins[0] = q;
+    ins[1] = k;
+    ins[2] = v;
+    node = ad__record(T, "ad_attention", y, ad__attention_backward, ins, 3);
+    if (!node) return NULL;
+    node->st.attention.lse = lse->data;
+    node->st.attention.scale = scale;
+    node->st.attention.causal = causal != 0;
     return y;
 }
 
