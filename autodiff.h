@@ -217,7 +217,9 @@
                       ops, or on arrays for first order); ad_gradcheck; gradient hooks,
                       ad_retain_grad and a store's gradient-complete hook; anomaly mode and
                       ad_set_name; ad_tape_write_dot; ad_item and ad_grad_item refuse tensors
-                      of more than one element.
+                      of more than one element. Sequence models: ad_attention (fused scaled
+                      dot-product attention, optional causal mask, no [T, T] matrix kept),
+                      ad_lstm_cell and ad_gru_cell (fused gates).
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
