@@ -1538,19 +1538,27 @@ enum {
     AD__ISA_BF16 = 4             /* AVX512-BF16, with AD__ISA_AVX512 */
 };
 
-static AD__UNUSED int ad__isa_features(void)
+/* the vector level: AD__ISA_PLAIN, AD__ISA_AVX2 or AD__ISA_AVX512 (read on every op's kernel
+   choice, so it asks for nothing more) */
+static AD__UNUSED int ad__isa(void)
 {
 #if AD__X86_DISPATCH
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2 && __builtin_cpu_supports("avx512f"))
-        return AD__ISA_AVX512 | (__builtin_cpu_supports("avx512bf16") ? AD__ISA_BF16 : 0);
+    if (avx2 && __builtin_cpu_supports("avx512f")) return AD__ISA_AVX512;
     if (avx2) return AD__ISA_AVX2;
 #endif
     return AD__ISA_PLAIN;
 }
 
-/* the vector level: AD__ISA_PLAIN, AD__ISA_AVX2 or AD__ISA_AVX512 */
-static AD__UNUSED int ad__isa(void) { return ad__isa_features() & AD__ISA_LEVEL; }
+/* the level and the extensions beside it */
+static AD__UNUSED int ad__isa_features(void)
+{
+    int level = ad__isa();
+#if AD__X86_DISPATCH
+    if (level == AD__ISA_AVX512 && __builtin_cpu_supports("avx512bf16")) return level | AD__ISA_BF16;
+#endif
+    return level;
+}
 
 /* vector shuffles with constant lane lists (clang, GCC 12 and later) */
 #if defined(__has_builtin)
@@ -9224,11 +9232,21 @@ AD__PRIVATE ad_tensor *ad__lstm_half(ad_tape *T, ad_tensor *y, int kind)
 }
 
 /* Appends the biases given to a cell's first `count` inputs; returns the new count. */
-AD__PRIVATE int ad__rnn_inputs(ad_tensor **ins, int count, ad_tensor *b_ih, ad_tensor *b_hh)
+/* Records a cell's entry: its inputs ins[0 .. count-1], then the biases given, and its state. */
+AD__PRIVATE ad__node *ad__rnn_record(ad_tape *T, const char *op, ad_tensor *y, ad__backward_fn bw, ad_tensor **ins,
+                                     int count, ad_tensor *b_ih, ad_tensor *b_hh, int kind, const ad_real *gates,
+                                     const ad_real *aux)
 {
+    ad__node *n;
     if (b_ih) ins[count++] = b_ih;
     if (b_hh) ins[count++] = b_hh;
-    return count;
+    n = ad__record(T, op, y, bw, ins, count);
+    if (!n) return NULL;
+    n->st.rnn.kind = kind;
+    n->st.rnn.biases = (b_ih ? 1 : 0) | (b_hh ? 2 : 0);
+    n->st.rnn.gates = gates;
+    n->st.rnn.aux = aux;
+    return n;
 }
 
 AUTODIFF_API ad_tensor *ad_lstm_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *c, ad_tensor *w_ih,
@@ -9236,8 +9254,7 @@ AUTODIFF_API ad_tensor *ad_lstm_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_
 {
     ad__lstm_job job;
     ad_tensor *y, *ins[7], *hn;
-    ad__node *n;
-    int shape[3], rows, H, nin;
+    int shape[3], rows, H;
     if (c_out) *c_out = NULL;
     if (!T || !x || !h || !c || !w_ih || !w_hh) return NULL;
     if (!ad__rnn_check(T, "ad_lstm_cell", 4, x, h, c, w_ih, w_hh, b_ih, b_hh)) return NULL;
@@ -9268,13 +9285,9 @@ AUTODIFF_API ad_tensor *ad_lstm_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_
     ins[2] = c;
     ins[3] = w_ih;
     ins[4] = w_hh;
-    nin = ad__rnn_inputs(ins, 5, b_ih, b_hh);
-    n = ad__record(T, "ad_lstm_cell", y, ad__lstm_backward, ins, nin);
-    if (!n) return NULL;
-    n->st.rnn.kind = AD__RNN_LSTM;
-    n->st.rnn.biases = (b_ih ? 1 : 0) | (b_hh ? 2 : 0);
-    n->st.rnn.gates = job.gates;
-    n->st.rnn.aux = job.tc;
+    if (!ad__rnn_record(T, "ad_lstm_cell", y, ad__lstm_backward, ins, 5, b_ih, b_hh, AD__RNN_LSTM, job.gates,
+                        job.tc))
+        return NULL;
     hn = ad__lstm_half(T, y, AD__RNN_LSTM_H);
     *c_out = ad__lstm_half(T, y, AD__RNN_LSTM_C);
     return *c_out ? hn : NULL;
@@ -9394,8 +9407,7 @@ AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_t
 {
     ad__gru_job job;
     ad_tensor *y, *ins[6];
-    ad__node *n;
-    int rows, H, nin;
+    int rows, H;
     if (!T || !x || !h || !w_ih || !w_hh) return NULL;
     if (!ad__rnn_check(T, "ad_gru_cell", 3, x, h, NULL, w_ih, w_hh, b_ih, b_hh)) return NULL;
     rows = h->shape[0];
@@ -9417,13 +9429,8 @@ AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_t
     ins[1] = h;
     ins[2] = w_ih;
     ins[3] = w_hh;
-    nin = ad__rnn_inputs(ins, 4, b_ih, b_hh);
-    n = ad__record(T, "ad_gru_cell", y, ad__gru_backward, ins, nin);
-    if (!n) return NULL;
-    n->st.rnn.kind = AD__RNN_GRU;
-    n->st.rnn.biases = (b_ih ? 1 : 0) | (b_hh ? 2 : 0);
-    n->st.rnn.gates = job.gi;
-    n->st.rnn.aux = job.gh;
+    if (!ad__rnn_record(T, "ad_gru_cell", y, ad__gru_backward, ins, 4, b_ih, b_hh, AD__RNN_GRU, job.gi, job.gh))
+        return NULL;
     return y;
 }
 

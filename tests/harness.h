@@ -2,7 +2,8 @@
    central finite differences (build the tests with -DAUTODIFF_DOUBLE).
 
    A test program includes autodiff.h with its implementation, then this file, calls TH_CHECK and
-   the th_gradcheck family (a front to the library's ad_gradcheck), and returns th_summary(), which prints "N passed, N failed". */
+   the th_gradcheck family (a front to the library's ad_gradcheck), and returns th_summary(),
+   which prints "N passed, N failed". */
 #ifndef TESTS_HARNESS_H
 #define TESTS_HARNESS_H
 
