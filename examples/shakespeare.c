@@ -1,0 +1,669 @@
+/* shakespeare.c - a character-level language model of Tiny Shakespeare, trained with autodiff.h.
+
+   Build:  cc -O2 examples/shakespeare.c -o shakespeare -lm
+   Run:    ./shakespeare --data data/tinyshakespeare          (./shakespeare --help lists the options)
+
+   The data is the text file input.txt of Tiny Shakespeare (or any text: --data names the file
+   or its folder); its first 90% trains, the rest validates, and its sorted set of bytes is the
+   vocabulary. The default model and recipe are nanoGPT's shakespeare_char for the CPU: a GPT of
+   4 layers, 4 heads and 128-wide embeddings over a context of 64 characters, batches of 12,
+   2000 steps of AdamW (lr 1e-3, betas 0.9 and 0.99, weight decay 0.1 on matrices, gradients
+   clipped at norm 1) with 100 warm-up steps and cosine decay to 1e-4. --model lstm or gru
+   trains a recurrent model instead, by truncated backpropagation through time: the batch's rows
+   read the training text as consecutive streams, and each step carries its state into the next.
+
+   While it trains it shows a progress bar on a terminal (plain lines otherwise), and every
+   --eval-interval steps the mean loss of --eval-batches random batches of each split. After
+   the last step it estimates both losses again on --final-batches batches, saves a checkpoint
+   (the model, its configuration and vocabulary, the optimizer), writes an SVG plot of the
+   losses, and prints 500 characters sampled from the model. --sample-only CKPT prints a sample
+   of a saved model. The last line of a training run is "val loss: X.XXXX". */
+#define STB_IMAGE_IMPLEMENTATION
+#include <stb/stb_image.h>
+#define AUTODIFF_IMPLEMENTATION
+#include "../autodiff.h"
+#include "char_model.h"
+
+#include <time.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#define STDERR_IS_TERMINAL() isatty(2)
+#else
+#define STDERR_IS_TERMINAL() 0
+#endif
+
+typedef struct options {
+    const char *data, *checkpoint, *plot, *sample_only, *start;
+    int model, iters, batch, ctx, layers, heads, embd, warmup, eval_interval, eval_batches, final_batches;
+    int threads, sample_chars, limit, quiet;
+    double lr, min_lr, beta1, beta2, weight_decay, clip, temperature;
+    unsigned long long seed;
+} options;
+
+static void usage(const char *argv0)
+{
+    printf("usage: %s [options]\n"
+           "  --data PATH          the text, or the folder with input.txt (default data/tinyshakespeare)\n"
+           "  --model NAME         gpt, lstm or gru (default gpt)\n"
+           "  --iters N            optimizer steps (default 2000)\n"
+           "  --batch N            sequences per step (default 12 for gpt, 32 for lstm and gru)\n"
+           "  --context N          characters per sequence (default 64)\n"
+           "  --layers N           blocks or recurrent layers (default 4 for gpt, 2 otherwise)\n"
+           "  --heads N            attention heads (gpt; default 4)\n"
+           "  --embd N             embedding width, the hidden size of a recurrent model (default 128\n"
+           "                       for gpt, 256 otherwise)\n"
+           "  --lr X               peak learning rate (default 1e-3 for gpt, 2e-3 otherwise)\n"
+           "  --min-lr X           learning rate at the end of the cosine decay (default lr / 10)\n"
+           "  --warmup N           steps of linear warm-up (default 100)\n"
+           "  --beta1 X, --beta2 X AdamW's betas (default 0.9, 0.99)\n"
+           "  --weight-decay X     AdamW's weight decay of the matrices (default 0.1)\n"
+           "  --clip X             largest gradient norm, 0 for none (default 1.0)\n"
+           "  --eval-interval N    steps between loss estimates (default 250)\n"
+           "  --eval-batches N     batches of each split per estimate (default 20)\n"
+           "  --final-batches N    batches of each split for the final estimate (default 200)\n"
+           "  --limit N            use the first N characters of the text only\n"
+           "  --seed N             seed of initialisation, batches and sampling (default 1)\n"
+           "  --threads N          threads (default: all cores, or AUTODIFF_THREADS)\n"
+           "  --checkpoint PATH    where to save the model (default shakespeare.ckpt)\n"
+           "  --plot PATH          where to write the SVG plot of the losses (default shakespeare.svg)\n"
+           "  --sample-chars N     characters to sample at the end (default 500)\n"
+           "  --temperature X      sampling temperature (default 1.0)\n"
+           "  --start TEXT         the text the sample continues (default a newline)\n"
+           "  --sample-only CKPT   print a sample of the model saved in CKPT and stop\n"
+           "  --quiet              no progress bar\n"
+           "  --help               this text\n",
+           argv0);
+}
+
+static int parse_options(int argc, char **argv, options *o)
+{
+    int i;
+    memset(o, 0, sizeof *o);
+    o->data = "data/tinyshakespeare";
+    o->checkpoint = "shakespeare.ckpt";
+    o->plot = "shakespeare.svg";
+    o->start = "\n";
+    o->model = CHAR_GPT;
+    o->iters = 2000;
+    o->ctx = 64;
+    o->heads = 4;
+    o->warmup = 100;
+    o->eval_interval = 250;
+    o->eval_batches = 20;
+    o->final_batches = 200;
+    o->sample_chars = 500;
+    o->beta1 = 0.9;
+    o->beta2 = 0.99;
+    o->weight_decay = 0.1;
+    o->clip = 1.0;
+    o->temperature = 1.0;
+    o->seed = 1;
+    o->min_lr = -1;
+    for (i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            usage(argv[0]);
+            exit(0);
+        }
+        if (!strcmp(arg, "--quiet")) {
+            o->quiet = 1;
+            continue;
+        }
+        if (!val) {
+            fprintf(stderr, "%s: %s needs a value (see --help)\n", argv[0], arg);
+            return -1;
+        }
+        i++;
+        if (!strcmp(arg, "--data")) o->data = val;
+        else if (!strcmp(arg, "--model")) {
+            for (o->model = 0; o->model < 3 && strcmp(val, char_kind_names[o->model]); o->model++) continue;
+            if (o->model == 3) {
+                fprintf(stderr, "%s: --model is gpt, lstm or gru\n", argv[0]);
+                return -1;
+            }
+        } else if (!strcmp(arg, "--iters")) o->iters = atoi(val);
+        else if (!strcmp(arg, "--batch")) o->batch = atoi(val);
+        else if (!strcmp(arg, "--context")) o->ctx = atoi(val);
+        else if (!strcmp(arg, "--layers")) o->layers = atoi(val);
+        else if (!strcmp(arg, "--heads")) o->heads = atoi(val);
+        else if (!strcmp(arg, "--embd")) o->embd = atoi(val);
+        else if (!strcmp(arg, "--lr")) o->lr = atof(val);
+        else if (!strcmp(arg, "--min-lr")) o->min_lr = atof(val);
+        else if (!strcmp(arg, "--warmup")) o->warmup = atoi(val);
+        else if (!strcmp(arg, "--beta1")) o->beta1 = atof(val);
+        else if (!strcmp(arg, "--beta2")) o->beta2 = atof(val);
+        else if (!strcmp(arg, "--weight-decay")) o->weight_decay = atof(val);
+        else if (!strcmp(arg, "--clip")) o->clip = atof(val);
+        else if (!strcmp(arg, "--eval-interval")) o->eval_interval = atoi(val);
+        else if (!strcmp(arg, "--eval-batches")) o->eval_batches = atoi(val);
+        else if (!strcmp(arg, "--final-batches")) o->final_batches = atoi(val);
+        else if (!strcmp(arg, "--limit")) o->limit = atoi(val);
+        else if (!strcmp(arg, "--seed")) o->seed = strtoull(val, NULL, 10);
+        else if (!strcmp(arg, "--threads")) o->threads = atoi(val);
+        else if (!strcmp(arg, "--checkpoint")) o->checkpoint = val;
+        else if (!strcmp(arg, "--plot")) o->plot = val;
+        else if (!strcmp(arg, "--sample-chars")) o->sample_chars = atoi(val);
+        else if (!strcmp(arg, "--temperature")) o->temperature = atof(val);
+        else if (!strcmp(arg, "--start")) o->start = val;
+        else if (!strcmp(arg, "--sample-only")) o->sample_only = val;
+        else {
+            fprintf(stderr, "%s: unknown option %s (see --help)\n", argv[0], arg);
+            return -1;
+        }
+    }
+    if (!o->batch) o->batch = o->model == CHAR_GPT ? 12 : 32;
+    if (!o->layers) o->layers = o->model == CHAR_GPT ? 4 : 2;
+    if (!o->embd) o->embd = o->model == CHAR_GPT ? 128 : 256;
+    if (o->lr <= 0) o->lr = o->model == CHAR_GPT ? 1e-3 : 2e-3;
+    if (o->min_lr < 0) o->min_lr = o->lr / 10;
+    if (o->iters < 1 || o->batch < 1 || o->ctx < 1 || o->layers < 1 || o->layers > CHAR_MAX_LAYERS ||
+        o->heads < 1 || o->embd < 1 || o->embd % o->heads != 0 || o->warmup < 0 || o->eval_interval < 1 ||
+        o->eval_batches < 1 || o->final_batches < 1 || o->threads < 0 || o->limit < 0 || o->sample_chars < 0 ||
+        !(o->temperature > 0) || o->clip < 0 || o->beta1 < 0 || o->beta1 >= 1 || o->beta2 < 0 || o->beta2 >= 1) {
+        fprintf(stderr, "%s: an option is out of range: counts must be positive, layers at most %d, embd a "
+                        "multiple of heads, temperature positive, betas in [0, 1) (see --help)\n",
+                argv[0], CHAR_MAX_LAYERS);
+        return -1;
+    }
+    return 0;
+}
+
+/* Wall-clock seconds (processor time before C11). */
+static double seconds(void)
+{
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+    struct timespec t;
+    timespec_get(&t, TIME_UTC);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+#else
+    return (double)clock() / CLOCKS_PER_SEC;
+#endif
+}
+
+static const char *tape_error(const ad_tape *T)
+{
+    const char *e = ad_tape_error(T);
+    return e ? e : "unknown error";
+}
+
+/* ---- the text ---- */
+
+/* Reads the file at path (or path/input.txt when path is a folder) into *text. Returns its
+   length, or -1 with a message. */
+static long read_text(const char *path, unsigned char **text)
+{
+    char name[4096];
+    FILE *f = NULL;
+    long n = -1;
+    size_t len = strlen(path);
+    if (len + 12 < sizeof name) {
+        snprintf(name, sizeof name, "%s%sinput.txt", path, len && path[len - 1] == '/' ? "" : "/");
+        f = fopen(name, "rb");
+    }
+    if (!f) f = fopen(path, "rb");
+    if (!f || fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fprintf(stderr, "cannot read %s (nor %s/input.txt)\n(make shakespeare finds or downloads Tiny Shakespeare; "
+                        "or pass --data with a text file or its folder)\n", path, path);
+        if (f) fclose(f);
+        return -1;
+    }
+    *text = (unsigned char *)malloc((size_t)n + 1);
+    if (!*text || fread(*text, 1, (size_t)n, f) != (size_t)n) {
+        fprintf(stderr, "cannot read %s: %s\n", path, *text ? "short read" : "out of memory");
+        fclose(f);
+        return -1;
+    }
+    fclose(f);
+    return n;
+}
+
+/* A split of the encoded text. */
+typedef struct split {
+    const int *ids;
+    long n;
+} split;
+
+/* ---- batches ---- */
+
+/* GPT: B windows of L + 1 characters at random places of s, as nanoGPT's get_batch: inputs
+   x[b][t] and targets y[b][t] = the next character. */
+static void random_batch(const split *s, int B, int L, ad_rng *rng, int *x, int *y)
+{
+    int b;
+    for (b = 0; b < B; b++) {
+        long at = (long)ad_rng_below(rng, (uint64_t)(s->n - L));
+        memcpy(x + (size_t)b * L, s->ids + at, (size_t)L * sizeof(int));
+        memcpy(y + (size_t)b * L, s->ids + at + 1, (size_t)L * sizeof(int));
+    }
+}
+
+/* Recurrent models: row b reads the b-th of B equal stretches of s, L characters per step;
+   when a stretch is used up every row starts again at the beginning of its own, with a zero
+   state. */
+typedef struct streams {
+    long len, pos; /* stretch length; characters of each stretch read so far */
+} streams;
+
+/* Returns 1 when the rows started again (the caller zeroes the state). */
+static int stream_batch(const split *s, streams *st, int B, int L, int *x, int *y)
+{
+    int b, restarted = 0;
+    if (st->pos + L + 1 > st->len) {
+        st->pos = 0;
+        restarted = 1;
+    }
+    for (b = 0; b < B; b++) {
+        const int *from = s->ids + (size_t)b * st->len + st->pos;
+        memcpy(x + (size_t)b * L, from, (size_t)L * sizeof(int));
+        memcpy(y + (size_t)b * L, from + 1, (size_t)L * sizeof(int));
+    }
+    st->pos += L;
+    return restarted;
+}
+
+/* ---- loss estimates ---- */
+
+/* Mean loss over `batches` random batches of s, without gradients. A recurrent model starts
+   each batch from a zero state (its training state is set aside meanwhile). The batches come
+   from rng, which only estimates draw from, so that estimates do not change training.
+   Returns the loss, or -1 with a message. */
+static double estimate_loss(ad_tape *T, char_model *m, const split *s, int batches, int B, int L, ad_rng *rng,
+                            int *x, int *y)
+{
+    double total = 0;
+    ad_real *training_state = m->state;
+    int training_rows = m->state_rows, i, was = ad_set_grad_enabled(T, 0);
+    m->state = NULL;
+    m->state_rows = 0;
+    for (i = 0; i < batches; i++) {
+        ad_tensor *loss;
+        random_batch(s, B, L, rng, x, y);
+        if (m->cfg.kind != CHAR_GPT && char_state_reset(m, B) != 0) break;
+        loss = ad_cross_entropy(T, char_forward(T, m, x, B, L), y);
+        if (!loss) break;
+        total += ad_item(loss);
+        ad_tape_reset(T);
+    }
+    ad_set_grad_enabled(T, was);
+    char_model_free(m);
+    m->state = training_state;
+    m->state_rows = training_rows;
+    if (i < batches) {
+        fprintf(stderr, "\nloss estimate failed: %s\n", tape_error(T));
+        ad_tape_reset(T);
+        return -1;
+    }
+    return total / batches;
+}
+
+/* ---- sampling ---- */
+
+/* Index drawn from softmax(logits / temperature), computed in double. */
+static int sample_index(const ad_real *logits, int V, double temperature, ad_rng *rng)
+{
+    double p[CHAR_MAX_VOCAB], top = -HUGE_VAL, sum = 0, u;
+    int i;
+    for (i = 0; i < V; i++)
+        if (logits[i] / temperature > top) top = logits[i] / temperature;
+    for (i = 0; i < V; i++) sum += p[i] = exp(logits[i] / temperature - top);
+    u = ad_rng_uniform(rng) * sum;
+    for (i = 0; i < V - 1; i++) {
+        u -= p[i];
+        if (u < 0) break;
+    }
+    return i;
+}
+
+/* Prints `start` and n characters that the model continues it with. Returns 0, or -1 with a
+   message. */
+static int sample(ad_tape *T, char_model *m, const char *start, int n, double temperature, ad_rng *rng)
+{
+    const char_config *c = &m->cfg;
+    int len = (int)strlen(start), keep = c->kind == CHAR_GPT ? c->ctx : 1, *ids, count, i, was;
+    ad_real *saved_state = m->state;
+    int saved_rows = m->state_rows, rc = 0;
+    ids = (int *)malloc(((size_t)len + (size_t)n + 1) * sizeof(int));
+    if (!ids) return -1;
+    if (len == 0 || char_encode(c, (const unsigned char *)start, (size_t)len, ids) >= 0) {
+        fprintf(stderr, "the start text must be characters of the vocabulary\n");
+        free(ids);
+        return -1;
+    }
+    fputs(start, stdout);
+    was = ad_set_grad_enabled(T, 0);
+    m->state = NULL;
+    m->state_rows = 0;
+    if (c->kind != CHAR_GPT && char_state_reset(m, 1) != 0) rc = -1;
+    /* A recurrent model reads the start text once; then one character per step. The GPT reads
+       the last ctx characters each time. */
+    if (rc == 0 && c->kind != CHAR_GPT && len > 1) {
+        rc = char_forward(T, m, ids, 1, len - 1) ? 0 : -1;
+        ad_tape_reset(T);
+    }
+    for (count = len, i = 0; rc == 0 && i < n; i++, count++) {
+        int from = c->kind == CHAR_GPT ? (count > keep ? count - keep : 0) : count - 1;
+        ad_tensor *logits = char_forward(T, m, ids + from, 1, count - from);
+        if (!logits) {
+            rc = -1;
+            break;
+        }
+        ids[count] = sample_index(logits->data + (size_t)(count - from - 1) * c->vocab, c->vocab, temperature, rng);
+        putchar(c->chars[ids[count]]);
+        ad_tape_reset(T);
+    }
+    putchar('\n');
+    if (rc != 0) fprintf(stderr, "sampling failed: %s\n", tape_error(T));
+    ad_set_grad_enabled(T, was);
+    char_model_free(m);
+    m->state = saved_state;
+    m->state_rows = saved_rows;
+    free(ids);
+    return rc;
+}
+
+/* ---- the plot ---- */
+
+typedef struct history {
+    double *step_loss; /* per step */
+    int steps;
+    double *eval_step, *eval_train, *eval_val;
+    int evals;
+} history;
+
+static void svg_polyline(FILE *f, const double *xs, const double *ys, int n, double xmax, double lo, double hi,
+                         const char *color, double width)
+{
+    const int x0 = 60, y0 = 30, w = 640, h = 300;
+    int i;
+    fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='%.1f' points='", color, width);
+    for (i = 0; i < n; i++) {
+        double y = ys[i] < lo ? lo : ys[i] > hi ? hi : ys[i];
+        fprintf(f, "%.1f,%.1f ", x0 + w * (xs ? xs[i] : i + 1) / xmax, y0 + h - h * (y - lo) / (hi - lo));
+    }
+    fprintf(f, "'/>\n");
+}
+
+/* Training loss per step (light), and the estimates of train and validation loss. */
+static int write_plot(const char *path, const history *hist, int iters)
+{
+    const int x0 = 60, y0 = 30, w = 640, h = 300;
+    double lo = 1e9, hi = 0;
+    FILE *f = fopen(path, "w");
+    int i;
+    if (!f) return -1;
+    for (i = 0; i < hist->evals; i++) {
+        if (hist->eval_val[i] > hi) hi = hist->eval_val[i];
+        if (hist->eval_train[i] > hi) hi = hist->eval_train[i];
+        if (hist->eval_train[i] < lo) lo = hist->eval_train[i];
+    }
+    for (i = 0; i < hist->steps; i++)
+        if (hist->step_loss[i] < lo) lo = hist->step_loss[i];
+    lo = floor(lo * 2) / 2;
+    hi = ceil(hi * 2) / 2;
+    if (hi <= lo) hi = lo + 1;
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='740' height='390' font-family='sans-serif'>\n"
+               "<rect width='100%%' height='100%%' fill='white'/>\n"
+               "<rect x='%d' y='%d' width='%d' height='%d' fill='none' stroke='#888'/>\n", x0, y0, w, h);
+    for (i = 0; i <= 4; i++) {
+        int y = y0 + h - h * i / 4;
+        fprintf(f, "<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='#ddd'/>\n", x0, y, x0 + w, y);
+        fprintf(f, "<text x='%d' y='%d' font-size='11' text-anchor='end'>%.2f</text>\n", x0 - 4, y + 4,
+                lo + (hi - lo) * i / 4);
+        fprintf(f, "<text x='%d' y='%d' font-size='11' text-anchor='middle'>%d</text>\n", x0 + w * i / 4,
+                y0 + h + 15, iters * i / 4);
+    }
+    fprintf(f, "<text x='%d' y='%d' font-size='12' text-anchor='middle'>step</text>\n", x0 + w / 2, y0 + h + 32);
+    fprintf(f, "<text x='%d' y='18' font-size='14' text-anchor='middle'>cross-entropy loss (nats per character)</text>\n",
+            x0 + w / 2);
+    svg_polyline(f, NULL, hist->step_loss, hist->steps, iters, lo, hi, "#aec7e8", 1);
+    svg_polyline(f, hist->eval_step, hist->eval_train, hist->evals, iters, lo, hi, "#1f77b4", 2);
+    svg_polyline(f, hist->eval_step, hist->eval_val, hist->evals, iters, lo, hi, "#d62728", 2);
+    fprintf(f, "<text x='%d' y='382' font-size='12' text-anchor='middle'><tspan fill='#aec7e8'>&#9632; batch</tspan>  "
+               "<tspan fill='#1f77b4'>&#9632; train</tspan>  <tspan fill='#d62728'>&#9632; validation</tspan></text>\n"
+               "</svg>\n", x0 + w / 2);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* ---- progress ---- */
+
+/* A bar redrawn in place on a terminal, otherwise a plain line every ten seconds. */
+static void progress(int step, int iters, double loss, double lr, double tokens_per_s, double eta, int final)
+{
+    static double last_line;
+    double now = seconds();
+    if (STDERR_IS_TERMINAL()) {
+        char bar[31];
+        int filled = (int)(30.0 * step / iters), i;
+        for (i = 0; i < 30; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
+        bar[30] = 0;
+        fprintf(stderr, "\rstep %d/%d [%s] loss %.4f lr %.2e %6.0f tokens/s ETA %4.0fs%s", step, iters, bar, loss,
+                lr, tokens_per_s, eta, final ? "\n" : "");
+    } else if (!final && now - last_line >= 10) {
+        last_line = now;
+        fprintf(stderr, "step %d/%d loss %.4f lr %.2e %.0f tokens/s ETA %.0fs\n", step, iters, loss, lr,
+                tokens_per_s, eta);
+    }
+}
+
+/* ---- checkpoint ---- */
+
+/* Saves the parameters, the optimizer and the model's configuration. Returns 0, or -1 with a
+   message. */
+static int save_model(const char *path, char_model *m, ad_optim *opt)
+{
+    unsigned char buf[32 + CHAR_MAX_VOCAB];
+    char_config_pack(&m->cfg, buf);
+    if (ad_params_set_extra(m->P, buf, char_config_bytes(&m->cfg)) != 0 || ad_checkpoint_save(path, m->P, opt) != 0) {
+        fprintf(stderr, "could not save the checkpoint: %s\n", ad_params_error(m->P));
+        return -1;
+    }
+    return 0;
+}
+
+/* --sample-only: rebuilds the model saved in o->sample_only and prints a sample. */
+static int sample_from_checkpoint(const options *o)
+{
+    char err[512];
+    ad_params *P = ad_params_load(o->sample_only, err, sizeof err);
+    const void *extra;
+    size_t len = 0;
+    char_config cfg;
+    char_model m;
+    ad_tape *T;
+    ad_rng rng;
+    int rc;
+    if (!P) {
+        fprintf(stderr, "cannot load %s: %s\n", o->sample_only, err);
+        return 1;
+    }
+    extra = ad_params_extra(P, &len);
+    if (!extra || char_config_unpack(&cfg, (const unsigned char *)extra, len) != 0 || char_model_init(&m, &cfg, P) != 0) {
+        fprintf(stderr, "%s holds no model of this program\n", o->sample_only);
+        ad_params_free(P);
+        return 1;
+    }
+    T = ad_tape_new();
+    if (!T) return 1;
+    if (o->threads) ad_set_threads(T, o->threads);
+    ad_rng_seed(&rng, o->seed);
+    printf("%s: %s, %d layers, embedding %d, vocabulary of %d characters\n", o->sample_only,
+           char_kind_names[cfg.kind], cfg.layers, cfg.embd, cfg.vocab);
+    rc = sample(T, &m, o->start, o->sample_chars, o->temperature, &rng);
+    char_model_free(&m);
+    ad_tape_free(T);
+    ad_params_free(P);
+    return rc == 0 ? 0 : 1;
+}
+
+/* ---- training ---- */
+
+/* One estimate of both losses after `step` steps, printed and kept for the plot. */
+static int report_losses(ad_tape *T, char_model *m, const split *train, const split *val, int batches, int B, int L,
+                         ad_rng *rng, int *x, int *y, int step, history *hist)
+{
+    double tl = estimate_loss(T, m, train, batches, B, L, rng, x, y), vl;
+    if (tl < 0 || (vl = estimate_loss(T, m, val, batches, B, L, rng, x, y)) < 0) return -1;
+    hist->eval_step[hist->evals] = step;
+    hist->eval_train[hist->evals] = tl;
+    hist->eval_val[hist->evals++] = vl;
+    printf("step %d: train loss %.4f, val loss %.4f\n", step, tl, vl);
+    fflush(stdout);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    unsigned char *text = NULL;
+    int *ids, *x, *y, step, B, L, n_evals;
+    long n;
+    split train, val;
+    streams st;
+    char_config cfg;
+    char_model m;
+    ad_params *P;
+    ad_optim *opt;
+    ad_optim_desc desc;
+    ad_tape *T;
+    ad_rng batch_rng, eval_rng, sample_rng;
+    history hist;
+    double t_train = 0, train_loss = 0, val_loss = 0;
+    size_t step_peak = 0;
+
+    if (parse_options(argc, argv, &o) != 0) return 2;
+    if (o.sample_only) return sample_from_checkpoint(&o);
+    if ((n = read_text(o.data, &text)) < 0) return 1;
+    if (o.limit > 0 && o.limit < n) n = o.limit;
+    B = o.batch;
+    L = o.ctx;
+    memset(&cfg, 0, sizeof cfg);
+    char_vocab_from_text(&cfg, text, (size_t)n);
+    ids = (int *)malloc((size_t)n * sizeof(int) + 1);
+    x = (int *)malloc((size_t)B * L * sizeof(int));
+    y = (int *)malloc((size_t)B * L * sizeof(int));
+    if (!ids || !x || !y) {
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
+    char_encode(&cfg, text, (size_t)n, ids);
+    free(text);
+    train.ids = ids;
+    train.n = n * 9 / 10;
+    val.ids = ids + train.n;
+    val.n = n - train.n;
+    if (val.n <= L + 1 || train.n / B <= L + 1) {
+        fprintf(stderr, "%s: %ld characters are too few for batches of %d x %d (each split needs more than %d, "
+                        "and each training stream too)\n", o.data, n, B, L, L + 1);
+        return 1;
+    }
+    cfg.kind = o.model;
+    cfg.ctx = L;
+    cfg.layers = o.layers;
+    cfg.heads = o.model == CHAR_GPT ? o.heads : 1;
+    cfg.embd = o.embd;
+
+    P = ad_params_new(o.seed);
+    if (!P || char_model_init(&m, &cfg, P) != 0) {
+        fprintf(stderr, "cannot create the model: %s\n", P ? ad_params_error(P) : "out of memory");
+        return 1;
+    }
+    memset(&desc, 0, sizeof desc);
+    desc.kind = AD_OPTIM_ADAMW;
+    desc.lr = o.lr;
+    desc.beta1 = o.beta1;
+    desc.beta2 = o.beta2;
+    desc.weight_decay = o.weight_decay;
+    opt = ad_optim_new(P, &desc);
+    T = ad_tape_new();
+    n_evals = o.iters / o.eval_interval + 2;
+    hist.steps = hist.evals = 0;
+    hist.step_loss = (double *)malloc((size_t)o.iters * sizeof(double));
+    hist.eval_step = (double *)malloc((size_t)n_evals * 3 * sizeof(double));
+    hist.eval_train = hist.eval_step + n_evals;
+    hist.eval_val = hist.eval_train + n_evals;
+    if (!opt || !T || !hist.step_loss || !hist.eval_step) {
+        fprintf(stderr, "setup failed: %s\n", opt ? "out of memory" : ad_params_error(P));
+        return 1;
+    }
+    if (o.threads) ad_set_threads(T, o.threads);
+    ad_rng_seed(&batch_rng, o.seed);
+    ad_rng_seed(&eval_rng, o.seed + 1);
+    ad_rng_seed(&sample_rng, o.seed + 2);
+    st.len = train.n / B;
+    st.pos = 0;
+
+    printf("%s: %ld characters, %d distinct; %ld to train, %ld to validate\n", o.data, n, cfg.vocab, train.n, val.n);
+    if (o.model == CHAR_GPT)
+        printf("GPT: %d layers, %d heads, embedding %d, context %d: %zu parameters\n", o.layers, o.heads, o.embd, L,
+               ad_params_scalars(P));
+    else
+        printf("%s: %d layers of %d, sequences of %d: %zu parameters\n", o.model == CHAR_LSTM ? "LSTM" : "GRU",
+               o.layers, o.embd, L, ad_params_scalars(P));
+    printf("AdamW lr %g to %g (%d warm-up steps, cosine), betas %g %g, weight decay %g, clip %g; batch %d, %d steps, "
+           "%d thread%s\n", o.lr, o.min_lr, o.warmup, o.beta1, o.beta2, o.weight_decay, o.clip, B, o.iters,
+           ad_get_threads(T), ad_get_threads(T) == 1 ? "" : "s");
+    fflush(stdout);
+    if (report_losses(T, &m, &train, &val, o.eval_batches, B, L, &eval_rng, x, y, 0, &hist) != 0) return 1;
+
+    for (step = 1; step <= o.iters; step++) {
+        double t0 = seconds(), lr = ad_lr_cosine(o.lr, o.min_lr, o.warmup, o.iters, step - 1), tokens_per_s;
+        ad_tensor *loss;
+        if (o.model == CHAR_GPT) random_batch(&train, B, L, &batch_rng, x, y);
+        else if (stream_batch(&train, &st, B, L, x, y)) char_state_reset(&m, B);
+        ad_optim_set_lr(opt, lr);
+        ad_params_zero_grad_on(P, T);
+        loss = ad_cross_entropy(T, char_forward(T, &m, x, B, L), y);
+        if (!loss || ad_backward(T, loss) != 0) {
+            fprintf(stderr, "\ntraining step %d failed: %s\n", step, tape_error(T));
+            return 1;
+        }
+        if (o.clip > 0) ad_clip_grad_norm(P, o.clip);
+        if (ad_optim_step_on(opt, T) != 0) {
+            fprintf(stderr, "\noptimizer step %d failed: %s\n", step, ad_params_error(P));
+            return 1;
+        }
+        hist.step_loss[hist.steps++] = ad_item(loss);
+        if (ad_tape_bytes_peak(T) > step_peak) step_peak = ad_tape_bytes_peak(T);
+        ad_tape_reset(T);
+        t_train += seconds() - t0;
+        tokens_per_s = (double)step * B * L / t_train;
+        if (!o.quiet)
+            progress(step, o.iters, hist.step_loss[step - 1], lr, tokens_per_s,
+                     (o.iters - step) * (t_train / step), step % o.eval_interval == 0 || step == o.iters);
+        if (step % o.eval_interval == 0 && step < o.iters &&
+            (report_losses(T, &m, &train, &val, o.eval_batches, B, L, &eval_rng, x, y, step, &hist) != 0 ||
+             save_model(o.checkpoint, &m, opt) != 0))
+            return 1;
+    }
+
+    train_loss = estimate_loss(T, &m, &train, o.final_batches, B, L, &eval_rng, x, y);
+    val_loss = train_loss < 0 ? -1 : estimate_loss(T, &m, &val, o.final_batches, B, L, &eval_rng, x, y);
+    if (val_loss < 0) return 1;
+    hist.eval_step[hist.evals] = o.iters;
+    hist.eval_train[hist.evals] = train_loss;
+    hist.eval_val[hist.evals++] = val_loss;
+    printf("step %d: train loss %.4f, val loss %.4f (%d batches each)\n", o.iters, train_loss, val_loss,
+           o.final_batches);
+    printf("trained in %.1fs: %.0f tokens/s; the tape's peak in a step: %.1f MiB\n", t_train,
+           (double)o.iters * B * L / t_train, (double)step_peak / (1 << 20));
+    if (save_model(o.checkpoint, &m, opt) != 0) return 1;
+    printf("checkpoint: %s\n", o.checkpoint);
+    if (write_plot(o.plot, &hist, o.iters) != 0) fprintf(stderr, "could not write the plot %s\n", o.plot);
+    else printf("plot: %s\n", o.plot);
+    if (o.sample_chars > 0) {
+        printf("sample (temperature %g):\n", o.temperature);
+        if (sample(T, &m, o.start, o.sample_chars, o.temperature, &sample_rng) != 0) return 1;
+    }
+    printf("val loss: %.4f\n", val_loss);
+
+    free(hist.step_loss);
+    free(hist.eval_step);
+    free(ids);
+    free(x);
+    free(y);
+    char_model_free(&m);
+    ad_optim_free(opt);
+    ad_params_free(P);
+    ad_tape_free(T);
+    return 0;
+}
