@@ -1,9 +1,12 @@
 # autodiff.h - build, test, train, benchmark.
 #   make test      every test, the compile matrix, the examples, the fuzz corpora and sanitizer
 #                  builds with gcc and clang (tests on the real MNIST run when MNIST_DIR names its
-#                  folder); needs gcc, g++, clang, libclang-rt-14-dev and libstb-dev
+#                  folder, those on Tiny Shakespeare when SHAKESPEARE_DIR does); needs gcc, g++,
+#                  clang, libclang-rt-14-dev and libstb-dev
 #   make mnist     find or fetch MNIST (MNIST_DIR, default data/mnist), train the MLP, report
 #   make mnist-cnn the same with the convolutional network
+#   make shakespeare  find or fetch Tiny Shakespeare (SHAKESPEARE_DIR), train nanoGPT's character
+#                  GPT on it, report and sample (SHAKESPEARE_ARGS passes options, e.g. --model lstm)
 #   make fashion   the MLP on Fashion-MNIST (Debian: apt-get install dataset-fashion-mnist)
 #   make predict   build/predict, which classifies image files with a saved checkpoint
 #   make examples  every example program into build/
@@ -100,6 +103,21 @@ fashion:
 	    exit 1; }
 	@$(MAKE) --no-print-directory $(BUILD)/mnist
 	$(BUILD)/mnist --data "$(FASHION_DIR)" --fashion --checkpoint $(BUILD)/fashion.ckpt --plot $(BUILD)/fashion.svg
+
+# Tiny Shakespeare: SHAKESPEARE_DIR, else ../shared/data/tinyshakespeare when it is there, else
+# data/tinyshakespeare, downloaded and checked (scripts/fetch_shakespeare.sh).
+SHAKESPEARE_DIR ?= $(if $(wildcard ../shared/data/tinyshakespeare/input.txt),../shared/data/tinyshakespeare,data/tinyshakespeare)
+SHAKESPEARE_ARGS ?=
+.PHONY: shakespeare
+
+$(BUILD)/shakespeare: examples/shakespeare.c examples/char_model.h autodiff.h
+	@mkdir -p $(BUILD)
+	$(CC) -O2 examples/shakespeare.c -o $(BUILD)/shakespeare -lm
+
+shakespeare: $(BUILD)/shakespeare
+	bash scripts/fetch_shakespeare.sh "$(SHAKESPEARE_DIR)"
+	$(BUILD)/shakespeare --data "$(SHAKESPEARE_DIR)" --checkpoint $(BUILD)/shakespeare.ckpt \
+	    --plot $(BUILD)/shakespeare.svg $(SHAKESPEARE_ARGS)
 
 # Pictures of the tape (examples/tape_pictures.c): the sigmoid and one MLP step as DOT files,
 # rendered to examples/pictures/*.svg by Graphviz's dot (Debian: apt-get install graphviz); nothing else
