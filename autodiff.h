@@ -4469,18 +4469,18 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
    library.
    erf: u + u Q(u^2) for |u| <= 1 (Q of degree 6, fitted to erf(u)/u - 1); beyond,
    1 - exp(-u^2) R(|u|), R of degree 10 fitted to erfc(a) e^(a^2) on [1, 3.92], and 1 past
-   3.92. exp(-u^2) gets u^2 exactly in double, and the part rounded off going to float back as
-   a factor 1 - l, which keeps erfc's relative error small where u^2 is large.
+   3.92; exp(-u^2) is taken so that the rounding of u^2 is not lost (_exp_neg_square), which
+   keeps erfc's relative error small where u^2 is large.
    GELU: x Phi(x) with 2 Phi(x) = 1 + erf(x / sqrt 2), taken as erfc(|x| / sqrt 2) itself
    below x = -sqrt 2 (no cancellation there, unlike the formula on the C library's erf), and
    exp(-x^2 / 2) from x itself. Its derivative Phi(x) + x phi(x) shares that exponential.
    Largest error over every float, against double precision: exp 1.22 ulp (0.94 where the
    compiler fuses multiplies and adds, as it does in GNU C modes but not with -std=c99), log
    0.95, sigmoid 2.40, tanh 3.26, sin and cos 0.53 (every float of magnitude up to 2^20); the C
-   library's are within about 1 (AUTODIFF_NO_DISPATCH keeps them). erf 1.14 (1.40 without
-   fused multiply-adds) over every float. Over every fifth float: GELU 7.6 from -5.54 up (most
-   of it from rounding x / sqrt 2), and 0 below, where |GELU| < 8.3e-8; its derivative, whose
-   terms cancel near -0.75, within 4.3 ulps of Phi(x) + |x| phi(x) from -5.5 up, and within
+   library's are within about 1 (AUTODIFF_NO_DISPATCH keeps them). erf 1.21 (1.40 without
+   fused multiply-adds) over every float. Over every fifth float: GELU 7.6 from -5.54 up (the
+   most from the cancellation in 1 + erf just above -sqrt 2), and 0 below, where |GELU| < 8.3e-8; its derivative, whose
+   terms cancel near -0.75, within 3.9 ulps of Phi(x) + |x| phi(x) from -5.5 up, and within
    1.5e-8 below. NaN, infinities, zeros and subnormals give what C's functions give.
    tests/test_tape.c checks these bounds on a million inputs. */
 /* y[i..] = FN(x[i..]) for the whole vectors from i on (in the functions below: v, i, n, VL) */
@@ -4683,24 +4683,23 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
     {                                                                                            \
         return PFX##_sincos(x, 1);                                                               \
     }                                                                                            \
-    /* exp(-scale x^2), scale 1 or 1/2: scale x^2 is exact in double; rounded to float it is     \
-       h + l, and exp(-h) (1 - l) puts the part rounded off back */                              \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_exp_neg_square(PFX##_vf x, double scale) \
+    /* exp(-scale x^2), scale 1 or 1/2: with x = a + b, a the leading 12 bits of x, a^2 is      \
+       exact in float, and exp(-scale x^2) = exp(-scale a^2) exp(-t) with t = scale b (2a + b)  \
+       small (|t| < 2^-7 where the result is above float's smallest), whose exponential is its   \
+       series to t^3 */                                                                          \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_exp_neg_square(PFX##_vf x, float scale) \
     {                                                                                            \
-        PFX##_vh part[2], h2[2], l2[2];                                                          \
-        PFX##_vf h, l, zero;                                                                     \
-        int k;                                                                                   \
+        PFX##_vu bits;                                                                           \
+        PFX##_vf a, b, t, p, zero;                                                               \
         memset(&zero, 0, sizeof zero);                                                           \
-        memcpy(part, &x, sizeof x);                                                              \
-        for (k = 0; k < 2; k++) {                                                                \
-            PFX##_vd d = __builtin_convertvector(part[k], PFX##_vd);                             \
-            d = d * d * scale;                                                                   \
-            h2[k] = __builtin_convertvector(d, PFX##_vh);                                        \
-            l2[k] = __builtin_convertvector(d - __builtin_convertvector(h2[k], PFX##_vd), PFX##_vh); \
-        }                                                                                        \
-        memcpy(&h, h2, sizeof h);                                                                \
-        memcpy(&l, l2, sizeof l);                                                                \
-        return PFX##_select(h > 104.0f, zero, PFX##_exp(-h) * (1.0f - l));                       \
+        memcpy(&bits, &x, sizeof bits);                                                          \
+        bits &= 0xFFFFF000u;                                                                     \
+        memcpy(&a, &bits, sizeof a);                                                             \
+        b = x - a;                                                                               \
+        t = scale * (b * (2.0f * a + b));                                                        \
+        p = 1.0f - t * (1.0f - t * (0.5f - t * (1.0f / 6)));                                     \
+        a = scale * (a * a);                                                                     \
+        return PFX##_select(a > 104.0f, zero, PFX##_exp(-a) * p); /* 0 in float from 104 on */   \
     }                                                                                            \
     /* erfc(a) = e R(a) for a in [1, 3.92], with e = exp(-a^2) and R a polynomial in a - 2.46 */ \
     static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_erfc_tail(PFX##_vf a, PFX##_vf e)   \
@@ -4735,7 +4734,7 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
     }                                                                                            \
     static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_erf(PFX##_vf u)                     \
     {                                                                                            \
-        PFX##_vf tail, near = PFX##_erf_parts(u, PFX##_exp_neg_square(u, 1.0), &tail), far = 1.0f - tail; \
+        PFX##_vf tail, near = PFX##_erf_parts(u, PFX##_exp_neg_square(u, 1.0f), &tail), far = 1.0f - tail; \
         PFX##_vu fb, ub;                                                                         \
         memcpy(&fb, &far, sizeof fb);                                                            \
         memcpy(&ub, &u, sizeof ub);                                                              \
@@ -4753,12 +4752,12 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
     }                                                                                            \
     static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_gelu(PFX##_vf x)                    \
     {                                                                                            \
-        return 0.5f * x * PFX##_two_phi(x, PFX##_exp_neg_square(x, 0.5));                        \
+        return 0.5f * x * PFX##_two_phi(x, PFX##_exp_neg_square(x, 0.5f));                        \
     }                                                                                            \
     /* GELU's derivative Phi(x) + x phi(x) */                                                    \
     static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_gelu_grad(PFX##_vf x)               \
     {                                                                                            \
-        PFX##_vf e = PFX##_exp_neg_square(x, 0.5);                                               \
+        PFX##_vf e = PFX##_exp_neg_square(x, 0.5f);                                               \
         return 0.5f * PFX##_two_phi(x, e) + x * ((float)AD__INV_SQRT_2PI * e);                   \
     }                                                                                            \
     /* y = f(x) for n floats, f one of exp, log, sigmoid, tanh, sin, cos (kind); a last part     \
