@@ -470,7 +470,7 @@ def bench_charlm(kind, steps):
     result("%s.tok_s.torch" % kind, tok)
     result("%s.tok_s_wall.torch" % kind, batch * length / statistics.median(walls))
     result("%s.loss0.torch" % kind, loss0)
-    result("%s.params.torch" % kind, nparams)
+    print("@ %s.params.torch %d" % (kind, nparams), flush=True)  # exact, where result keeps 6 digits
     if kind == "gpt":
         flop = flop_gpt_step(vocab, n_layer, n_embd, batch, length)
         print("# %.3f GFLOP per step (matrix products, forward and backward): %.1f GFLOP/s"
