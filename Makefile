@@ -12,7 +12,8 @@
 #   make examples  every example program into build/
 #   make fuzz      libFuzzer on each fuzz target of tests/fuzz for FUZZ_SECONDS (default 60);
 #                  FUZZ_TARGETS="idx_fuzz ..." runs only those; needs clang and libclang-rt-14-dev
-#   make bench     benchmarks side by side with OpenBLAS and PyTorch where installed
+#   make bench     benchmarks side by side with OpenBLAS and PyTorch where installed (GEMM,
+#                  tape, optimizers, elementwise functions, MLP, CNN, GPT and LSTM training)
 #   make compare   the same benchmarks, autodiff.h against itself at REV (default HEAD~1)
 #   make pictures  examples/pictures/*.svg: tapes drawn by ad_tape_write_dot and rendered by
 #                  Graphviz's dot (Debian: graphviz, needed by this target only)
@@ -52,8 +53,9 @@ fuzz:
 	bash tests/fuzz/run_libfuzzer.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # Benchmarks (bench/run.sh): GEMM, tape overhead, optimizer steps, elementwise functions, MLP
-# and CNN epochs against OpenBLAS and PyTorch where installed; prints one table and writes it to
-# build/bench.md.
+# and CNN epochs, training steps of a small GPT and an LSTM language model against OpenBLAS and
+# PyTorch where installed, and the fused recurrent cells against their composition; prints one
+# table and writes it to build/bench.md.
 .PHONY: bench
 
 bench:

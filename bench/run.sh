@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Benchmarks autodiff.h side by side with OpenBLAS (GEMM) and PyTorch (GEMM, scalar tape,
-# optimizer steps, elementwise functions, MLP and CNN epochs), where installed. Builds the
-# programs, runs each several times, interleaving ours and the peer's, and prints one table of
-# medians, also written to build/bench.md. Raw results go to build/bench/results.txt, the
-# programs' commentary to build/bench/log.txt.
+# optimizer steps, elementwise functions, MLP and CNN epochs, training steps of a small GPT and
+# of an LSTM language model), where installed, and its fused recurrent cells against the same
+# cells written with its other ops. Builds the programs, runs each several times, interleaving
+# ours and the peer's, and prints one table of medians, also written to build/bench.md. Raw
+# results go to build/bench/results.txt, the programs' commentary (the training steps' arena
+# peak among it) to build/bench/log.txt.
 #
 # Environment:
 #   CC                compiler (default cc); programs are built with -O2 and no -march flags
@@ -15,7 +17,15 @@
 #                     training runs, see below) and PyTorch (torch.set_num_threads). Several
 #                     threads need otherwise idle cores.
 #   BENCH_RUNS        runs of the GEMM, tape, optimizer and elementwise benchmarks (default 5)
-#   BENCH_EPOCH_RUNS  runs of the MLP epochs (default 3)
+#   BENCH_EPOCH_RUNS  runs of the MLP and CNN epochs (default 3)
+#   BENCH_SEQ_RUNS    runs of the GPT and LSTM training steps (default 3; each run times 20 steps
+#                     of ours and, PyTorch's being slower, 8 of its GPT and 4 of its LSTM)
+#   BENCH_PEAK_GFLOPS the peak of one core in GFLOP/s, for the GPT step's share of it; default
+#                     32 FLOP per cycle (two 256-bit FMA pipes of fp32) times the CPU's max MHz
+#                     from lscpu; where lscpu gives none, the FMA loop of the GEMM runs, else
+#                     32 FLOP per cycle at the "cpu MHz" of /proc/cpuinfo (the table says which)
+#   BENCH_SKIP        programs to leave out, of: gemm tape optim unary rnn mlp cnn gpt lstm
+#                     (default none; "mlp cnn" leaves out the epochs, the longest part)
 #   BENCH_CLOCK       wall (default) or cpu: time single-thread rows in CPU time of the working
 #                     thread, which a busy machine disturbs less (rows with more threads always
 #                     use wall time)
@@ -26,6 +36,8 @@ CC=${CC:-cc}
 OUT=build/bench
 RUNS=${BENCH_RUNS:-5}
 EPOCH_RUNS=${BENCH_EPOCH_RUNS:-3}
+SEQ_RUNS=${BENCH_SEQ_RUNS:-3}
+SKIP=${BENCH_SKIP:-}
 NPROC=$(nproc 2>/dev/null || echo 1)
 THREADS=${BENCH_THREADS:-1}
 mkdir -p "$OUT"
@@ -40,7 +52,7 @@ CLOCK=${BENCH_CLOCK:-wall}
 # ---- build ---------------------------------------------------------------------------------------
 CFLAGS="-O2 -Wall -Wextra -I."
 LIBS="-lm -lpthread"
-for p in tape optim unary mlp cnn; do
+for p in tape optim unary rnn mlp cnn gpt; do
     $CC $CFLAGS "bench/$p.c" -o "$OUT/$p" $LIBS || { echo "bench: cannot build bench/$p.c"; exit 1; }
 done
 BLAS=0
@@ -78,10 +90,12 @@ export MNIST_DIR
 
 # ---- runs ----------------------------------------------------------------------------------------
 # one THREADS RUN NAME COMMAND...: runs a program, keeps its "@ key value" lines as
-# "threads run key value" in $RAW and everything else in $LOG
+# "threads run key value" in $RAW and everything else in $LOG; nothing when the first word of
+# NAME is in BENCH_SKIP
 one() {
     local t=$1 r=$2 name=$3
     shift 3
+    case " $SKIP " in *" ${name%% *} "*) return 0 ;; esac
     printf '  %-28s' "$name" >&2
     local t0
     t0=$(date +%s.%N)
@@ -111,6 +125,8 @@ for t in $THREADS; do
                 one "$t" "$r" "tape (autodiff.h)" "$OUT/tape"
                 one "$t" "$r" "optim (autodiff.h)" "$OUT/optim"
                 one "$t" "$r" "unary (autodiff.h)" "$OUT/unary"
+                one "$t" "$r" "rnn lstm (autodiff.h)" "$OUT/rnn" lstm
+                one "$t" "$r" "rnn gru (autodiff.h)" "$OUT/rnn" gru
             elif [ -n "$PY" ]; then
                 one "$t" "$r" "gemm (torch.mm)" "$PY" bench/torch_bench.py gemm
                 one "$t" "$r" "tape (PyTorch)" "$PY" bench/torch_bench.py tape
@@ -140,6 +156,21 @@ for t in $THREADS; do
             elif [ -n "$PY" ]; then
                 one "$t" "$r" "cnn (PyTorch)" env OPENBLAS_NUM_THREADS=1 "$PY" bench/torch_bench.py cnn
             fi
+        done
+    done
+    # training steps of the character-level GPT and LSTM (bench/gpt.c), PyTorch's OpenBLAS kept
+    # to one thread as in its epochs
+    for r in $(seq 1 "$SEQ_RUNS"); do
+        echo "threads $t, run $r of $SEQ_RUNS: GPT and LSTM training steps" >&2
+        if [ $((r % 2)) = 1 ]; then order="ours torch"; else order="torch ours"; fi
+        for model in gpt:8 lstm:4; do
+            for who in $order; do
+                if [ $who = ours ]; then
+                    one "$t" "$r" "${model%:*} (autodiff.h)" "$OUT/gpt" "${model%:*}" 20
+                elif [ -n "$PY" ]; then
+                    one "$t" "$r" "${model%:*} (PyTorch)" env OPENBLAS_NUM_THREADS=1 "$PY" bench/torch_bench.py "${model%:*}" "${model#*:}"
+                fi
+            done
         done
     done
 done
@@ -184,13 +215,40 @@ ROWS=$OUT/rows.txt
     echo "MNIST CNN conv5x5(1-8)-pool-conv5x5(8-16)-pool-fc epoch, s|cnn.s_epoch.ours|cnn.s_epoch.torch|PyTorch|lo"
     echo "MLP 784-512-256-10 last-epoch train loss|mlp.784-512-256-10.loss.ours|mlp.784-512-256-10.loss.torch|PyTorch|-"
     echo "CNN last-epoch train loss|cnn.loss.ours|cnn.loss.torch|PyTorch|-"
+    echo "GPT step (4L 4H 128, B12 T64), tokens/s|gpt.tok_s.ours|gpt.tok_s.torch|PyTorch|hi"
+    echo "GPT step, GFLOP/s of its matrix products (share of the FMA peak)|gpt.gflops.ours|gpt.gflops.torch|PyTorch|-"
+    echo "GPT step, first loss (ln 65 = 4.1744)|gpt.loss0.ours|gpt.loss0.torch|PyTorch|-"
+    echo "LSTM step (2x256, B32 T64), tokens/s|lstm.tok_s.ours|lstm.tok_s.torch|PyTorch|hi"
+    echo "LSTM step, first loss|lstm.loss0.ours|lstm.loss0.torch|PyTorch|-"
+    echo "LSTM cell N12 I128 H128, forward+backward, us|rnn.lstm.12-128-128-1.us_step.fused|rnn.lstm.12-128-128-1.us_step.composition|composition|lo"
+    echo "GRU cell N12 I128 H128, forward+backward, us|rnn.gru.12-128-128-1.us_step.fused|rnn.gru.12-128-128-1.us_step.composition|composition|lo"
 } >"$ROWS"
+
+# The peak of one core for the GPT step's share: BENCH_PEAK_GFLOPS; else 32 FLOP per cycle (two
+# 256-bit FMA pipes, 8 fp32 lanes, 2 FLOP per FMA) at the CPU's max MHz from lscpu; where lscpu
+# gives none (as in many virtual machines), the FMA loop of bench/gemm.c when it ran (the table's
+# awk takes it), else 32 FLOP per cycle at the "cpu MHz" of /proc/cpuinfo, often the nominal
+# clock, below what the cores reach.
+fma_peak=${BENCH_PEAK_GFLOPS:-}
+fma_note=
+nominal_mhz=
+if [ -n "$fma_peak" ]; then
+    fma_note="BENCH_PEAK_GFLOPS = $fma_peak GFLOP/s per core"
+else
+    mhz=$(LC_ALL=C lscpu 2>/dev/null | awk -F: '/^CPU max MHz/ { gsub(/ /, "", $2); print $2; exit }')
+    if [ -n "$mhz" ]; then
+        fma_peak=$(awk -v m="$mhz" 'BEGIN { printf "%.1f", 32 * m / 1000 }')
+        fma_note="32 FLOP/cycle/core (two 256-bit FMA pipes of fp32) x $(printf '%.0f' "$mhz") MHz (the CPU's max MHz from lscpu) = $fma_peak GFLOP/s per core"
+    else
+        nominal_mhz=$(awk -F: '/^cpu MHz/ { gsub(/ /, "", $2); print $2; exit }' /proc/cpuinfo 2>/dev/null)
+    fi
+fi
 
 model=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: *//')
 family=$(grep -m1 '^cpu family' /proc/cpuinfo 2>/dev/null | sed 's/.*: *//')
 cpumodel=$(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo 2>/dev/null | sed 's/.*: *//')
 blasinfo=$(grep -m1 '^# OpenBLAS' "$LOG" | sed 's/^# OpenBLAS OpenBLAS /# OpenBLAS /; s/^# //')
-torchver=$([ -n "$PY" ] && "$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)
+torchver=$([ -n "$PY" ] && "$PY" -c 'import re, torch; m = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show()); print("%s (BLAS_INFO=%s)" % (torch.__version__, m.group(1) if m else "?"))' 2>/dev/null)
 data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIST_DIR"] : "random data (MNIST_DIR not set)"); exit }' "$RAW")
 {
     echo "## autodiff.h benchmarks, $(date '+%Y-%m-%d %H:%M %Z')"
@@ -199,7 +257,8 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
     echo "Compiler: $($CC --version | head -1), -O2, no -march. Peers: ${blasinfo:-no OpenBLAS}; PyTorch ${torchver:-not installed}."
     echo "MLP data: ${data:-not run}. Batch 64, SGD lr 0.1, 1 epoch per run."
     echo
-    awk -F'|' -v threads="$THREADS" -v runs="$RUNS" -v eruns="$EPOCH_RUNS" '
+    awk -F'|' -v threads="$THREADS" -v runs="$RUNS" -v eruns="$EPOCH_RUNS" -v sruns="$SEQ_RUNS" \
+        -v fmapeak="${fma_peak:-0}" -v fmanote="$fma_note" -v nominal="${nominal_mhz:-0}" '
     function median(arr, n,    i, j, x) {
         for (i = 2; i <= n; i++) { x = arr[i]; for (j = i - 1; j >= 1 && arr[j] > x; j--) arr[j + 1] = arr[j]; arr[j + 1] = x }
         return n % 2 ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
@@ -222,6 +281,7 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
     function fmt(x, key) {
         if (key ~ /loss/) return sprintf("%.4f", x)
         if (key ~ /s_epoch/) return sprintf("%.2f", x)
+        if (key ~ /tok_s/) return sprintf("%.0f", x)
         return sprintf("%.1f", x)
     }
     FILENAME == ARGV[1] {
@@ -236,6 +296,13 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
     END {
         nt = split(threads, tl, " ")
         peak = med(tl[1], "peak.gflops")
+        if (fmapeak == 0 && peak > 0) {
+            fmapeak = peak
+            fmanote = sprintf("%.1f GFLOP/s per core, the FMA loop of the GEMM rows (lscpu gives no max MHz; the loop'"'"'s rate is 32 FLOP/cycle at %.0f MHz)", peak, peak * 1000 / 32)
+        } else if (fmapeak == 0 && nominal > 0) {
+            fmapeak = 32 * nominal / 1000
+            fmanote = sprintf("32 FLOP/cycle/core (two 256-bit FMA pipes of fp32) x %.0f MHz = %.1f GFLOP/s per core, where %.0f MHz is the cpu MHz of /proc/cpuinfo (lscpu gives no max MHz; cores that boost above it make the share too high)", nominal, fmapeak, nominal)
+        }
         head = "| work |"; rule = "|---|"
         for (i = 1; i <= nt; i++) {
             head = head " autodiff.h, " tl[i] " thr | peer, " tl[i] " thr | ratio |"
@@ -253,6 +320,10 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
                 cell = fo ? fmt(o, f[2]) : "-"
                 if (fo && f[2] ~ /^gemm/ && peak > 0) cell = cell sprintf(" (%.0f%%)", 100 * o / (peak * t))
                 pcell = fp ? fmt(p, f[3]) " " f[4] : "-"
+                if (f[2] ~ /\.gflops\.ours$/ && fmapeak > 0) {
+                    if (fo) cell = cell sprintf(" (%.0f%%)", 100 * o / (fmapeak * t))
+                    if (fp) pcell = fmt(p, f[3]) sprintf(" (%.0f%%) ", 100 * p / (fmapeak * t)) f[4]
+                }
                 rc = (f[5] == "-" || !fo || !fp) ? "-" : ratio(t, f[2], f[3], f[5])
                 line = line " " cell " | " pcell " | " rc " |"
                 shown += fo + fp
@@ -261,10 +332,23 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
         }
         print ""
         printf "ratio = autodiff.h speed / peer speed (above 1: autodiff.h is faster), the median of per-run ratios; "
-        printf "values are medians of %d runs (%d for epochs). GEMM vs OpenBLAS: both in one process, batches interleaved; ", runs, eruns
+        printf "values are medians of %d runs (%d for epochs, %d for the GPT and LSTM steps). GEMM vs OpenBLAS: both in one process, batches interleaved; ", runs, eruns, sruns
         printf "vs PyTorch: separate processes run back to back, order alternating. "
         if (peak > 0) printf "(%%) = share of the measured peak, %.1f GFLOP/s per core (FMA loop on 512-bit vectors), times the threads.\n", peak
         else printf "\n"
+        gf = med(tl[1], "gpt.gflop_step")
+        if (found) {
+            printf "\nGPT and LSTM steps: random token ids (fixed seed), AdamW lr 1e-3, betas (0.9, 0.99), weight decay 0.1 on the matrices, gradients clipped at 1.0; "
+            printf "tokens/s = batch x length / the median time of a step, after 3 warm-up steps. "
+            printf "The GPT step counts %.3f GFLOP: 2 M N K for every matrix product, forward and backward (twice the forward), ", gf
+            printf "the attention'"'"'s Q K^T and P V over the whole T x T square (the causal half that is skipped counted all the same, as nanoGPT'"'"'s estimate_mfu does); "
+            printf "layer norms, GELU, softmax, loss and optimizer not counted. "
+            if (fmapeak > 0) printf "(%%) = share of the FMA peak, %s, times the threads.\n", fmanote
+            else printf "\n"
+        }
+        med(tl[1], "rnn.lstm.12-128-128-1.us_step.fused")
+        if (found)
+            printf "\nRecurrent cells (bench/rnn.c): one step of ad_lstm_cell / ad_gru_cell forward and backward against the same cell composed of autodiff.h'"'"'s other ops (ratio above 1: the fused cell is faster).\n"
         # speedups of the training epochs over one thread in wall time for both (a 1-thread row in
         # CPU time leaves out the moments the machine takes the core, which a 2-thread wall time
         # includes), beside what the FMA loop gained
@@ -278,6 +362,15 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
                 if (f1 && found && more > 0) line = line sprintf("%s%s %.2f", line == "" ? "" : ", ", work[w], one / more)
             }
             if (line != "") printf "\nEpochs on %d threads, speedup over one (ratio of medians, wall time for both): %s.\n", t, line
+            line = ""
+            split("gpt.ours lstm.ours gpt.torch lstm.torch", work, " ")
+            for (w = 1; w <= 4; w++) {
+                split(work[w], kw, ".")
+                one = med(1, kw[1] ".tok_s_wall." kw[2]); f1 = found
+                more = med(t, kw[1] ".tok_s_wall." kw[2])
+                if (f1 && found && one > 0) line = line sprintf("%s%s %s %.2f", line == "" ? "" : ", ", kw[1], kw[2] == "ours" ? "autodiff.h" : "PyTorch", more / one)
+            }
+            if (line != "") printf "Training steps on %d threads, speedup over one (wall time for both): %s.\n", t, line
             m = med(t, "peak.scaling")
             if (found) {
                 lo = hi = m
@@ -297,6 +390,14 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
          END { if (("dfda.ours" in v) && ("dfda.torch" in v))
                    printf "Tape check: df/da, df/db at (1.5, 0.7): autodiff.h %.6g, %.6g; PyTorch %.6g, %.6g.\n",
                           v["dfda.ours"], v["dfdb.ours"], v["dfda.torch"], v["dfdb.torch"] }' "$RAW"
+    awk '$3 ~ /^(gpt|lstm)\.(params|arena_mib)\./ { split($3, k, "."); v[k[1] "." k[2] "." k[3]] = $4 }
+         END { for (i = 1; i <= 2; i++) {
+                   m = i == 1 ? "gpt" : "lstm"
+                   if (!((m ".params.ours") in v)) continue
+                   printf "%s check: parameters autodiff.h %d, PyTorch %s; arena peak of one step (ad_tape_bytes_peak) %.1f MiB.\n",
+                          i == 1 ? "GPT" : "LSTM", v[m ".params.ours"],
+                          (m ".params.torch") in v ? sprintf("%d", v[m ".params.torch"]) : "-", v[m ".arena_mib.ours"] }
+         }' "$RAW"
     if [ "$CLOCK" = cpu ]; then
         echo "Clock: CPU time of the working thread for 1-thread rows, wall time for the others."
     else

@@ -1,5 +1,5 @@
 """The PyTorch side of bench/run.sh: the same work as bench/gemm.c, bench/tape.c, bench/optim.c,
-bench/unary.c, bench/mlp.c and bench/cnn.c.
+bench/unary.c, bench/mlp.c, bench/cnn.c and bench/gpt.c.
 
     python3 bench/torch_bench.py gemm [name ...]
     python3 bench/torch_bench.py tape
@@ -7,6 +7,13 @@ bench/unary.c, bench/mlp.c and bench/cnn.c.
     python3 bench/torch_bench.py unary
     python3 bench/torch_bench.py mlp 784,128,10
     python3 bench/torch_bench.py cnn
+    python3 bench/torch_bench.py gpt [steps]
+    python3 bench/torch_bench.py lstm [steps]
+
+gpt is nanoGPT's model.py as torch 1.13 runs it (attention written out, since
+scaled_dot_product_attention came with torch 2.0) in its shakespeare_char CPU configuration;
+lstm is nn.Embedding -> nn.LSTM (2 layers) -> nn.Linear. Both train a step at a time as
+bench/gpt.c does.
 
 Threads: torch.set_num_threads(AUTODIFF_THREADS, default 1); the caller also sets
 OPENBLAS_NUM_THREADS (and OMP_NUM_THREADS) in the environment, since the BLAS that torch.mm
@@ -291,8 +298,188 @@ def bench_cnn():
     result("cnn.s_epoch.torch", statistics.median(times))
 
 
+# ---- character-level language models (bench/gpt.c) ----------------------------------------------
+# nanoGPT's model.py as it runs on torch 1.13, in the configuration of bench/gpt.c: no biases, and
+# no dropout modules (the CPU recipe of shakespeare_char sets dropout 0).
+
+
+class LayerNorm(torch.nn.Module):
+    """nanoGPT's LayerNorm: a weight and an optional bias (none here)."""
+
+    def __init__(self, ndim, bias):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(ndim))
+        self.bias = torch.nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class CausalSelfAttention(torch.nn.Module):
+    def __init__(self, n_embd, n_head, block_size):
+        super().__init__()
+        self.c_attn = torch.nn.Linear(n_embd, 3 * n_embd, bias=False)
+        self.c_proj = torch.nn.Linear(n_embd, n_embd, bias=False)
+        self.n_head, self.n_embd = n_head, n_embd
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        # torch 1.13 has no scaled_dot_product_attention: nanoGPT's "slow attention"
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, n_embd):
+        super().__init__()
+        self.c_fc = torch.nn.Linear(n_embd, 4 * n_embd, bias=False)
+        self.gelu = torch.nn.GELU()
+        self.c_proj = torch.nn.Linear(4 * n_embd, n_embd, bias=False)
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, n_embd, n_head, block_size):
+        super().__init__()
+        self.ln_1 = LayerNorm(n_embd, bias=False)
+        self.attn = CausalSelfAttention(n_embd, n_head, block_size)
+        self.ln_2 = LayerNorm(n_embd, bias=False)
+        self.mlp = MLP(n_embd)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd):
+        super().__init__()
+        self.transformer = torch.nn.ModuleDict(dict(
+            wte=torch.nn.Embedding(vocab_size, n_embd),
+            wpe=torch.nn.Embedding(block_size, n_embd),
+            h=torch.nn.ModuleList([Block(n_embd, n_head, block_size) for _ in range(n_layer)]),
+            ln_f=LayerNorm(n_embd, bias=False)))
+        self.lm_head = torch.nn.Linear(n_embd, vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying
+        self.apply(self._init_weights)
+        for pn, p in self.named_parameters():
+            if pn.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx, targets):
+        t = idx.size(1)
+        pos = torch.arange(0, t, dtype=torch.long)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        logits = self.lm_head(self.transformer.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
+class CharLSTM(torch.nn.Module):
+    def __init__(self, vocab_size, n_embd, n_layer):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab_size, n_embd)
+        self.lstm = torch.nn.LSTM(n_embd, n_embd, num_layers=n_layer, batch_first=True)
+        self.head = torch.nn.Linear(n_embd, vocab_size)
+
+    def forward(self, idx, targets, state):
+        y, state = self.lstm(self.emb(idx), state)
+        logits = self.head(y)
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1)), state
+
+
+def adamw(model, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1):
+    """nanoGPT's configure_optimizers: matrices decayed, vectors not."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas)
+
+
+def flop_gpt_step(vocab, n_layer, n_embd, batch, length):
+    """Floating-point operations of a GPT step as bench/gpt.c counts them: 2 M N K per matrix
+    product (weights, Q K^T and P V over the whole L x L square, the output layer), times 3 for
+    forward and backward."""
+    n, c = batch * length, n_embd
+    return 3 * (n_layer * (24 * n * c * c + 4 * batch * length * length * c) + 2 * n * c * vocab)
+
+
+def bench_charlm(kind, steps):
+    """A training step of the GPT or the LSTM of bench/gpt.c on random tokens (fixed seed, the same
+    batch every step): forward, cross-entropy, backward, clip at 1.0, AdamW step, zero_grad."""
+    warmup = 3
+    vocab = 65
+    torch.manual_seed(1337)
+    if kind == "gpt":
+        batch, length, n_layer, n_head, n_embd = 12, 64, 4, 4, 128
+        model = GPT(vocab, length, n_layer, n_head, n_embd)
+        what = "GPT %d layers, %d heads, embedding %d" % (n_layer, n_head, n_embd)
+    else:
+        batch, length, n_layer, n_embd = 32, 64, 2, 256
+        model = CharLSTM(vocab, n_embd, n_layer)
+        what = "LSTM %d layers of %d" % (n_layer, n_embd)
+    model.train()
+    opt = adamw(model)
+    gen = torch.Generator().manual_seed(42)
+    x = torch.randint(0, vocab, (batch, length), generator=gen)
+    y = torch.randint(0, vocab, (batch, length), generator=gen)
+    nparams = sum(p.numel() for p in model.parameters())
+    print("# %s, vocabulary %d, batch %d, length %d, %d parameters, %d thread(s)"
+          % (what, vocab, batch, length, nparams, THREADS))
+    state = None
+    if kind == "lstm":
+        state = (torch.zeros(n_layer, batch, n_embd), torch.zeros(n_layer, batch, n_embd))
+    times, walls, loss0 = [], [], 0.0
+    for s in range(warmup + steps):
+        t0, w0 = now(), time.perf_counter()
+        if kind == "gpt":
+            loss = model(x, y)
+        else:
+            # truncated backpropagation through time: the state enters as a constant
+            loss, state = model(x, y, (state[0].detach(), state[1].detach()))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if s == 0:
+            loss0 = loss.item()
+        if s >= warmup:
+            times.append(now() - t0)
+            walls.append(time.perf_counter() - w0)
+    tok = batch * length / statistics.median(times)
+    print("# first loss %.4f (ln %d = %.4f), %.1f ms per step, %.0f tokens/s"
+          % (loss0, vocab, math.log(vocab), 1e3 * batch * length / tok, tok))
+    result("%s.tok_s.torch" % kind, tok)
+    result("%s.tok_s_wall.torch" % kind, batch * length / statistics.median(walls))
+    result("%s.loss0.torch" % kind, loss0)
+    print("@ %s.params.torch %d" % (kind, nparams), flush=True)  # exact, where result keeps 6 digits
+    if kind == "gpt":
+        flop = flop_gpt_step(vocab, n_layer, n_embd, batch, length)
+        print("# %.3f GFLOP per step (matrix products, forward and backward): %.1f GFLOP/s"
+              % (flop * 1e-9, flop * tok / (batch * length) * 1e-9))
+        result("gpt.gflops.torch", flop * tok / (batch * length) * 1e-9)
+
+
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("gemm", "tape", "optim", "unary", "mlp", "cnn"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("gemm", "tape", "optim", "unary", "mlp", "cnn", "gpt", "lstm"):
         print(__doc__, file=sys.stderr)
         return 2
     if sys.argv[1] == "gemm":
@@ -305,6 +492,8 @@ def main():
         bench_unary()
     elif sys.argv[1] == "cnn":
         bench_cnn()
+    elif sys.argv[1] in ("gpt", "lstm"):
+        bench_charlm(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 20)
     else:
         bench_mlp(sys.argv[2] if len(sys.argv) > 2 else "784,128,10")
     return 0
