@@ -18,8 +18,6 @@
    (the model, its configuration and vocabulary, the optimizer), writes an SVG plot of the
    losses, and prints 500 characters sampled from the model. --sample-only CKPT prints a sample
    of a saved model. The last line of a training run is "val loss: X.XXXX". */
-#define STB_IMAGE_IMPLEMENTATION
-#include <stb/stb_image.h>
 #define AUTODIFF_IMPLEMENTATION
 #include "../autodiff.h"
 #include "char_model.h"
