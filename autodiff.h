@@ -665,8 +665,11 @@ AUTODIFF_API ad_tensor *ad_batch_norm(ad_tape *T, ad_tensor *x, ad_batch_norm_st
                                       ad_tensor *gamma, ad_tensor *beta);
 /* Layer normalisation over the last k dimensions of x (mean and biased variance of each group
    of those values, eps added to the variance), then times gamma and plus beta, both shaped as
-   the last k dimensions of x (either may be NULL). Returns NULL when k is outside 1..ndim,
-   eps is negative, or gamma or beta has the wrong shape. */
+   the last k dimensions of x (either may be NULL). One fused op: the tape keeps two values per
+   group besides the result; a plain backward sweep is one pass over x, a create_graph sweep
+   records the derivative with the library's ops (so second derivatives work); results are the
+   same bits for any thread count. Returns NULL when k is outside 1..ndim, eps is negative, or
+   gamma or beta has the wrong shape. */
 AUTODIFF_API ad_tensor *ad_layer_norm(ad_tape *T, ad_tensor *x, int k, ad_tensor *gamma, ad_tensor *beta,
                                       ad_real eps);
 /* Rows of weight [V, D] picked by indices[0..n-1]: [n, D]. The indices are copied. When weight
@@ -1639,6 +1642,9 @@ static AD__UNUSED int ad__isa_features(void)
 #define AD__ATTN_BLOCK_CAUSAL 32                 /* the same with the causal mask: more of the
                                                     masked triangle skipped, against smaller
                                                     products */
+#define AD__NORM_ROWS 16                         /* rows of a layer norm's backward whose shares
+                                                    of dgamma and dbeta are summed together: the
+                                                    split over threads is in whole such blocks */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define AD__PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -2094,6 +2100,12 @@ typedef struct ad__attention_state {
     int causal;
 } ad__attention_state;
 
+typedef struct ad__norm_state {
+    const ad_real *stats;        /* on the tape: the mean and 1 / sqrt(var + eps) of each row */
+    size_t inner;                /* values per row: the normalised dimensions' product */
+    ad_real eps;
+} ad__norm_state;
+
 typedef union ad__saved_state {
     ad__unary_state unary;
     ad__binary_state binary;
@@ -2109,6 +2121,7 @@ typedef union ad__saved_state {
     ad__xent_state xent;
     ad__rnn_state rnn;
     ad__attention_state attention;
+    ad__norm_state norm;
 } ad__saved_state;
 
 struct ad__node {
@@ -8979,12 +8992,180 @@ AUTODIFF_API ad_tensor *ad_batch_norm(ad_tape *T, ad_tensor *x, ad_batch_norm_st
     return ad_reshape(T, y, x->ndim, x->shape);
 }
 
+/* Layer norm is one tape entry. The forward keeps the mean and 1 / sqrt(var + eps) of each row
+   (both summed in double); a plain backward sweep gives, with xhat = (x - mean) rstd and
+   h = g gamma,
+       dx = rstd (h - mean(h) - xhat mean(h xhat)),   dgamma = sum over rows of g xhat,
+       dbeta = sum over rows of g,
+   in one pass over the rows, which go to the threads in blocks of AD__NORM_ROWS; each block sums
+   its rows' share of dgamma and dbeta, and the blocks' sums are added in their order, so the
+   bits do not depend on the thread count. A create_graph sweep writes the same derivative with
+   the library's ops (ad__norm_recorded), so it can be differentiated again. */
+typedef struct ad__norm_job {
+    const ad_real *x, *gamma, *beta, *g;
+    ad_real *y, *stats, *dx, *part; /* part: per block of rows, its dgamma, then its dbeta */
+    size_t inner;
+    ad_real eps;
+    int add_x;
+} ad__norm_job;
+
+AD__PRIVATE void ad__norm_forward_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__norm_job *j = (const ad__norm_job *)ctx;
+    size_t r, i, n = j->inner;
+    for (r = lo; r < hi; r++) {
+        const ad_real *x = j->x + r * n;
+        ad_real *y = j->y + r * n, mean, rstd;
+        double sum = 0, squares = 0;
+        for (i = 0; i < n; i++) sum += x[i];
+        mean = (ad_real)(sum / (double)n);
+        for (i = 0; i < n; i++) {
+            double d = (double)x[i] - (double)mean;
+            squares += d * d;
+        }
+        rstd = (ad_real)(1 / sqrt(squares / (double)n + (double)j->eps));
+        j->stats[2 * r] = mean;
+        j->stats[2 * r + 1] = rstd;
+        for (i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd;
+        if (j->gamma)
+            for (i = 0; i < n; i++) y[i] *= j->gamma[i];
+        if (j->beta)
+            for (i = 0; i < n; i++) y[i] += j->beta[i];
+    }
+}
+
+/* Rows [lo, hi), whole blocks of AD__NORM_ROWS but for the last: dx (when wanted) and each
+   block's sums for dgamma and dbeta (when part is set). */
+AD__PRIVATE void ad__norm_backward_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__norm_job *j = (const ad__norm_job *)ctx;
+    size_t r, i, n = j->inner;
+    for (r = lo; r < hi; r++) {
+        const ad_real *x = j->x + r * n, *g = j->g + r * n, mean = j->stats[2 * r], rstd = j->stats[2 * r + 1];
+        ad_real *dgamma = j->part ? j->part + r / AD__NORM_ROWS * 2 * n : NULL, a, c;
+        double sum_h = 0, sum_hx = 0;
+        if (dgamma && r % AD__NORM_ROWS == 0) memset(dgamma, 0, 2 * n * sizeof(ad_real));
+        for (i = 0; i < n; i++) {
+            ad_real xhat = (x[i] - mean) * rstd, h = j->gamma ? g[i] * j->gamma[i] : g[i];
+            sum_h += h;
+            sum_hx += (double)h * xhat;
+            if (dgamma) {
+                dgamma[i] += g[i] * xhat;
+                dgamma[n + i] += g[i];
+            }
+        }
+        if (!j->dx) continue;
+        a = (ad_real)(sum_h / (double)n);
+        c = (ad_real)(sum_hx / (double)n);
+        for (i = 0; i < n; i++) {
+            ad_real xhat = (x[i] - mean) * rstd, h = j->gamma ? g[i] * j->gamma[i] : g[i];
+            ad_real d = rstd * (h - a - xhat * c);
+            if (j->add_x) j->dx[r * n + i] += d;
+            else j->dx[r * n + i] = d;
+        }
+    }
+}
+
+/* The same derivative with recorded ops, for create_graph sweeps: x as [rows, inner]. */
+AD__PRIVATE void ad__norm_recorded(ad__sweep *S, ad__node *node, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2], *x2, *g2, *xc, *rstd, *xhat, *h;
+    int shape[2];
+    shape[1] = (int)node->st.norm.inner;
+    shape[0] = (int)(x->size / node->st.norm.inner);
+    x2 = ad_reshape(T, x, 2, shape);
+    g2 = ad_reshape(T, g, 2, shape);
+    xc = ad_sub(T, x2, ad_mean_axis(T, x2, 1, 1));
+    rstd = ad_pow(T, ad_add_scalar(T, ad_mean_axis(T, ad_square(T, xc), 1, 1), node->st.norm.eps), (ad_real)-0.5);
+    xhat = ad_mul(T, xc, rstd);
+    h = gamma ? ad_mul(T, g2, ad_reshape(T, gamma, 1, shape + 1)) : g2;
+    if (ad__wants(S, x)) {
+        ad_tensor *dx = ad_sub(T, ad_sub(T, h, ad_mean_axis(T, h, 1, 1)), ad_mul(T, xhat, ad_mean_axis(T, ad_mul(T, h, xhat), 1, 1)));
+        ad__accum(S, x, ad_reshape(T, ad_mul(T, rstd, dx), x->ndim, x->shape), 1);
+    }
+    if (gamma && ad__wants(S, gamma))
+        ad__accum(S, gamma, ad_reshape(T, ad_sum_axis(T, ad_mul(T, g2, xhat), 0, 0), gamma->ndim, gamma->shape), 1);
+    if (beta && ad__wants(S, beta))
+        ad__accum(S, beta, ad_reshape(T, ad_sum_axis(T, g2, 0, 0), beta->ndim, beta->shape), 1);
+}
+
+/* dgamma or dbeta (which: 0 or 1) as a tensor of the parameter's shape: the blocks' sums added
+   in order. */
+AD__PRIVATE ad_tensor *ad__norm_param_grad(ad_tape *T, const ad_tensor *param, const ad_real *part, size_t blocks,
+                                           size_t n, int which)
+{
+    ad_tensor *d = ad__tensor(T, "ad_layer_norm", param->ndim, param->shape, 1);
+    size_t b, i;
+    if (!d) return NULL;
+    memcpy(d->data, part + which * n, n * sizeof(ad_real));
+    for (b = 1; b < blocks; b++)
+        for (i = 0; i < n; i++) d->data[i] += part[b * 2 * n + which * n + i];
+    return d;
+}
+
+AD__PRIVATE void ad__norm_backward(ad__sweep *S, ad__node *node, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
+    size_t n = node->st.norm.inner, rows = x->size / n, blocks = (rows + AD__NORM_ROWS - 1) / AD__NORM_ROWS;
+    int want_gamma = gamma && ad__wants(S, gamma), want_beta = beta && ad__wants(S, beta);
+    ad__norm_job job;
+    if (S->create_graph) {
+        ad__norm_recorded(S, node, g);
+        return;
+    }
+    memset(&job, 0, sizeof job);
+    job.x = x->data;
+    job.gamma = gamma ? gamma->data : NULL;
+    job.g = g->data;
+    job.stats = (ad_real *)node->st.norm.stats;
+    job.inner = n;
+    if ((ad__wants(S, x) && !(job.dx = ad__grad_target(S, x, &job.add_x))) ||
+        ((want_gamma || want_beta) &&
+         !(job.part = (ad_real *)ad__alloc(T, blocks * 2 * n * sizeof(ad_real), "ad_layer_norm")))) {
+        S->failed = 1;
+        return;
+    }
+    ad__parallel_range(T, ad__norm_backward_range, &job, rows, (AD__SPLIT_HEAVY + n - 1) / n, AD__NORM_ROWS);
+    if (want_gamma) ad__accum(S, gamma, ad__norm_param_grad(T, gamma, job.part, blocks, n, 0), 1);
+    if (want_beta) ad__accum(S, beta, ad__norm_param_grad(T, beta, job.part, blocks, n, 1), 1);
+}
+
+AD__PRIVATE ad_tensor *ad__layer_norm_fused(ad_tape *T, ad_tensor *x, size_t inner, ad_tensor *gamma,
+                                            ad_tensor *beta, ad_real eps)
+{
+    size_t rows = x->size / inner;
+    ad_tensor *y = ad__tensor(T, "ad_layer_norm", x->ndim, x->shape, 1), *ins[3];
+    ad_real *stats = (ad_real *)ad__alloc(T, 2 * rows * sizeof(ad_real), "ad_layer_norm");
+    ad__norm_job job;
+    ad__node *node;
+    if (!y || !stats) return NULL;
+    memset(&job, 0, sizeof job);
+    job.x = x->data;
+    job.gamma = gamma ? gamma->data : NULL;
+    job.beta = beta ? beta->data : NULL;
+    job.y = y->data;
+    job.stats = stats;
+    job.inner = inner;
+    job.eps = eps;
+    ad__parallel_range(T, ad__norm_forward_range, &job, rows, (AD__SPLIT_HEAVY + inner - 1) / inner, 1);
+    ins[0] = x;
+    ins[1] = gamma;
+    ins[2] = beta;
+    node = ad__record(T, "ad_layer_norm", y, ad__norm_backward, ins, 3);
+    if (!node) return NULL;
+    node->st.norm.stats = stats;
+    node->st.norm.inner = inner;
+    node->st.norm.eps = eps;
+    return y;
+}
+
 AUTODIFF_API ad_tensor *ad_layer_norm(ad_tape *T, ad_tensor *x, int k, ad_tensor *gamma, ad_tensor *beta,
                                       ad_real eps)
 {
-    int shape2[2], i, j;
+    int i, j;
     size_t inner = 1;
-    ad_tensor *x2, *xc, *var, *y;
     char sx[96], sp[96];
     if (!T || !x) return NULL;
     if (!ad__on_tape(T, "ad_layer_norm", "x", x) || (gamma && !ad__on_tape(T, "ad_layer_norm", "gamma", gamma)) ||
@@ -9013,15 +9194,7 @@ AUTODIFF_API ad_tensor *ad_layer_norm(ad_tape *T, ad_tensor *x, int k, ad_tensor
         }
     }
     for (i = x->ndim - k; i < x->ndim; i++) inner *= (size_t)x->shape[i];
-    shape2[0] = (int)(x->size / inner);
-    shape2[1] = (int)inner;
-    x2 = ad_reshape(T, x, 2, shape2);
-    xc = ad_sub(T, x2, ad_mean_axis(T, x2, 1, 1));
-    var = ad_mean_axis(T, ad_square(T, xc), 1, 1);
-    y = ad_reshape(T, ad_mul(T, xc, ad_pow(T, ad_add_scalar(T, var, eps), (ad_real)-0.5)), x->ndim, x->shape);
-    if (gamma) y = ad_mul(T, y, gamma);
-    if (beta) y = ad_add(T, y, beta);
-    return y;
+    return ad__layer_norm_fused(T, x, inner, gamma, beta, eps);
 }
 
 /* >>ops:rnn ---------------------------------------------------------------------------------- */

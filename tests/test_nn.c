@@ -1067,6 +1067,86 @@ static void test_layer_norm(void)
     ad_tape_free(T);
 }
 
+/* The fused layer norm against the same function composed of ops (mean, variance, pow), on
+   [2, 137, 131] normalised over the last one or two dimensions (274 rows, which 2 threads split,
+   in the backward's blocks of rows with a short last one; or 2 rows), with gamma and beta: values
+   and the gradients of x, gamma and beta within 1e-12; then the same bits, values and gradients,
+   on 1 and 2 threads. */
+static ad_tensor *ln_composed(ad_tape *T, ad_tensor *x, int k, ad_tensor *gamma, ad_tensor *beta, ad_real eps)
+{
+    int shape[2], i;
+    ad_tensor *x2, *xc, *var, *y;
+    shape[1] = 1;
+    for (i = x->ndim - k; i < x->ndim; i++) shape[1] *= x->shape[i];
+    shape[0] = (int)(x->size / (size_t)shape[1]);
+    x2 = ad_reshape(T, x, 2, shape);
+    xc = ad_sub(T, x2, ad_mean_axis(T, x2, 1, 1));
+    var = ad_mean_axis(T, ad_square(T, xc), 1, 1);
+    y = ad_reshape(T, ad_mul(T, xc, ad_pow(T, ad_add_scalar(T, var, eps), -0.5)), x->ndim, x->shape);
+    return ad_add(T, ad_mul(T, y, gamma), beta);
+}
+
+static void test_layer_norm_fused(void)
+{
+    int k, t, composed;
+    for (k = 1; k <= 2; k++) {
+        ad_real *bits[2][4] = {{NULL}};
+        size_t sizes[4];
+        double worst = 0;
+        for (t = 0; t < 2; t++)
+            for (composed = 0; composed < 2; composed++) {
+                ad_tape *T = ad_tape_new();
+                ad_rng r;
+                ad_tensor *x, *gamma, *beta, *w, *y, *in[3];
+                int i, pshape[2] = {137, 131};
+                size_t e;
+                ad_rng_seed(&r, 11);
+                ad_set_threads(T, composed ? 1 : t + 1);
+                x = ad_randn(T, AD_SHAPE(2, 137, 131), 3, 2, &r);
+                gamma = ad_randn(T, k, pshape + 2 - k, 1, 0.5, &r);
+                beta = ad_randn(T, k, pshape + 2 - k, 0, 1, &r);
+                w = ad_randn(T, AD_SHAPE(2, 137, 131), 0, 1, &r);
+                in[0] = x, in[1] = gamma, in[2] = beta;
+                for (i = 0; i < 3; i++) ad_set_requires_grad(in[i], 1);
+                y = composed ? ln_composed(T, x, k, gamma, beta, (ad_real)1e-5)
+                             : ad_layer_norm(T, x, k, gamma, beta, (ad_real)1e-5);
+                if (!y || ad_backward(T, ad_sum(T, ad_mul(T, y, w))) != 0) {
+                    TH_CHECK(0, "layer norm k=%d: %s", k, ad_tape_error(T));
+                    ad_tape_free(T);
+                    continue;
+                }
+                if (composed) {
+                    for (i = 0; i < 4; i++) {
+                        const ad_real *a = i ? in[i - 1]->grad : y->data;
+                        for (e = 0; e < sizes[i]; e++) {
+                            double d = fabs(a[e] - bits[0][i][e]) / (1 + fabs(a[e]));
+                            if (d > worst) worst = d;
+                        }
+                    }
+                } else {
+                    for (i = 0; i < 4; i++) {
+                        const ad_real *a = i ? in[i - 1]->grad : y->data;
+                        sizes[i] = i ? in[i - 1]->size : y->size;
+                        bits[t][i] = (ad_real *)malloc(sizes[i] * sizeof(ad_real));
+                        if (bits[t][i]) memcpy(bits[t][i], a, sizes[i] * sizeof(ad_real));
+                    }
+                }
+                ad_tape_free(T);
+            }
+        TH_CHECK(worst <= 1e-12, "layer norm k=%d: fused and composed differ by %.3g", k, worst);
+        {
+            int same = 1, i;
+            for (i = 0; i < 4; i++)
+                same = same && bits[0][i] && bits[1][i] && memcmp(bits[0][i], bits[1][i], sizes[i] * sizeof(ad_real)) == 0;
+            TH_CHECK(same, "layer norm k=%d: 1 and 2 threads give different bits", k);
+            for (i = 0; i < 4; i++) {
+                free(bits[0][i]);
+                free(bits[1][i]);
+            }
+        }
+    }
+}
+
 /* ---- embedding ---------------------------------------------------------------------------- */
 static const int emb_idx[6] = {3, 0, 3, 6, 3, 1};
 
@@ -1229,6 +1309,7 @@ int main(void)
     test_batch_norm_gradients();
     test_batch_norm_stats();
     test_layer_norm();
+    test_layer_norm_fused();
     test_embedding();
     test_embedding_threads();
     test_small_cnn();
