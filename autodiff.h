@@ -6370,7 +6370,9 @@ AD__PRIVATE void ad__permute_kernel(const ad_tensor *x, const int *perm, ad_real
     for (o = 0; o < outer; o++) {
         const ad_real *src = x->data + off;
         ad_real *dst = y + o * inner;
-        for (i = 0; i < inner; i++) dst[i] = src[i * inner_stride];
+        if (inner_stride == 1) memcpy(dst, src, inner * sizeof(ad_real)); /* the last axis stays */
+        else
+            for (i = 0; i < inner; i++) dst[i] = src[i * inner_stride];
         for (d = nd - 2; d >= 0; d--) {
             idx[d]++;
             off += stride[d];
@@ -6446,10 +6448,28 @@ AD__PRIVATE void ad__axis_copy(ad_real *big, ad_real *small, size_t outer, size_
 
 AD__PRIVATE ad_tensor *ad__pad_axis(ad_tape *T, ad_tensor *g, int axis, int start, int total);
 
+/* A sweep that does not record adds g straight into its place in x's gradient (zeros around
+   it when the buffer is new); one that records pads g with zeros by an op. */
 AD__PRIVATE void ad__slice_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tensor *x = n->in[0];
-    ad__accum(S, x, ad__pad_axis(S->T, g, n->st.slice.axis, n->st.slice.start, x->shape[n->st.slice.axis]), 1);
+    int ax = n->st.slice.axis, start = n->st.slice.start, add;
+    size_t outer, len, inner, o, total = (size_t)x->shape[ax];
+    ad_real *d;
+    if (S->create_graph) {
+        ad__accum(S, x, ad__pad_axis(S->T, g, ax, start, (int)total), 1);
+        return;
+    }
+    if (!ad__wants(S, x)) return;
+    d = ad__grad_target(S, x, &add);
+    if (!d) {
+        S->failed = 1;
+        return;
+    }
+    if (!add) memset(d, 0, x->size * sizeof(ad_real));
+    ad__split_axis(g, ax, &outer, &len, &inner);
+    for (o = 0; o < outer; o++)
+        ad__add_into(d + (o * total + (size_t)start) * inner, g->data + o * len * inner, len * inner);
 }
 
 AUTODIFF_API ad_tensor *ad_slice(ad_tape *T, ad_tensor *a, int axis, int start, int end)
@@ -8992,8 +9012,8 @@ AUTODIFF_API ad_tensor *ad_batch_norm(ad_tape *T, ad_tensor *x, ad_batch_norm_st
     return ad_reshape(T, y, x->ndim, x->shape);
 }
 
-/* Layer norm is one tape entry. The forward keeps the mean and 1 / sqrt(var + eps) of each row
-   (both summed in double); a plain backward sweep gives, with xhat = (x - mean) rstd and
+/* Layer norm is one tape entry. The forward keeps the mean and 1 / sqrt(var + eps) of each row;
+   a plain backward sweep gives, with xhat = (x - mean) rstd and
    h = g gamma,
        dx = rstd (h - mean(h) - xhat mean(h xhat)),   dgamma = sum over rows of g xhat,
        dbeta = sum over rows of g,
@@ -9009,21 +9029,48 @@ typedef struct ad__norm_job {
     int add_x;
 } ad__norm_job;
 
+/* Sums of a row kept in AD__NORM_LANES running sums, one per lane, so that the compiler can
+   keep them in vector registers (C fixes the order of a single running sum); the lanes are
+   then added in order in double. */
+enum { AD__NORM_LANES = 16 };
+
+AD__INLINE double ad__norm_lanes_total(const ad_real *lane)
+{
+    double total = 0;
+    int l;
+    for (l = 0; l < AD__NORM_LANES; l++) total += lane[l];
+    return total;
+}
+
+/* The mean of one row of n values and 1 / sqrt(var + eps), from the two sums x and
+   (x - mean)^2 */
+AD__INLINE void ad__norm_row_moments(const ad_real *AD__RESTRICT x, size_t n, ad_real *mean, ad_real *rstd,
+                                     ad_real eps)
+{
+    ad_real lane[AD__NORM_LANES] = {0}, m;
+    size_t i, l;
+    double squares;
+    for (i = 0; i + AD__NORM_LANES <= n; i += AD__NORM_LANES)
+        for (l = 0; l < AD__NORM_LANES; l++) lane[l] += x[i + l];
+    for (l = 0; i < n; i++, l++) lane[l] += x[i];
+    m = (ad_real)(ad__norm_lanes_total(lane) / (double)n);
+    memset(lane, 0, sizeof lane);
+    for (i = 0; i + AD__NORM_LANES <= n; i += AD__NORM_LANES)
+        for (l = 0; l < AD__NORM_LANES; l++) lane[l] += (x[i + l] - m) * (x[i + l] - m);
+    for (l = 0; i < n; i++, l++) lane[l] += (x[i] - m) * (x[i] - m);
+    squares = ad__norm_lanes_total(lane);
+    *mean = m;
+    *rstd = (ad_real)(1 / sqrt(squares / (double)n + (double)eps));
+}
+
 AD__PRIVATE void ad__norm_forward_range(const void *ctx, size_t lo, size_t hi)
 {
     const ad__norm_job *j = (const ad__norm_job *)ctx;
     size_t r, i, n = j->inner;
     for (r = lo; r < hi; r++) {
-        const ad_real *x = j->x + r * n;
-        ad_real *y = j->y + r * n, mean, rstd;
-        double sum = 0, squares = 0;
-        for (i = 0; i < n; i++) sum += x[i];
-        mean = (ad_real)(sum / (double)n);
-        for (i = 0; i < n; i++) {
-            double d = (double)x[i] - (double)mean;
-            squares += d * d;
-        }
-        rstd = (ad_real)(1 / sqrt(squares / (double)n + (double)j->eps));
+        const ad_real *AD__RESTRICT x = j->x + r * n;
+        ad_real *AD__RESTRICT y = j->y + r * n, mean, rstd;
+        ad__norm_row_moments(x, n, &mean, &rstd, j->eps);
         j->stats[2 * r] = mean;
         j->stats[2 * r + 1] = rstd;
         for (i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd;
@@ -9039,29 +9086,56 @@ AD__PRIVATE void ad__norm_forward_range(const void *ctx, size_t lo, size_t hi)
 AD__PRIVATE void ad__norm_backward_range(const void *ctx, size_t lo, size_t hi)
 {
     const ad__norm_job *j = (const ad__norm_job *)ctx;
-    size_t r, i, n = j->inner;
+    size_t r, i, l, n = j->inner;
     for (r = lo; r < hi; r++) {
-        const ad_real *x = j->x + r * n, *g = j->g + r * n, mean = j->stats[2 * r], rstd = j->stats[2 * r + 1];
-        ad_real *dgamma = j->part ? j->part + r / AD__NORM_ROWS * 2 * n : NULL, a, c;
-        double sum_h = 0, sum_hx = 0;
-        if (dgamma && r % AD__NORM_ROWS == 0) memset(dgamma, 0, 2 * n * sizeof(ad_real));
-        for (i = 0; i < n; i++) {
-            ad_real xhat = (x[i] - mean) * rstd, h = j->gamma ? g[i] * j->gamma[i] : g[i];
-            sum_h += h;
-            sum_hx += (double)h * xhat;
-            if (dgamma) {
-                dgamma[i] += g[i] * xhat;
-                dgamma[n + i] += g[i];
+        const ad_real *AD__RESTRICT x = j->x + r * n, *AD__RESTRICT g = j->g + r * n;
+        const ad_real mean = j->stats[2 * r], rstd = j->stats[2 * r + 1];
+        ad_real *dgamma = j->part ? j->part + r / AD__NORM_ROWS * 2 * n : NULL;
+        ad_real *dbeta = dgamma ? dgamma + n : NULL;
+        ad_real lane_h[AD__NORM_LANES] = {0}, lane_hx[AD__NORM_LANES] = {0}, a, c;
+        if (dgamma) {
+            if (r % AD__NORM_ROWS == 0) memset(dgamma, 0, 2 * n * sizeof(ad_real));
+            for (i = 0; i < n; i++) {
+                dgamma[i] += g[i] * ((x[i] - mean) * rstd);
+                dbeta[i] += g[i];
             }
         }
         if (!j->dx) continue;
-        a = (ad_real)(sum_h / (double)n);
-        c = (ad_real)(sum_hx / (double)n);
-        for (i = 0; i < n; i++) {
-            ad_real xhat = (x[i] - mean) * rstd, h = j->gamma ? g[i] * j->gamma[i] : g[i];
-            ad_real d = rstd * (h - a - xhat * c);
-            if (j->add_x) j->dx[r * n + i] += d;
-            else j->dx[r * n + i] = d;
+        if (j->gamma) {
+            const ad_real *AD__RESTRICT gamma = j->gamma;
+            for (i = 0; i + AD__NORM_LANES <= n; i += AD__NORM_LANES)
+                for (l = 0; l < AD__NORM_LANES; l++) {
+                    ad_real h = g[i + l] * gamma[i + l];
+                    lane_h[l] += h;
+                    lane_hx[l] += h * ((x[i + l] - mean) * rstd);
+                }
+            for (l = 0; i < n; i++, l++) {
+                ad_real h = g[i] * gamma[i];
+                lane_h[l] += h;
+                lane_hx[l] += h * ((x[i] - mean) * rstd);
+            }
+        } else {
+            for (i = 0; i + AD__NORM_LANES <= n; i += AD__NORM_LANES)
+                for (l = 0; l < AD__NORM_LANES; l++) {
+                    lane_h[l] += g[i + l];
+                    lane_hx[l] += g[i + l] * ((x[i + l] - mean) * rstd);
+                }
+            for (l = 0; i < n; i++, l++) {
+                lane_h[l] += g[i];
+                lane_hx[l] += g[i] * ((x[i] - mean) * rstd);
+            }
+        }
+        a = (ad_real)(ad__norm_lanes_total(lane_h) / (double)n);
+        c = (ad_real)(ad__norm_lanes_total(lane_hx) / (double)n);
+        {
+            ad_real *AD__RESTRICT dx = j->dx + r * n;
+            const ad_real *AD__RESTRICT gamma = j->gamma;
+            int add = j->add_x;
+            for (i = 0; i < n; i++) {
+                ad_real h = gamma ? g[i] * gamma[i] : g[i];
+                ad_real d = rstd * (h - a - (x[i] - mean) * rstd * c);
+                dx[i] = add ? dx[i] + d : d;
+            }
         }
     }
 }
