@@ -1,4 +1,4 @@
-/* autodiff.h - v0.7.0 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.7.1 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -220,6 +220,10 @@
                       of more than one element. Sequence models: ad_attention (fused scaled
                       dot-product attention, optional causal mask, no [T, T] matrix kept),
                       ad_lstm_cell and ad_gru_cell (fused gates).
+   0.7.1  2026-11-25  speed: erf and GELU (with GELU's derivative) of floats on whole vectors;
+                      ad_layer_norm is one fused entry that keeps two values per row; a
+                      slice's gradient is added in place; permutes that keep the last axis
+                      copy whole runs.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -229,7 +233,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 7
-#define AUTODIFF_VERSION_PATCH 0
+#define AUTODIFF_VERSION_PATCH 1
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
