@@ -75,7 +75,7 @@ FASHION_DIR ?= /usr/share/datasets/fashion-mnist
 .PHONY: data mnist mnist-cnn fashion
 
 # The training programs are built with plain cc and -lm only, as a user would build them.
-MNIST_DEPS = examples/mnist_model.h examples/mnist_train.h autodiff.h
+MNIST_DEPS = examples/mnist_model.h examples/mnist_train.h examples/training_util.h autodiff.h
 
 $(BUILD)/mnist: examples/mnist.c $(MNIST_DEPS)
 	@mkdir -p $(BUILD)
@@ -112,7 +112,7 @@ SHAKESPEARE_DIR ?= $(if $(wildcard ../shared/data/tinyshakespeare/input.txt),../
 SHAKESPEARE_ARGS ?=
 .PHONY: shakespeare
 
-$(BUILD)/shakespeare: examples/shakespeare.c examples/char_model.h autodiff.h
+$(BUILD)/shakespeare: examples/shakespeare.c examples/char_model.h examples/training_util.h autodiff.h
 	@mkdir -p $(BUILD)
 	$(CC) -O2 examples/shakespeare.c -o $(BUILD)/shakespeare -lm
 

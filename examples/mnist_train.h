@@ -12,13 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#if defined(__unix__) || defined(__APPLE__)
-#include <unistd.h>
-#define STDERR_IS_TERMINAL() isatty(2)
-#else
-#define STDERR_IS_TERMINAL() 0
-#endif
+#include "training_util.h"
 
 #define CLASSES 10
 #define MAX_EPOCHS 1000
@@ -155,25 +149,6 @@ static int parse_options(int argc, char **argv, int cnn, options *o)
     }
     if (o->lr <= 0) o->lr = strcmp(o->optimizer, "adam") ? 0.05 : 0.001;
     return 0;
-}
-
-/* Wall-clock seconds (processor time before C11). */
-static double seconds(void)
-{
-#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
-    struct timespec t;
-    timespec_get(&t, TIME_UTC);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-#else
-    return (double)clock() / CLOCKS_PER_SEC;
-#endif
-}
-
-/* The tape's error message, or a placeholder when there is none. */
-static const char *tape_error(const ad_tape *T)
-{
-    const char *e = ad_tape_error(T);
-    return e ? e : "unknown error";
 }
 
 static int argmax(const ad_real *row, int n)

@@ -21,14 +21,7 @@
 #define AUTODIFF_IMPLEMENTATION
 #include "../autodiff.h"
 #include "char_model.h"
-
-#include <time.h>
-#if defined(__unix__) || defined(__APPLE__)
-#include <unistd.h>
-#define STDERR_IS_TERMINAL() isatty(2)
-#else
-#define STDERR_IS_TERMINAL() 0
-#endif
+#include "training_util.h"
 
 typedef struct options {
     const char *data, *checkpoint, *plot, *sample_only, *start;
@@ -164,24 +157,6 @@ static int parse_options(int argc, char **argv, options *o)
         return -1;
     }
     return 0;
-}
-
-/* Wall-clock seconds (processor time before C11). */
-static double seconds(void)
-{
-#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
-    struct timespec t;
-    timespec_get(&t, TIME_UTC);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-#else
-    return (double)clock() / CLOCKS_PER_SEC;
-#endif
-}
-
-static const char *tape_error(const ad_tape *T)
-{
-    const char *e = ad_tape_error(T);
-    return e ? e : "unknown error";
 }
 
 /* ---- the text ---- */
