@@ -77,7 +77,7 @@ static inline long char_encode(const char_config *cfg, const unsigned char *text
     return -1;
 }
 
-/* ---- the configuration in a checkpoint's extra bytes: "CHARLM1\0", 5 x u32 LE, vocab bytes ---- */
+/* ---- the configuration in a checkpoint's extra bytes: "CHARLM1\0", 6 x u32 LE, vocab bytes ---- */
 
 static inline size_t char_config_bytes(const char_config *cfg) { return 8 + 6 * 4 + (size_t)cfg->vocab; }
 
@@ -97,8 +97,9 @@ static inline void char_config_pack(const char_config *cfg, unsigned char *p)
     memcpy(p + 32, cfg->chars, (size_t)cfg->vocab);
 }
 
-/* Returns 0, or -1 when the bytes are not a configuration this program wrote. */
-static inline int char_config_unpack(char_config *cfg, const unsigned char *p, size_t len)
+/* Reads a configuration from the start of len bytes. Returns the bytes it takes, or -1 when
+   they do not start with a configuration this program wrote. */
+static inline long char_config_unpack(char_config *cfg, const unsigned char *p, size_t len)
 {
     uint32_t v[6];
     int i, j;
@@ -107,7 +108,7 @@ static inline int char_config_unpack(char_config *cfg, const unsigned char *p, s
         v[i] = 0;
         for (j = 3; j >= 0; j--) v[i] = v[i] << 8 | p[8 + 4 * i + j];
     }
-    if (v[0] > CHAR_GRU || v[1] < 1 || v[1] > CHAR_MAX_VOCAB || len != 32 + v[1] || v[2] < 1 || v[3] < 1 ||
+    if (v[0] > CHAR_GRU || v[1] < 1 || v[1] > CHAR_MAX_VOCAB || len < 32 + v[1] || v[2] < 1 || v[3] < 1 ||
         v[3] > CHAR_MAX_LAYERS || v[4] < 1 || v[5] < 1 || v[5] % v[4] != 0)
         return -1;
     memset(cfg, 0, sizeof *cfg);
@@ -118,7 +119,7 @@ static inline int char_config_unpack(char_config *cfg, const unsigned char *p, s
     cfg->heads = (int)v[4];
     cfg->embd = (int)v[5];
     memcpy(cfg->chars, p + 32, (size_t)cfg->vocab);
-    return 0;
+    return 32 + (long)cfg->vocab;
 }
 
 /* ---- building ---- */

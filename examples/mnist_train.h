@@ -320,51 +320,6 @@ typedef struct run_state {
     ad_rng dropout;
 } run_state;
 
-static unsigned char *put_u64(unsigned char *p, uint64_t x)
-{
-    int i;
-    for (i = 0; i < 8; i++) p[i] = (unsigned char)(x >> (8 * i));
-    return p + 8;
-}
-
-static unsigned char *put_u32(unsigned char *p, uint32_t x)
-{
-    int i;
-    for (i = 0; i < 4; i++) p[i] = (unsigned char)(x >> (8 * i));
-    return p + 4;
-}
-
-static unsigned char *put_f64(unsigned char *p, double x)
-{
-    uint64_t u;
-    memcpy(&u, &x, 8);
-    return put_u64(p, u);
-}
-
-static uint64_t get_u64(const unsigned char **p)
-{
-    uint64_t x = 0;
-    int i;
-    for (i = 7; i >= 0; i--) x = x << 8 | (*p)[i];
-    *p += 8;
-    return x;
-}
-
-static uint32_t get_u32(const unsigned char **p)
-{
-    uint32_t x = (uint32_t)(*p)[0] | (uint32_t)(*p)[1] << 8 | (uint32_t)(*p)[2] << 16 | (uint32_t)(*p)[3] << 24;
-    *p += 4;
-    return x;
-}
-
-static double get_f64(const unsigned char **p)
-{
-    uint64_t u = get_u64(p);
-    double x;
-    memcpy(&x, &u, 8);
-    return x;
-}
-
 /* Writes the run into buf (RUN_BYTES(r->epochs_done) bytes); returns the bytes written. */
 static size_t pack_run(unsigned char *buf, const options *o, const history *h, const run_state *r)
 {

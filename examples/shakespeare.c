@@ -24,9 +24,10 @@
 #include "training_util.h"
 
 typedef struct options {
-    const char *data, *checkpoint, *plot, *sample_only, *start;
+    const char *data, *checkpoint, *plot, *sample_only, *start, *resume;
+    const char *defining; /* the last option given that defines the run (refused with --resume) */
     int model, iters, batch, ctx, layers, heads, embd, warmup, eval_interval, eval_batches, final_batches;
-    int threads, sample_chars, limit, quiet;
+    int threads, sample_chars, limit, quiet, stop_after, checkpoint_given;
     double lr, min_lr, beta1, beta2, weight_decay, clip, temperature;
     unsigned long long seed;
 } options;
@@ -55,7 +56,10 @@ static void usage(const char *argv0)
            "  --limit N            use the first N characters of the text only\n"
            "  --seed N             seed of initialisation, batches and sampling (default 1)\n"
            "  --threads N          threads (default: all cores, or AUTODIFF_THREADS)\n"
-           "  --checkpoint PATH    where to save the model (default shakespeare.ckpt)\n"
+           "  --checkpoint PATH    where to save the model and the run, at every loss estimate and at\n"
+           "                       the end (default shakespeare.ckpt; with --resume, the file resumed)\n"
+           "  --resume PATH        continue the run saved in PATH where it stopped, with its options\n"
+           "  --stop-after N       stop after step N (saving the run), as an interrupted run would\n"
            "  --plot PATH          where to write the SVG plot of the losses (default shakespeare.svg)\n"
            "  --sample-chars N     characters to sample at the end (default 500)\n"
            "  --temperature X      sampling temperature (default 1.0)\n"
@@ -105,6 +109,10 @@ static int parse_options(int argc, char **argv, options *o)
             return -1;
         }
         i++;
+        if (strcmp(arg, "--data") && strcmp(arg, "--threads") && strcmp(arg, "--checkpoint") && strcmp(arg, "--plot") &&
+            strcmp(arg, "--sample-chars") && strcmp(arg, "--temperature") && strcmp(arg, "--start") &&
+            strcmp(arg, "--sample-only") && strcmp(arg, "--resume") && strcmp(arg, "--stop-after"))
+            o->defining = arg;
         if (!strcmp(arg, "--data")) o->data = val;
         else if (!strcmp(arg, "--model")) {
             for (o->model = 0; o->model < 3 && strcmp(val, char_kind_names[o->model]); o->model++) continue;
@@ -131,17 +139,25 @@ static int parse_options(int argc, char **argv, options *o)
         else if (!strcmp(arg, "--limit")) o->limit = atoi(val);
         else if (!strcmp(arg, "--seed")) o->seed = strtoull(val, NULL, 10);
         else if (!strcmp(arg, "--threads")) o->threads = atoi(val);
-        else if (!strcmp(arg, "--checkpoint")) o->checkpoint = val;
+        else if (!strcmp(arg, "--checkpoint")) o->checkpoint = val, o->checkpoint_given = 1;
         else if (!strcmp(arg, "--plot")) o->plot = val;
         else if (!strcmp(arg, "--sample-chars")) o->sample_chars = atoi(val);
         else if (!strcmp(arg, "--temperature")) o->temperature = atof(val);
         else if (!strcmp(arg, "--start")) o->start = val;
         else if (!strcmp(arg, "--sample-only")) o->sample_only = val;
+        else if (!strcmp(arg, "--resume")) o->resume = val;
+        else if (!strcmp(arg, "--stop-after")) o->stop_after = atoi(val);
         else {
             fprintf(stderr, "%s: unknown option %s (see --help)\n", argv[0], arg);
             return -1;
         }
     }
+    if (o->resume && o->defining) {
+        fprintf(stderr, "%s: --resume continues the saved run with its own options; leave out %s\n", argv[0],
+                o->defining);
+        return -1;
+    }
+    if (o->resume && !o->checkpoint_given) o->checkpoint = o->resume;
     if (!o->batch) o->batch = o->model == CHAR_GPT ? 12 : 32;
     if (!o->layers) o->layers = o->model == CHAR_GPT ? 4 : 2;
     if (!o->embd) o->embd = o->model == CHAR_GPT ? 128 : 256;
@@ -150,6 +166,7 @@ static int parse_options(int argc, char **argv, options *o)
     if (o->iters < 1 || o->batch < 1 || o->ctx < 1 || o->layers < 1 || o->layers > CHAR_MAX_LAYERS ||
         o->heads < 1 || o->embd < 1 || o->embd % o->heads != 0 || o->warmup < 0 || o->eval_interval < 1 ||
         o->eval_batches < 1 || o->final_batches < 1 || o->threads < 0 || o->limit < 0 || o->sample_chars < 0 ||
+        o->stop_after < 0 ||
         !(o->temperature > 0) || o->clip < 0 || o->beta1 < 0 || o->beta1 >= 1 || o->beta2 < 0 || o->beta2 >= 1) {
         fprintf(stderr, "%s: an option is out of range: counts must be positive, layers at most %d, embd a "
                         "multiple of heads, temperature positive, betas in [0, 1) (see --help)\n",
@@ -418,19 +435,176 @@ static void progress(int step, int iters, double loss, double lr, double tokens_
     }
 }
 
-/* ---- checkpoint ---- */
+/* ---- checkpoint: the model's configuration, then the run, in the store's extra bytes ----
+   The run: "CHARRUN1"; u32: batch, steps planned, warm-up steps, estimate interval, batches per
+   estimate, final batches, limit, steps done, estimates done; u64: seed, characters used and
+   the FNV-1a hash of them; f64: lr, min lr, beta1, beta2, weight decay, clip; the batch,
+   estimate and sample generators (3 x 4 u64); u64: the streams' position; f64: the loss of
+   each step done, then the step, train and validation loss of each estimate; u32: rows of a
+   recurrent model's carried state, then its values as f64. All little-endian. With the
+   parameters and the optimizer this is everything a run needs to go on exactly as if it had
+   not stopped. */
+typedef struct run_state {
+    int step;                 /* steps done */
+    ad_rng batch, eval, sample;
+    streams st;
+    long chars;               /* characters of the text used */
+    uint64_t text_hash;
+} run_state;
 
-/* Saves the parameters, the optimizer and the model's configuration. Returns 0, or -1 with a
-   message. */
-static int save_model(const char *path, char_model *m, ad_optim *opt)
+#define RUN_FIXED_BYTES (8 + 9 * 4 + 3 * 8 + 6 * 8 + 12 * 8 + 8 + 4)
+
+static uint64_t fnv1a(const unsigned char *p, size_t n)
 {
-    unsigned char buf[32 + CHAR_MAX_VOCAB];
-    char_config_pack(&m->cfg, buf);
-    if (ad_params_set_extra(m->P, buf, char_config_bytes(&m->cfg)) != 0 || ad_checkpoint_save(path, m->P, opt) != 0) {
-        fprintf(stderr, "could not save the checkpoint: %s\n", ad_params_error(m->P));
+    uint64_t h = 14695981039346656037ull;
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static size_t run_bytes(const run_state *r, const history *h, const char_model *m)
+{
+    return RUN_FIXED_BYTES + 8 * ((size_t)r->step + 3 * (size_t)h->evals) +
+           8 * (size_t)m->state_rows * char_state_per_row(m);
+}
+
+static unsigned char *put_rng(unsigned char *p, const ad_rng *g)
+{
+    int i;
+    for (i = 0; i < 4; i++) p = put_u64(p, g->s[i]);
+    return p;
+}
+
+static void get_rng(const unsigned char **p, ad_rng *g)
+{
+    int i;
+    for (i = 0; i < 4; i++) g->s[i] = get_u64(p);
+}
+
+static void pack_run(unsigned char *p, const options *o, const run_state *r, const history *h, const char_model *m)
+{
+    size_t i, n = (size_t)m->state_rows * char_state_per_row(m);
+    uint32_t u[9];
+    double f[6];
+    int k;
+    u[0] = (uint32_t)o->batch, u[1] = (uint32_t)o->iters, u[2] = (uint32_t)o->warmup;
+    u[3] = (uint32_t)o->eval_interval, u[4] = (uint32_t)o->eval_batches, u[5] = (uint32_t)o->final_batches;
+    u[6] = (uint32_t)o->limit, u[7] = (uint32_t)r->step, u[8] = (uint32_t)h->evals;
+    f[0] = o->lr, f[1] = o->min_lr, f[2] = o->beta1, f[3] = o->beta2, f[4] = o->weight_decay, f[5] = o->clip;
+    memcpy(p, "CHARRUN1", 8);
+    p += 8;
+    for (k = 0; k < 9; k++) p = put_u32(p, u[k]);
+    p = put_u64(p, o->seed);
+    p = put_u64(p, (uint64_t)r->chars);
+    p = put_u64(p, r->text_hash);
+    for (k = 0; k < 6; k++) p = put_f64(p, f[k]);
+    p = put_rng(put_rng(put_rng(p, &r->batch), &r->eval), &r->sample);
+    p = put_u64(p, (uint64_t)r->st.pos);
+    for (k = 0; k < r->step; k++) p = put_f64(p, h->step_loss[k]);
+    for (k = 0; k < h->evals; k++) {
+        p = put_f64(p, h->eval_step[k]);
+        p = put_f64(p, h->eval_train[k]);
+        p = put_f64(p, h->eval_val[k]);
+    }
+    p = put_u32(p, (uint32_t)m->state_rows);
+    for (i = 0; i < n; i++) p = put_f64(p, m->state[i]);
+}
+
+/* Saves the parameters, the optimizer, the model's configuration and the run. Returns 0, or -1
+   with a message. */
+static int save_run(const options *o, const run_state *r, const history *h, char_model *m, ad_optim *opt)
+{
+    size_t head = char_config_bytes(&m->cfg), len = head + run_bytes(r, h, m);
+    unsigned char *buf = (unsigned char *)malloc(len);
+    int rc = -1;
+    if (buf) {
+        char_config_pack(&m->cfg, buf);
+        pack_run(buf + head, o, r, h, m);
+        rc = ad_params_set_extra(m->P, buf, len) == 0 && ad_checkpoint_save(o->checkpoint, m->P, opt) == 0 ? 0 : -1;
+        free(buf);
+    }
+    if (rc != 0) fprintf(stderr, "could not save the checkpoint: %s\n", buf ? ad_params_error(m->P) : "out of memory");
+    return rc;
+}
+
+/* The run saved in o->resume: its options into o, the model's configuration into cfg, the
+   history into h (whose arrays it allocates) and the rest into r; a recurrent model's carried
+   state into *state (malloc'd; *rows rows). Returns 0, or -1 with a message. */
+static int read_run(options *o, char_config *cfg, run_state *r, history *h, ad_real **state, int *rows)
+{
+    char err[512];
+    ad_params *P = ad_params_load(o->resume, err, sizeof err);
+    const unsigned char *p, *end;
+    size_t len = 0, per_row, i, n_evals;
+    long head;
+    uint32_t u[9];
+    double f[6];
+    int k, ok;
+    if (!P) {
+        fprintf(stderr, "cannot resume: %s\n", err);
         return -1;
     }
-    return 0;
+    p = (const unsigned char *)ad_params_extra(P, &len);
+    end = p ? p + len : NULL;
+    head = p ? char_config_unpack(cfg, p, len) : -1;
+    ok = head > 0 && len - (size_t)head >= RUN_FIXED_BYTES && memcmp(p + head, "CHARRUN1", 8) == 0;
+    if (ok) {
+        p += head + 8;
+        for (k = 0; k < 9; k++) u[k] = get_u32(&p);
+        o->seed = get_u64(&p);
+        r->chars = (long)get_u64(&p);
+        r->text_hash = get_u64(&p);
+        for (k = 0; k < 6; k++) f[k] = get_f64(&p);
+        get_rng(&p, &r->batch);
+        get_rng(&p, &r->eval);
+        get_rng(&p, &r->sample);
+        r->st.pos = (long)get_u64(&p);
+        o->batch = (int)u[0], o->iters = (int)u[1], o->warmup = (int)u[2], o->eval_interval = (int)u[3];
+        o->eval_batches = (int)u[4], o->final_batches = (int)u[5], o->limit = (int)u[6];
+        r->step = (int)u[7];
+        h->evals = (int)u[8];
+        o->lr = f[0], o->min_lr = f[1], o->beta1 = f[2], o->beta2 = f[3], o->weight_decay = f[4], o->clip = f[5];
+        n_evals = (size_t)o->iters / (size_t)(o->eval_interval ? o->eval_interval : 1) + 2;
+        ok = o->batch > 0 && o->iters > 0 && o->eval_interval > 0 && r->step >= 0 && r->step <= o->iters &&
+             h->evals >= 0 && (size_t)h->evals <= n_evals &&
+             (size_t)(end - p) >= 8 * ((size_t)r->step + 3 * (size_t)h->evals) + 4;
+    }
+    if (ok) {
+        h->steps = r->step;
+        h->step_loss = (double *)malloc((size_t)o->iters * sizeof(double));
+        h->eval_step = (double *)malloc(n_evals * 3 * sizeof(double));
+        ok = h->step_loss && h->eval_step;
+    }
+    if (ok) {
+        h->eval_train = h->eval_step + n_evals;
+        h->eval_val = h->eval_train + n_evals;
+        for (k = 0; k < r->step; k++) h->step_loss[k] = get_f64(&p);
+        for (k = 0; k < h->evals; k++) {
+            h->eval_step[k] = get_f64(&p);
+            h->eval_train[k] = get_f64(&p);
+            h->eval_val[k] = get_f64(&p);
+        }
+        *rows = (int)get_u32(&p);
+        per_row = (size_t)cfg->layers * (cfg->kind == CHAR_LSTM ? 2 : 1) * (size_t)cfg->embd;
+        ok = *rows >= 0 && (cfg->kind != CHAR_GPT || *rows == 0) &&
+             (size_t)(end - p) == 8 * (size_t)*rows * per_row;
+        *state = NULL;
+        if (ok && *rows > 0) {
+            *state = (ad_real *)malloc((size_t)*rows * per_row * sizeof(ad_real));
+            ok = *state != NULL;
+            for (i = 0; ok && i < (size_t)*rows * per_row; i++) (*state)[i] = (ad_real)get_f64(&p);
+        }
+    }
+    ad_params_free(P);
+    if (!ok) fprintf(stderr, "cannot resume from %s: it holds no run of this program, or a damaged one\n", o->resume);
+    else {
+        o->model = cfg->kind;
+        o->ctx = cfg->ctx;
+        o->layers = cfg->layers;
+        o->heads = cfg->heads;
+        o->embd = cfg->embd;
+    }
+    return ok ? 0 : -1;
 }
 
 /* --sample-only: rebuilds the model saved in o->sample_only and prints a sample. */
@@ -450,7 +624,7 @@ static int sample_from_checkpoint(const options *o)
         return 1;
     }
     extra = ad_params_extra(P, &len);
-    if (!extra || char_config_unpack(&cfg, (const unsigned char *)extra, len) != 0 || char_model_init(&m, &cfg, P) != 0) {
+    if (!extra || char_config_unpack(&cfg, (const unsigned char *)extra, len) < 0 || char_model_init(&m, &cfg, P) != 0) {
         fprintf(stderr, "%s holds no model of this program\n", o->sample_only);
         ad_params_free(P);
         return 1;
@@ -488,29 +662,38 @@ int main(int argc, char **argv)
 {
     options o;
     unsigned char *text = NULL;
-    int *ids, *x, *y, step, B, L, n_evals;
+    int *ids, *x, *y, step, B, L, n_evals, saved_rows = 0, resumed_at;
     long n;
     split train, val;
-    streams st;
     char_config cfg;
     char_model m;
     ad_params *P;
     ad_optim *opt;
     ad_optim_desc desc;
     ad_tape *T;
-    ad_rng batch_rng, eval_rng, sample_rng;
+    run_state run;
     history hist;
+    ad_real *saved_state = NULL;
     double t_train = 0, train_loss = 0, val_loss = 0;
     size_t step_peak = 0;
 
     if (parse_options(argc, argv, &o) != 0) return 2;
     if (o.sample_only) return sample_from_checkpoint(&o);
+    memset(&run, 0, sizeof run);
+    memset(&hist, 0, sizeof hist);
+    memset(&cfg, 0, sizeof cfg);
+    if (o.resume && read_run(&o, &cfg, &run, &hist, &saved_state, &saved_rows) != 0) return 1;
     if ((n = read_text(o.data, &text)) < 0) return 1;
     if (o.limit > 0 && o.limit < n) n = o.limit;
+    if (o.resume && (n != run.chars || fnv1a(text, (size_t)n) != run.text_hash)) {
+        fprintf(stderr, "cannot resume: %s is not the text the run in %s was trained on\n", o.data, o.resume);
+        return 1;
+    }
+    run.chars = n;
+    run.text_hash = fnv1a(text, (size_t)n);
     B = o.batch;
     L = o.ctx;
-    memset(&cfg, 0, sizeof cfg);
-    char_vocab_from_text(&cfg, text, (size_t)n);
+    if (!o.resume) char_vocab_from_text(&cfg, text, (size_t)n);
     ids = (int *)malloc((size_t)n * sizeof(int) + 1);
     x = (int *)malloc((size_t)B * L * sizeof(int));
     y = (int *)malloc((size_t)B * L * sizeof(int));
@@ -529,11 +712,13 @@ int main(int argc, char **argv)
                         "and each training stream too)\n", o.data, n, B, L, L + 1);
         return 1;
     }
-    cfg.kind = o.model;
-    cfg.ctx = L;
-    cfg.layers = o.layers;
-    cfg.heads = o.model == CHAR_GPT ? o.heads : 1;
-    cfg.embd = o.embd;
+    if (!o.resume) {
+        cfg.kind = o.model;
+        cfg.ctx = L;
+        cfg.layers = o.layers;
+        cfg.heads = o.model == CHAR_GPT ? o.heads : 1;
+        cfg.embd = o.embd;
+    }
 
     P = ad_params_new(o.seed);
     if (!P || char_model_init(&m, &cfg, P) != 0) {
@@ -548,22 +733,33 @@ int main(int argc, char **argv)
     desc.weight_decay = o.weight_decay;
     opt = ad_optim_new(P, &desc);
     T = ad_tape_new();
-    n_evals = o.iters / o.eval_interval + 2;
-    hist.steps = hist.evals = 0;
-    hist.step_loss = (double *)malloc((size_t)o.iters * sizeof(double));
-    hist.eval_step = (double *)malloc((size_t)n_evals * 3 * sizeof(double));
-    hist.eval_train = hist.eval_step + n_evals;
-    hist.eval_val = hist.eval_train + n_evals;
+    if (!o.resume) {
+        n_evals = o.iters / o.eval_interval + 2;
+        hist.step_loss = (double *)malloc((size_t)o.iters * sizeof(double));
+        hist.eval_step = (double *)malloc((size_t)n_evals * 3 * sizeof(double));
+        hist.eval_train = hist.eval_step + n_evals;
+        hist.eval_val = hist.eval_train + n_evals;
+        ad_rng_seed(&run.batch, o.seed);
+        ad_rng_seed(&run.eval, o.seed + 1);
+        ad_rng_seed(&run.sample, o.seed + 2);
+    }
     if (!opt || !T || !hist.step_loss || !hist.eval_step) {
         fprintf(stderr, "setup failed: %s\n", opt ? "out of memory" : ad_params_error(P));
         return 1;
     }
     if (o.threads) ad_set_threads(T, o.threads);
-    ad_rng_seed(&batch_rng, o.seed);
-    ad_rng_seed(&eval_rng, o.seed + 1);
-    ad_rng_seed(&sample_rng, o.seed + 2);
-    st.len = train.n / B;
-    st.pos = 0;
+    run.st.len = train.n / B;
+    if (o.resume) {
+        if (ad_checkpoint_load(o.resume, P, opt) != 0) {
+            fprintf(stderr, "cannot resume: %s\n", ad_params_error(P));
+            return 1;
+        }
+        if (saved_rows > 0) {
+            if (char_state_reset(&m, saved_rows) != 0) return 1;
+            memcpy(m.state, saved_state, (size_t)saved_rows * char_state_per_row(&m) * sizeof(ad_real));
+        }
+        free(saved_state);
+    }
 
     printf("%s: %ld characters, %d distinct; %ld to train, %ld to validate\n", o.data, n, cfg.vocab, train.n, val.n);
     if (o.model == CHAR_GPT)
@@ -575,14 +771,18 @@ int main(int argc, char **argv)
     printf("AdamW lr %g to %g (%d warm-up steps, cosine), betas %g %g, weight decay %g, clip %g; batch %d, %d steps, "
            "%d thread%s\n", o.lr, o.min_lr, o.warmup, o.beta1, o.beta2, o.weight_decay, o.clip, B, o.iters,
            ad_get_threads(T), ad_get_threads(T) == 1 ? "" : "s");
+    if (o.resume) printf("resumed from %s after step %d\n", o.resume, run.step);
     fflush(stdout);
-    if (report_losses(T, &m, &train, &val, o.eval_batches, B, L, &eval_rng, x, y, 0, &hist) != 0) return 1;
+    if (run.step == 0 && report_losses(T, &m, &train, &val, o.eval_batches, B, L, &run.eval, x, y, 0, &hist) != 0)
+        return 1;
 
-    for (step = 1; step <= o.iters; step++) {
+    resumed_at = run.step;
+    for (step = run.step + 1; step <= o.iters; step++) {
         double t0 = seconds(), lr = ad_lr_cosine(o.lr, o.min_lr, o.warmup, o.iters, step - 1), tokens_per_s;
+        int done = step - run.step;
         ad_tensor *loss;
-        if (o.model == CHAR_GPT) random_batch(&train, B, L, &batch_rng, x, y);
-        else if (stream_batch(&train, &st, B, L, x, y)) char_state_reset(&m, B);
+        if (o.model == CHAR_GPT) random_batch(&train, B, L, &run.batch, x, y);
+        else if (stream_batch(&train, &run.st, B, L, x, y)) char_state_reset(&m, B);
         ad_optim_set_lr(opt, lr);
         ad_params_zero_grad_on(P, T);
         loss = ad_cross_entropy(T, char_forward(T, &m, x, B, L), y);
@@ -599,33 +799,43 @@ int main(int argc, char **argv)
         if (ad_tape_bytes_peak(T) > step_peak) step_peak = ad_tape_bytes_peak(T);
         ad_tape_reset(T);
         t_train += seconds() - t0;
-        tokens_per_s = (double)step * B * L / t_train;
+        tokens_per_s = (double)done * B * L / t_train;
         if (!o.quiet)
-            progress(step, o.iters, hist.step_loss[step - 1], lr, tokens_per_s,
-                     (o.iters - step) * (t_train / step), step % o.eval_interval == 0 || step == o.iters);
-        if (step % o.eval_interval == 0 && step < o.iters &&
-            (report_losses(T, &m, &train, &val, o.eval_batches, B, L, &eval_rng, x, y, step, &hist) != 0 ||
-             save_model(o.checkpoint, &m, opt) != 0))
+            progress(step, o.iters, hist.step_loss[step - 1], lr, tokens_per_s, (o.iters - step) * (t_train / done),
+                     step % o.eval_interval == 0 || step == o.iters || step == o.stop_after);
+        if (step < o.iters && step % o.eval_interval == 0 &&
+            report_losses(T, &m, &train, &val, o.eval_batches, B, L, &run.eval, x, y, step, &hist) != 0)
             return 1;
+        run.step = step;
+        if (step < o.iters && (step % o.eval_interval == 0 || step == o.stop_after) &&
+            save_run(&o, &run, &hist, &m, opt) != 0)
+            return 1;
+        if (step < o.iters && step == o.stop_after) {
+            printf("stopped after step %d of %d; continue with --resume %s\n", step, o.iters, o.checkpoint);
+            return 0;
+        }
     }
 
-    train_loss = estimate_loss(T, &m, &train, o.final_batches, B, L, &eval_rng, x, y);
-    val_loss = train_loss < 0 ? -1 : estimate_loss(T, &m, &val, o.final_batches, B, L, &eval_rng, x, y);
+    train_loss = estimate_loss(T, &m, &train, o.final_batches, B, L, &run.eval, x, y);
+    val_loss = train_loss < 0 ? -1 : estimate_loss(T, &m, &val, o.final_batches, B, L, &run.eval, x, y);
     if (val_loss < 0) return 1;
-    hist.eval_step[hist.evals] = o.iters;
-    hist.eval_train[hist.evals] = train_loss;
-    hist.eval_val[hist.evals++] = val_loss;
+    if (hist.evals == 0 || hist.eval_step[hist.evals - 1] != o.iters) {
+        hist.eval_step[hist.evals] = o.iters;
+        hist.eval_train[hist.evals] = train_loss;
+        hist.eval_val[hist.evals++] = val_loss;
+    }
     printf("step %d: train loss %.4f, val loss %.4f (%d batches each)\n", o.iters, train_loss, val_loss,
            o.final_batches);
-    printf("trained in %.1fs: %.0f tokens/s; the tape's peak in a step: %.1f MiB\n", t_train,
-           (double)o.iters * B * L / t_train, (double)step_peak / (1 << 20));
-    if (save_model(o.checkpoint, &m, opt) != 0) return 1;
+    if (t_train > 0)
+        printf("trained %d steps in %.1fs: %.0f tokens/s; the tape's peak in a step: %.1f MiB\n", o.iters - resumed_at,
+               t_train, (double)(o.iters - resumed_at) * B * L / t_train, (double)step_peak / (1 << 20));
+    if (save_run(&o, &run, &hist, &m, opt) != 0) return 1;
     printf("checkpoint: %s\n", o.checkpoint);
     if (write_plot(o.plot, &hist, o.iters) != 0) fprintf(stderr, "could not write the plot %s\n", o.plot);
     else printf("plot: %s\n", o.plot);
     if (o.sample_chars > 0) {
         printf("sample (temperature %g):\n", o.temperature);
-        if (sample(T, &m, o.start, o.sample_chars, o.temperature, &sample_rng) != 0) return 1;
+        if (sample(T, &m, o.start, o.sample_chars, o.temperature, &run.sample) != 0) return 1;
     }
     printf("val loss: %.4f\n", val_loss);
 

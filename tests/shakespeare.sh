@@ -9,6 +9,10 @@
 #     2.25 there);
 #   - training is deterministic: 1 and 2 threads write byte-identical checkpoints, for the GPT
 #     and for the LSTM;
+#   - a run stopped (--stop-after) and continued (--resume) ends with the checkpoint, byte for
+#     byte, of a run that never stopped, for the GPT and for the LSTM (whose carried state is
+#     part of the run); a resume with an option that defines the run, with another text, or
+#     from a file without a run is refused;
 #   - --sample-only rebuilds a saved model and prints the characters asked for;
 #   - a damaged checkpoint is refused with the reason.
 # Needs SHAKESPEARE_DIR (the folder of input.txt; skipped without it). Environment: CC (default cc).
@@ -24,6 +28,8 @@ mkdir -p "$OUT"
 failed=0
 $CC -O2 examples/shakespeare.c -o "$OUT/shakespeare" -lm || { echo "FAIL build examples/shakespeare.c"; exit 1; }
 run() { "$OUT/shakespeare" --data "$SHAKESPEARE_DIR" --limit 200000 --quiet --plot "$OUT/plot.svg" "$@" >"$OUT/last.log" 2>&1; }
+# a resumed run takes its options from the checkpoint: only the data, the plot and the sample
+resume() { "$OUT/shakespeare" --data "$SHAKESPEARE_DIR" --quiet --plot "$OUT/plot.svg" "$@" >"$OUT/last.log" 2>&1; }
 fail() { echo "FAIL $1"; tail -5 "$OUT/last.log"; failed=$((failed + 1)); }
 
 # "val loss: X" of the last run is below $1
@@ -57,6 +63,43 @@ for model in gpt lstm; do
         fail "$model: 1 and 2 threads trained differently"
     fi
 done
+
+for model in gpt lstm; do
+    small=(--model "$model" --embd 64 --heads 2 --layers 2 --iters 40 --eval-interval 15 --eval-batches 2
+           --final-batches 3 --sample-chars 30)
+    if run "${small[@]}" --checkpoint "$OUT/straight.ckpt" && cp "$OUT/last.log" "$OUT/straight.log" &&
+        run "${small[@]}" --checkpoint "$OUT/resumed.ckpt" --stop-after 22 &&
+        grep -q 'stopped after step 22 of 40' "$OUT/last.log" &&
+        resume --resume "$OUT/resumed.ckpt" --sample-chars 30 && grep -q 'resumed from .* after step 22' "$OUT/last.log" &&
+        cmp -s "$OUT/straight.ckpt" "$OUT/resumed.ckpt" && [ "$(tail -1 "$OUT/last.log")" = "$(tail -1 "$OUT/straight.log")" ]; then
+        echo "shakespeare: $model stopped at step 22 and resumed: byte-identical checkpoint, same $(tail -1 "$OUT/last.log")"
+    else
+        fail "$model resume"
+    fi
+done
+if resume --resume "$OUT/resumed.ckpt" --lr 0.01; then
+    fail "a resume with --lr was accepted"
+elif grep -q -- '--resume continues the saved run with its own options; leave out --lr' "$OUT/last.log"; then
+    echo "shakespeare: a resume with an option of its own is refused"
+else
+    fail "resume with --lr: $(tail -1 "$OUT/last.log")"
+fi
+sed '1s/First/Frist/' "$SHAKESPEARE_DIR/input.txt" >"$OUT/other.txt"
+if "$OUT/shakespeare" --data "$OUT/other.txt" --quiet --resume "$OUT/resumed.ckpt" >"$OUT/last.log" 2>&1; then
+    fail "a resume on another text was accepted"
+elif grep -q 'is not the text the run in' "$OUT/last.log"; then
+    echo "shakespeare: a resume on another text is refused"
+else
+    fail "resume on another text: $(tail -1 "$OUT/last.log")"
+fi
+printf 'not a checkpoint' >"$OUT/junk.ckpt"
+if resume --resume "$OUT/junk.ckpt"; then
+    fail "a resume from a file that is no checkpoint was accepted"
+elif grep -q 'cannot resume' "$OUT/last.log"; then
+    echo "shakespeare: a resume from a file that is no checkpoint is refused: $(head -1 "$OUT/last.log")"
+else
+    fail "resume from junk: $(tail -1 "$OUT/last.log")"
+fi
 
 if "$OUT/shakespeare" --sample-only "$OUT/gpt.ckpt" --sample-chars 200 --start "ROMEO:" >"$OUT/last.log" 2>&1 &&
     [ "$(tail -n +2 "$OUT/last.log" | wc -c)" -eq 207 ]; then
