@@ -249,6 +249,10 @@ family=$(grep -m1 '^cpu family' /proc/cpuinfo 2>/dev/null | sed 's/.*: *//')
 cpumodel=$(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo 2>/dev/null | sed 's/.*: *//')
 blasinfo=$(grep -m1 '^# OpenBLAS' "$LOG" | sed 's/^# OpenBLAS OpenBLAS /# OpenBLAS /; s/^# //')
 torchver=$([ -n "$PY" ] && "$PY" -c 'import re, torch; m = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show()); print("%s (BLAS_INFO=%s)" % (torch.__version__, m.group(1) if m else "?"))' 2>/dev/null)
+# Debian's PyTorch is built against the generic BLAS interface: its products run on whatever
+# libblas.so.3 resolves to (OpenBLAS when libopenblas0 is installed, else the reference BLAS)
+libblas=$(ldconfig -p 2>/dev/null | awk '/libblas\.so\.3 / { print $NF; exit }')
+[ -n "$torchver" ] && [ -n "$libblas" ] && torchver="$torchver, libblas.so.3 -> $(readlink -f "$libblas")"
 data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIST_DIR"] : "random data (MNIST_DIR not set)"); exit }' "$RAW")
 {
     echo "## autodiff.h benchmarks, $(date '+%Y-%m-%d %H:%M %Z')"
