@@ -18,7 +18,7 @@
 #                   no -march flags, autodiff.h alone (GEMM without OpenBLAS)
 #   COMPARE_RUNS    runs of each build of each program (default 5); run r of the old and the new
 #                   build follow each other, the old first in odd runs, the new first in even ones
-#   COMPARE_SKIP    programs to leave out, of: gemm tape optim unary mlp cnn (default none;
+#   COMPARE_SKIP    programs to leave out, of: gemm tape optim unary mlp cnn gpt (default none;
 #                   "mlp cnn" leaves out the training epochs, about a third of the time)
 #   COMPARE_CLOCK   cpu (default) or wall: cpu times the work in CPU time of the working thread
 #                   (BENCH_CLOCK=cpu, see bench/bench.h), which a busy machine disturbs less
@@ -37,7 +37,7 @@ OUT=build/compare
 RAW=$OUT/results.txt
 LOG=$OUT/log.txt
 NPROC=$(nproc 2>/dev/null || echo 1)
-PROGRAMS="gemm tape optim unary mlp cnn"
+PROGRAMS="gemm tape optim unary mlp cnn gpt"
 start=$(date +%s)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
 
@@ -148,6 +148,10 @@ for r in $(seq 1 "$RUNS"); do
                 one "$side" "$r" "mlp 784,128,10" "$OUT/$side/mlp" 784,128,10
                 one "$side" "$r" "mlp 784,512,256,10" "$OUT/$side/mlp" 784,512,256,10
                 ;;
+            gpt)
+                one "$side" "$r" "gpt step" "$OUT/$side/gpt" gpt 20
+                one "$side" "$r" "lstm step" "$OUT/$side/gpt" lstm 20
+                ;;
             *)
                 one "$side" "$r" "$p" "$OUT/$side/$p"
                 ;;
@@ -186,6 +190,7 @@ done
     # unit and direction of a key: "GFLOP/s" bigger is better, times smaller is better
     function unit(k) {
         if (k ~ /^gemm\./) return "GFLOP/s"
+        if (k ~ /\.tok_s\./) return "tokens/s"
         if (k ~ /\.us\./) return "us"
         if (k ~ /\.ns_op\./) return "ns/op"
         if (k ~ /\.ns_iter\./) return "ns/iter"
@@ -214,14 +219,14 @@ done
             verdict = "-"
             if (no >= 3 && nn >= 3) {
                 # a verdict only where the ranges of the runs do not overlap
-                if (lo_n > hi_o) verdict = (u == "GFLOP/s") ? "faster" : "slower"
-                else if (hi_n < lo_o) verdict = (u == "GFLOP/s") ? "slower" : "faster"
+                if (lo_n > hi_o) verdict = (u == "GFLOP/s" || u == "tokens/s") ? "faster" : "slower"
+                else if (hi_n < lo_o) verdict = (u == "GFLOP/s" || u == "tokens/s") ? "slower" : "faster"
                 else verdict = "~"
             }
             printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label, u, cell_o, cell_n, ratio, so, sn, verdict
         }
         print ""
-        print "old, new: medians over the runs. new/old: ratio of the medians (GFLOP/s: above 1 is faster; times: below 1 is faster)."
+        print "old, new: medians over the runs. new/old: ratio of the medians (GFLOP/s and tokens/s: above 1 is faster; times: below 1 is faster)."
         print "spread: (max - min) / median of that side'"'"'s runs."
         if (runs >= 3) {
             # with no change at all, the 2n runs fall in either order with equal chance, and the
@@ -239,7 +244,7 @@ done
         # values that are not times but should agree between the builds
         split("tape.ops tape.dfda.ours tape.dfdb.ours", chk, " ")
         line = ""
-        for (i = 1; i <= nk; i++) if (keys[i] ~ /\.loss\.ours$/) chk[4 + n4++] = keys[i]
+        for (i = 1; i <= nk; i++) if (keys[i] ~ /\.(loss|loss0|params)\.ours$/) chk[4 + n4++] = keys[i]
         for (i = 1; i <= 3 + n4; i++) {
             if (!stats("old", chk[i])) continue
             mo = m
