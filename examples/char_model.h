@@ -63,7 +63,8 @@ static inline void char_vocab_from_text(char_config *cfg, const unsigned char *t
         if (seen[c]) cfg->chars[cfg->vocab++] = (unsigned char)c;
 }
 
-/* text -> token ids by cfg's vocabulary. Returns the index of the first byte not in it, or -1. */
+/* text -> token ids by cfg's vocabulary (ids may be NULL: only the check). Returns the index
+   of the first byte not in it, or -1. */
 static inline long char_encode(const char_config *cfg, const unsigned char *text, size_t n, int *ids)
 {
     int map[CHAR_MAX_VOCAB], c;
@@ -72,7 +73,7 @@ static inline long char_encode(const char_config *cfg, const unsigned char *text
     for (c = 0; c < cfg->vocab; c++) map[cfg->chars[c]] = c;
     for (i = 0; i < n; i++) {
         if (map[text[i]] < 0) return (long)i;
-        ids[i] = map[text[i]];
+        if (ids) ids[i] = map[text[i]];
     }
     return -1;
 }

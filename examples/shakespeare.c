@@ -23,11 +23,15 @@
 #include "char_model.h"
 #include "training_util.h"
 
+enum { GIVEN_BATCH = 1, GIVEN_LAYERS = 2, GIVEN_EMBD = 4, GIVEN_LR = 8, GIVEN_MIN_LR = 16, GIVEN_STOP = 32,
+       GIVEN_START = 64 };
+
 typedef struct options {
     const char *data, *checkpoint, *plot, *sample_only, *start, *resume;
     const char *defining; /* the last option given that defines the run (refused with --resume) */
     int model, iters, batch, ctx, layers, heads, embd, warmup, eval_interval, eval_batches, final_batches;
     int threads, sample_chars, limit, quiet, stop_after, checkpoint_given;
+    int given; /* GIVEN_*: options whose defaults depend on the model, or that have no default */
     double lr, min_lr, beta1, beta2, weight_decay, clip, temperature;
     unsigned long long seed;
 } options;
@@ -63,7 +67,8 @@ static void usage(const char *argv0)
            "  --plot PATH          where to write the SVG plot of the losses (default shakespeare.svg)\n"
            "  --sample-chars N     characters to sample at the end (default 500)\n"
            "  --temperature X      sampling temperature (default 1.0)\n"
-           "  --start TEXT         the text the sample continues (default a newline)\n"
+           "  --start TEXT         the text the sample continues (default a newline, or the text's\n"
+           "                       first character when it has none)\n"
            "  --sample-only CKPT   print a sample of the model saved in CKPT and stop\n"
            "  --quiet              no progress bar\n"
            "  --help               this text\n",
@@ -93,7 +98,6 @@ static int parse_options(int argc, char **argv, options *o)
     o->clip = 1.0;
     o->temperature = 1.0;
     o->seed = 1;
-    o->min_lr = -1;
     for (i = 1; i < argc; i++) {
         const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
@@ -121,13 +125,13 @@ static int parse_options(int argc, char **argv, options *o)
                 return -1;
             }
         } else if (!strcmp(arg, "--iters")) o->iters = atoi(val);
-        else if (!strcmp(arg, "--batch")) o->batch = atoi(val);
+        else if (!strcmp(arg, "--batch")) o->batch = atoi(val), o->given |= GIVEN_BATCH;
         else if (!strcmp(arg, "--context")) o->ctx = atoi(val);
-        else if (!strcmp(arg, "--layers")) o->layers = atoi(val);
+        else if (!strcmp(arg, "--layers")) o->layers = atoi(val), o->given |= GIVEN_LAYERS;
         else if (!strcmp(arg, "--heads")) o->heads = atoi(val);
-        else if (!strcmp(arg, "--embd")) o->embd = atoi(val);
-        else if (!strcmp(arg, "--lr")) o->lr = atof(val);
-        else if (!strcmp(arg, "--min-lr")) o->min_lr = atof(val);
+        else if (!strcmp(arg, "--embd")) o->embd = atoi(val), o->given |= GIVEN_EMBD;
+        else if (!strcmp(arg, "--lr")) o->lr = atof(val), o->given |= GIVEN_LR;
+        else if (!strcmp(arg, "--min-lr")) o->min_lr = atof(val), o->given |= GIVEN_MIN_LR;
         else if (!strcmp(arg, "--warmup")) o->warmup = atoi(val);
         else if (!strcmp(arg, "--beta1")) o->beta1 = atof(val);
         else if (!strcmp(arg, "--beta2")) o->beta2 = atof(val);
@@ -143,10 +147,10 @@ static int parse_options(int argc, char **argv, options *o)
         else if (!strcmp(arg, "--plot")) o->plot = val;
         else if (!strcmp(arg, "--sample-chars")) o->sample_chars = atoi(val);
         else if (!strcmp(arg, "--temperature")) o->temperature = atof(val);
-        else if (!strcmp(arg, "--start")) o->start = val;
+        else if (!strcmp(arg, "--start")) o->start = val, o->given |= GIVEN_START;
         else if (!strcmp(arg, "--sample-only")) o->sample_only = val;
         else if (!strcmp(arg, "--resume")) o->resume = val;
-        else if (!strcmp(arg, "--stop-after")) o->stop_after = atoi(val);
+        else if (!strcmp(arg, "--stop-after")) o->stop_after = atoi(val), o->given |= GIVEN_STOP;
         else {
             fprintf(stderr, "%s: unknown option %s (see --help)\n", argv[0], arg);
             return -1;
@@ -158,18 +162,19 @@ static int parse_options(int argc, char **argv, options *o)
         return -1;
     }
     if (o->resume && !o->checkpoint_given) o->checkpoint = o->resume;
-    if (!o->batch) o->batch = o->model == CHAR_GPT ? 12 : 32;
-    if (!o->layers) o->layers = o->model == CHAR_GPT ? 4 : 2;
-    if (!o->embd) o->embd = o->model == CHAR_GPT ? 128 : 256;
-    if (o->lr <= 0) o->lr = o->model == CHAR_GPT ? 1e-3 : 2e-3;
-    if (o->min_lr < 0) o->min_lr = o->lr / 10;
+    if (!(o->given & GIVEN_BATCH)) o->batch = o->model == CHAR_GPT ? 12 : 32;
+    if (!(o->given & GIVEN_LAYERS)) o->layers = o->model == CHAR_GPT ? 4 : 2;
+    if (!(o->given & GIVEN_EMBD)) o->embd = o->model == CHAR_GPT ? 128 : 256;
+    if (!(o->given & GIVEN_LR)) o->lr = o->model == CHAR_GPT ? 1e-3 : 2e-3;
+    if (!(o->given & GIVEN_MIN_LR)) o->min_lr = o->lr / 10;
     if (o->iters < 1 || o->batch < 1 || o->ctx < 1 || o->layers < 1 || o->layers > CHAR_MAX_LAYERS ||
-        o->heads < 1 || o->embd < 1 || o->embd % o->heads != 0 || o->warmup < 0 || o->eval_interval < 1 ||
-        o->eval_batches < 1 || o->final_batches < 1 || o->threads < 0 || o->limit < 0 || o->sample_chars < 0 ||
-        o->stop_after < 0 ||
-        !(o->temperature > 0) || o->clip < 0 || o->beta1 < 0 || o->beta1 >= 1 || o->beta2 < 0 || o->beta2 >= 1) {
-        fprintf(stderr, "%s: an option is out of range: counts must be positive, layers at most %d, embd a "
-                        "multiple of heads, temperature positive, betas in [0, 1) (see --help)\n",
+        o->heads < 1 || o->embd < 1 || (o->model == CHAR_GPT && o->embd % o->heads != 0) || o->warmup < 0 ||
+        o->eval_interval < 1 || o->eval_batches < 1 || o->final_batches < 1 || o->threads < 0 || o->limit < 0 ||
+        o->sample_chars < 0 || ((o->given & GIVEN_STOP) && o->stop_after < 1) || !(o->lr > 0) ||
+        !(o->min_lr >= 0) || !(o->temperature > 0) || !(o->clip >= 0) || !(o->beta1 >= 0) || o->beta1 >= 1 ||
+        !(o->beta2 >= 0) || o->beta2 >= 1 || !(o->weight_decay >= 0)) {
+        fprintf(stderr, "%s: an option is out of range: counts must be positive, layers at most %d, the GPT's "
+                        "embd a multiple of heads, lr and temperature positive, betas in [0, 1) (see --help)\n",
                 argv[0], CHAR_MAX_LAYERS);
         return -1;
     }
@@ -191,6 +196,11 @@ static long read_text(const char *path, unsigned char **text)
         f = fopen(name, "rb");
     }
     if (!f) f = fopen(path, "rb");
+    /* a folder opens on some systems, but does not read */
+    if (f && getc(f) == EOF && ferror(f)) {
+        fclose(f);
+        f = NULL;
+    }
     if (!f || fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fprintf(stderr, "cannot read %s (nor %s/input.txt)\n(make shakespeare finds or downloads Tiny Shakespeare; "
                         "or pass --data with a text file or its folder)\n", path, path);
@@ -294,8 +304,8 @@ static int sample_index(const ad_real *logits, int V, double temperature, ad_rng
     double p[CHAR_MAX_VOCAB], top = -HUGE_VAL, sum = 0, u;
     int i;
     for (i = 0; i < V; i++)
-        if (logits[i] / temperature > top) top = logits[i] / temperature;
-    for (i = 0; i < V; i++) sum += p[i] = exp(logits[i] / temperature - top);
+        if (logits[i] > top) top = logits[i];
+    for (i = 0; i < V; i++) sum += p[i] = exp(((double)logits[i] - top) / temperature);
     u = ad_rng_uniform(rng) * sum;
     for (i = 0; i < V - 1; i++) {
         u -= p[i];
@@ -565,9 +575,13 @@ static int read_run(options *o, char_config *cfg, run_state *r, history *h, ad_r
         h->evals = (int)u[8];
         o->lr = f[0], o->min_lr = f[1], o->beta1 = f[2], o->beta2 = f[3], o->weight_decay = f[4], o->clip = f[5];
         n_evals = (size_t)o->iters / (size_t)(o->eval_interval ? o->eval_interval : 1) + 2;
-        ok = o->batch > 0 && o->iters > 0 && o->eval_interval > 0 && r->step >= 0 && r->step <= o->iters &&
-             h->evals >= 0 && (size_t)h->evals <= n_evals &&
-             (size_t)(end - p) >= 8 * ((size_t)r->step + 3 * (size_t)h->evals) + 4;
+        /* what the rest of the program relies on: counts in range, and no more estimates than
+           the steps done allow (the history's arrays are sized by the plan) */
+        ok = o->batch > 0 && o->iters > 0 && o->eval_interval > 0 && o->eval_batches > 0 && o->final_batches > 0 &&
+             o->warmup >= 0 && o->limit >= 0 && r->step >= 0 && r->step <= o->iters && r->st.pos >= 0 &&
+             h->evals >= 0 && h->evals <= r->step / o->eval_interval + (r->step == o->iters ? 2 : 1) &&
+             o->lr > 0 && o->min_lr >= 0 && o->clip >= 0 && o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 &&
+             o->beta2 < 1 && o->weight_decay >= 0 && (size_t)(end - p) >= 8 * ((size_t)r->step + 3 * (size_t)h->evals) + 4;
     }
     if (ok) {
         h->steps = r->step;
@@ -658,36 +672,85 @@ static int report_losses(ad_tape *T, char_model *m, const split *train, const sp
     return 0;
 }
 
+/* The run's last estimate, for a resume of a run that has ended: nothing left to train. */
+static int report_finished(const options *o, const history *h)
+{
+    if (h->evals == 0) return 1;
+    printf("the run in %s has ended (step %d of %d); its last estimate:\n", o->resume, o->iters, o->iters);
+    printf("step %d: train loss %.4f, val loss %.4f (%d batches each)\n", o->iters, h->eval_train[h->evals - 1],
+           h->eval_val[h->evals - 1], o->final_batches);
+    printf("val loss: %.4f\n", h->eval_val[h->evals - 1]);
+    return 0;
+}
+
+/* The text a sample starts from, checked against the vocabulary before any training: --start,
+   or by default a newline (nanoGPT's start), or the text's first character when it has none. */
+static int pick_start(options *o, const char_config *cfg, const unsigned char *text, char *first)
+{
+    size_t len = strlen(o->start);
+    int *ids;
+    long bad;
+    if (!(o->given & GIVEN_START) && char_encode(cfg, (const unsigned char *)o->start, len, NULL) >= 0) {
+        first[0] = (char)text[0];
+        first[1] = 0;
+        o->start = first;
+        return 0;
+    }
+    if (len == 0) {
+        fprintf(stderr, "--start: the start text is empty\n");
+        return -1;
+    }
+    ids = (int *)malloc(len * sizeof(int));
+    if (!ids) return -1;
+    bad = char_encode(cfg, (const unsigned char *)o->start, len, ids);
+    free(ids);
+    if (bad >= 0) {
+        fprintf(stderr, "--start: its character %ld does not occur in the training text\n", bad + 1);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     options o;
     unsigned char *text = NULL;
-    int *ids, *x, *y, step, B, L, n_evals, saved_rows = 0, resumed_at;
+    int *ids = NULL, *x = NULL, *y = NULL, step, B, L, n_evals, saved_rows = 0, resumed_at, rc = 1;
     long n;
     split train, val;
     char_config cfg;
     char_model m;
-    ad_params *P;
-    ad_optim *opt;
+    ad_params *P = NULL;
+    ad_optim *opt = NULL;
     ad_optim_desc desc;
-    ad_tape *T;
+    ad_tape *T = NULL;
     run_state run;
     history hist;
     ad_real *saved_state = NULL;
     double t_train = 0, train_loss = 0, val_loss = 0;
     size_t step_peak = 0;
+    char first[2];
 
     if (parse_options(argc, argv, &o) != 0) return 2;
     if (o.sample_only) return sample_from_checkpoint(&o);
     memset(&run, 0, sizeof run);
     memset(&hist, 0, sizeof hist);
     memset(&cfg, 0, sizeof cfg);
+    memset(&m, 0, sizeof m);
     if (o.resume && read_run(&o, &cfg, &run, &hist, &saved_state, &saved_rows) != 0) return 1;
-    if ((n = read_text(o.data, &text)) < 0) return 1;
+    if (o.resume && run.step == o.iters) {
+        rc = report_finished(&o, &hist);
+        goto done;
+    }
+    if (o.resume && (o.given & GIVEN_STOP) && o.stop_after <= run.step) {
+        fprintf(stderr, "--stop-after %d: the run in %s is already past step %d\n", o.stop_after, o.resume, run.step);
+        goto done;
+    }
+    if ((n = read_text(o.data, &text)) < 0) goto done;
     if (o.limit > 0 && o.limit < n) n = o.limit;
     if (o.resume && (n != run.chars || fnv1a(text, (size_t)n) != run.text_hash)) {
         fprintf(stderr, "cannot resume: %s is not the text the run in %s was trained on\n", o.data, o.resume);
-        return 1;
+        goto done;
     }
     run.chars = n;
     run.text_hash = fnv1a(text, (size_t)n);
@@ -699,18 +762,25 @@ int main(int argc, char **argv)
     y = (int *)malloc((size_t)B * L * sizeof(int));
     if (!ids || !x || !y) {
         fprintf(stderr, "out of memory\n");
-        return 1;
+        goto done;
     }
     char_encode(&cfg, text, (size_t)n, ids);
-    free(text);
+    if (o.sample_chars > 0 && pick_start(&o, &cfg, text, first) != 0) goto done;
     train.ids = ids;
     train.n = n * 9 / 10;
     val.ids = ids + train.n;
     val.n = n - train.n;
-    if (val.n <= L + 1 || train.n / B <= L + 1) {
-        fprintf(stderr, "%s: %ld characters are too few for batches of %d x %d (each split needs more than %d, "
-                        "and each training stream too)\n", o.data, n, B, L, L + 1);
-        return 1;
+    run.st.len = train.n / B;
+    /* the GPT reads windows of L + 1 characters anywhere in a split; a recurrent model reads B
+       stretches of the training split, L + 1 at a time */
+    if (val.n <= L + 1 || train.n <= L + 1 || (o.model != CHAR_GPT && run.st.len <= L + 1)) {
+        fprintf(stderr, "%s: %ld characters are too few for sequences of %d (each split needs more than %d%s)\n",
+                o.data, n, L, L + 1, o.model != CHAR_GPT ? ", and each of the batch's stretches of the training split too" : "");
+        goto done;
+    }
+    if (run.st.pos > run.st.len) {
+        fprintf(stderr, "cannot resume from %s: its streams' position is past their end\n", o.resume);
+        goto done;
     }
     if (!o.resume) {
         cfg.kind = o.model;
@@ -723,7 +793,7 @@ int main(int argc, char **argv)
     P = ad_params_new(o.seed);
     if (!P || char_model_init(&m, &cfg, P) != 0) {
         fprintf(stderr, "cannot create the model: %s\n", P ? ad_params_error(P) : "out of memory");
-        return 1;
+        goto done;
     }
     memset(&desc, 0, sizeof desc);
     desc.kind = AD_OPTIM_ADAMW;
@@ -745,20 +815,18 @@ int main(int argc, char **argv)
     }
     if (!opt || !T || !hist.step_loss || !hist.eval_step) {
         fprintf(stderr, "setup failed: %s\n", opt ? "out of memory" : ad_params_error(P));
-        return 1;
+        goto done;
     }
     if (o.threads) ad_set_threads(T, o.threads);
-    run.st.len = train.n / B;
     if (o.resume) {
         if (ad_checkpoint_load(o.resume, P, opt) != 0) {
             fprintf(stderr, "cannot resume: %s\n", ad_params_error(P));
-            return 1;
+            goto done;
         }
         if (saved_rows > 0) {
-            if (char_state_reset(&m, saved_rows) != 0) return 1;
+            if (char_state_reset(&m, saved_rows) != 0) goto done;
             memcpy(m.state, saved_state, (size_t)saved_rows * char_state_per_row(&m) * sizeof(ad_real));
         }
-        free(saved_state);
     }
 
     printf("%s: %ld characters, %d distinct; %ld to train, %ld to validate\n", o.data, n, cfg.vocab, train.n, val.n);
@@ -774,12 +842,12 @@ int main(int argc, char **argv)
     if (o.resume) printf("resumed from %s after step %d\n", o.resume, run.step);
     fflush(stdout);
     if (run.step == 0 && report_losses(T, &m, &train, &val, o.eval_batches, B, L, &run.eval, x, y, 0, &hist) != 0)
-        return 1;
+        goto done;
 
     resumed_at = run.step;
     for (step = run.step + 1; step <= o.iters; step++) {
         double t0 = seconds(), lr = ad_lr_cosine(o.lr, o.min_lr, o.warmup, o.iters, step - 1), tokens_per_s;
-        int done = step - run.step;
+        int done_here = step - resumed_at, stop = step < o.iters && step == o.stop_after;
         ad_tensor *loss;
         if (o.model == CHAR_GPT) random_batch(&train, B, L, &run.batch, x, y);
         else if (stream_batch(&train, &run.st, B, L, x, y)) char_state_reset(&m, B);
@@ -788,57 +856,58 @@ int main(int argc, char **argv)
         loss = ad_cross_entropy(T, char_forward(T, &m, x, B, L), y);
         if (!loss || ad_backward(T, loss) != 0) {
             fprintf(stderr, "\ntraining step %d failed: %s\n", step, tape_error(T));
-            return 1;
+            goto done;
         }
         if (o.clip > 0) ad_clip_grad_norm(P, o.clip);
         if (ad_optim_step_on(opt, T) != 0) {
             fprintf(stderr, "\noptimizer step %d failed: %s\n", step, ad_params_error(P));
-            return 1;
+            goto done;
         }
         hist.step_loss[hist.steps++] = ad_item(loss);
         if (ad_tape_bytes_peak(T) > step_peak) step_peak = ad_tape_bytes_peak(T);
         ad_tape_reset(T);
         t_train += seconds() - t0;
-        tokens_per_s = (double)done * B * L / t_train;
+        tokens_per_s = (double)done_here * B * L / t_train;
         if (!o.quiet)
-            progress(step, o.iters, hist.step_loss[step - 1], lr, tokens_per_s, (o.iters - step) * (t_train / done),
-                     step % o.eval_interval == 0 || step == o.iters || step == o.stop_after);
+            progress(step, o.iters, hist.step_loss[step - 1], lr, tokens_per_s,
+                     (o.iters - step) * (t_train / done_here), step % o.eval_interval == 0 || step == o.iters || stop);
         if (step < o.iters && step % o.eval_interval == 0 &&
             report_losses(T, &m, &train, &val, o.eval_batches, B, L, &run.eval, x, y, step, &hist) != 0)
-            return 1;
+            goto done;
         run.step = step;
-        if (step < o.iters && (step % o.eval_interval == 0 || step == o.stop_after) &&
-            save_run(&o, &run, &hist, &m, opt) != 0)
-            return 1;
-        if (step < o.iters && step == o.stop_after) {
+        if (step < o.iters && (step % o.eval_interval == 0 || stop) && save_run(&o, &run, &hist, &m, opt) != 0)
+            goto done;
+        if (stop) {
             printf("stopped after step %d of %d; continue with --resume %s\n", step, o.iters, o.checkpoint);
-            return 0;
+            rc = 0;
+            goto done;
         }
     }
 
     train_loss = estimate_loss(T, &m, &train, o.final_batches, B, L, &run.eval, x, y);
     val_loss = train_loss < 0 ? -1 : estimate_loss(T, &m, &val, o.final_batches, B, L, &run.eval, x, y);
-    if (val_loss < 0) return 1;
-    if (hist.evals == 0 || hist.eval_step[hist.evals - 1] != o.iters) {
-        hist.eval_step[hist.evals] = o.iters;
-        hist.eval_train[hist.evals] = train_loss;
-        hist.eval_val[hist.evals++] = val_loss;
-    }
+    if (val_loss < 0) goto done;
+    hist.eval_step[hist.evals] = o.iters;
+    hist.eval_train[hist.evals] = train_loss;
+    hist.eval_val[hist.evals++] = val_loss;
     printf("step %d: train loss %.4f, val loss %.4f (%d batches each)\n", o.iters, train_loss, val_loss,
            o.final_batches);
-    if (t_train > 0)
-        printf("trained %d steps in %.1fs: %.0f tokens/s; the tape's peak in a step: %.1f MiB\n", o.iters - resumed_at,
-               t_train, (double)(o.iters - resumed_at) * B * L / t_train, (double)step_peak / (1 << 20));
-    if (save_run(&o, &run, &hist, &m, opt) != 0) return 1;
+    printf("trained %d steps in %.1fs: %.0f tokens/s; the tape's peak in a step: %.1f MiB\n", o.iters - resumed_at,
+           t_train, (double)(o.iters - resumed_at) * B * L / t_train, (double)step_peak / (1 << 20));
+    if (save_run(&o, &run, &hist, &m, opt) != 0) goto done;
     printf("checkpoint: %s\n", o.checkpoint);
     if (write_plot(o.plot, &hist, o.iters) != 0) fprintf(stderr, "could not write the plot %s\n", o.plot);
     else printf("plot: %s\n", o.plot);
     if (o.sample_chars > 0) {
         printf("sample (temperature %g):\n", o.temperature);
-        if (sample(T, &m, o.start, o.sample_chars, o.temperature, &run.sample) != 0) return 1;
+        if (sample(T, &m, o.start, o.sample_chars, o.temperature, &run.sample) != 0) goto done;
     }
     printf("val loss: %.4f\n", val_loss);
+    rc = 0;
 
+done:
+    free(text);
+    free(saved_state);
     free(hist.step_loss);
     free(hist.eval_step);
     free(ids);
@@ -848,5 +917,5 @@ int main(int argc, char **argv)
     ad_optim_free(opt);
     ad_params_free(P);
     ad_tape_free(T);
-    return 0;
+    return rc;
 }

@@ -12,7 +12,7 @@
 #   - a run stopped (--stop-after) and continued (--resume) ends with the checkpoint, byte for
 #     byte, of a run that never stopped, for the GPT and for the LSTM (whose carried state is
 #     part of the run); a resume with an option that defines the run, with another text, or
-#     from a file without a run is refused;
+#     from a file without a run is refused, and one of a run that has ended changes nothing;
 #   - --sample-only rebuilds a saved model and prints the characters asked for;
 #   - a damaged checkpoint is refused with the reason.
 # Needs SHAKESPEARE_DIR (the folder of input.txt; skipped without it). Environment: CC (default cc).
@@ -69,7 +69,7 @@ for model in gpt lstm; do
            --final-batches 3 --sample-chars 30)
     if run "${small[@]}" --checkpoint "$OUT/straight.ckpt" && cp "$OUT/last.log" "$OUT/straight.log" &&
         run "${small[@]}" --checkpoint "$OUT/resumed.ckpt" --stop-after 22 &&
-        grep -q 'stopped after step 22 of 40' "$OUT/last.log" &&
+        grep -q 'stopped after step 22 of 40' "$OUT/last.log" && cp "$OUT/resumed.ckpt" "$OUT/stopped_$model.ckpt" &&
         resume --resume "$OUT/resumed.ckpt" --sample-chars 30 && grep -q 'resumed from .* after step 22' "$OUT/last.log" &&
         cmp -s "$OUT/straight.ckpt" "$OUT/resumed.ckpt" && [ "$(tail -1 "$OUT/last.log")" = "$(tail -1 "$OUT/straight.log")" ]; then
         echo "shakespeare: $model stopped at step 22 and resumed: byte-identical checkpoint, same $(tail -1 "$OUT/last.log")"
@@ -85,12 +85,19 @@ else
     fail "resume with --lr: $(tail -1 "$OUT/last.log")"
 fi
 sed '1s/First/Frist/' "$SHAKESPEARE_DIR/input.txt" >"$OUT/other.txt"
-if "$OUT/shakespeare" --data "$OUT/other.txt" --quiet --resume "$OUT/resumed.ckpt" >"$OUT/last.log" 2>&1; then
+if "$OUT/shakespeare" --data "$OUT/other.txt" --quiet --resume "$OUT/stopped_gpt.ckpt" >"$OUT/last.log" 2>&1; then
     fail "a resume on another text was accepted"
 elif grep -q 'is not the text the run in' "$OUT/last.log"; then
     echo "shakespeare: a resume on another text is refused"
 else
     fail "resume on another text: $(tail -1 "$OUT/last.log")"
+fi
+cp "$OUT/resumed.ckpt" "$OUT/ended.ckpt"
+if resume --resume "$OUT/ended.ckpt" && grep -q 'has ended (step 40 of 40)' "$OUT/last.log" &&
+    [ "$(tail -1 "$OUT/last.log")" = "$(tail -1 "$OUT/straight.log")" ] && cmp -s "$OUT/ended.ckpt" "$OUT/resumed.ckpt"; then
+    echo "shakespeare: a resume of a run that has ended reports its last estimate and leaves the checkpoint alone"
+else
+    fail "resume of an ended run"
 fi
 printf 'not a checkpoint' >"$OUT/junk.ckpt"
 if resume --resume "$OUT/junk.ckpt"; then
