@@ -60,6 +60,21 @@ TH_UNUSED static int th_summary(void)
     return th_failed ? 1 : 0;
 }
 
+/* The tape's error message, or "(none)", for a check's message. */
+TH_UNUSED static const char *th_errs(const ad_tape *T)
+{
+    const char *e = ad_tape_error(T);
+    return e ? e : "(none)";
+}
+
+/* Prints how many checks a family of tests made since the last family ended. */
+TH_UNUSED static int th_family_start;
+TH_UNUSED static void th_family(const char *name)
+{
+    printf("  %-40s %d checks\n", name, th_passed + th_failed - th_family_start);
+    th_family_start = th_passed + th_failed;
+}
+
 #ifdef AUTODIFF_DOUBLE
 /* Gradient checks, in double precision only. */
 

@@ -14,20 +14,6 @@
 #include "autodiff.h"
 #include "tests/harness.h"
 
-static int family_start;
-
-static void family(const char *name)
-{
-    printf("  %-40s %d checks\n", name, th_passed + th_failed - family_start);
-    family_start = th_passed + th_failed;
-}
-
-static const char *errs(const ad_tape *T)
-{
-    const char *e = ad_tape_error(T);
-    return e ? e : "(none)";
-}
-
 /* One case: shapes and settings. */
 typedef struct attn_case {
     int b, h, tq, tk, d, dv, causal;
@@ -143,7 +129,7 @@ static void test_forward(void)
         z = composed(T, q, k, v, c->causal, c->scale);
         TH_CHECK(y && y->ndim == 4 && y->shape[0] == c->b && y->shape[1] == c->h && y->shape[2] == c->tq &&
                      y->shape[3] == c->dv,
-                 "case %d: shape or error: %s", ci, errs(T));
+                 "case %d: shape or error: %s", ci, th_errs(T));
         ref = (double *)malloc((size_t)c->b * c->h * c->tq * c->dv * sizeof(double));
         naive(c, q->data, k->data, v->data, ref);
         if (y && z) {
@@ -168,7 +154,7 @@ static void test_forward(void)
         TH_CHECK(u && fabs(u->data[0] - v->data[0]) > 1e-6, "the unmasked row 0 is v[0]");
         ad_tape_free(T);
     }
-    family("forward against loops and ops");
+    th_family("forward against loops and ops");
 }
 
 /* ---- derivatives -------------------------------------------------------------------------- */
@@ -222,7 +208,7 @@ static void check_paths(const char *name, th_fn f, void *ctx, int nin, const th_
         if (ok) worst = max_diff(plain->data, graph->data, plain->size);
         if (!(worst <= 1e-12)) ok = 0;
     }
-    TH_CHECK(ok, "%s: recorded and fused gradients differ (by %g): %s", name, worst, errs(T));
+    TH_CHECK(ok, "%s: recorded and fused gradients differ (by %g): %s", name, worst, th_errs(T));
     for (i = 0; i < nin; i++) free(data[i]);
     ad_tape_free(T);
 }
@@ -260,7 +246,7 @@ static void test_derivatives(void)
         th_gradcheck(name, f_attn, (void *)c, 3, s);
         check_paths(name, f_attn, (void *)c, 3, s);
     }
-    family("first and second derivatives");
+    th_family("first and second derivatives");
 }
 
 /* Fused gradients against those of the composed ops, on the larger cases. */
@@ -293,10 +279,10 @@ static void test_against_ops(void)
             }
         }
         TH_CHECK(worst < 1e-11, "case %d (causal %d): gradients %g from the composed ops: %s", ci, c->causal,
-                 worst, errs(T));
+                 worst, th_errs(T));
         ad_tape_free(T);
     }
-    family("gradients against the composed ops");
+    th_family("gradients against the composed ops");
 }
 
 /* ---- threads ------------------------------------------------------------------------------ */
@@ -326,7 +312,7 @@ static int run_threads(const attn_case *c, int t, int self, double *out)
             at += x->size;
         }
     } else {
-        printf("run_threads on %d threads: %s\n", t, errs(T));
+        printf("run_threads on %d threads: %s\n", t, th_errs(T));
     }
     ad_tape_free(T);
     return ok;
@@ -353,7 +339,7 @@ static void test_threads(void)
         free(one);
         free(more);
     }
-    family("1, 2 and 3 threads");
+    th_family("1, 2 and 3 threads");
 }
 
 /* ---- extremes and memory ------------------------------------------------------------------ */
@@ -376,7 +362,7 @@ static void test_extremes(void)
         for (i = 0; i < k->size; i++) k->data[i] *= 2000;
         y = ad_attention(T, q, k, v, causal, 0);
         loss = y ? ad_sum(T, ad_mul(T, y, y)) : NULL;
-        TH_CHECK(loss && ad_backward(T, loss) == 0, "large logits: %s", errs(T));
+        TH_CHECK(loss && ad_backward(T, loss) == 0, "large logits: %s", th_errs(T));
         ref = (double *)malloc(y ? y->size * sizeof(double) : 1);
         if (y) naive(&c, q->data, k->data, v->data, ref);
         for (i = 0; y && i < y->size; i++) finite &= isfinite(y->data[i]);
@@ -404,7 +390,7 @@ static void test_extremes(void)
                  "the forward took %zu bytes; a score matrix is %zu", grew, (size_t)512 * 512 * sizeof(double));
         ad_tape_free(T);
     }
-    family("large logits, memory");
+    th_family("large logits, memory");
 }
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -416,7 +402,7 @@ static void test_extremes(void)
         TH_CHECK(bad_ == NULL, "%s did not fail", #call);                                     \
         TH_CHECK(ad_tape_error(T) && strstr(ad_tape_error(T), "ad_attention: ") == ad_tape_error(T) && \
                      strstr(ad_tape_error(T), needle),                                         \
-                 "%s: expected \"ad_attention: ...%s...\", got \"%s\"", #call, needle, errs(T)); \
+                 "%s: expected \"ad_attention: ...%s...\", got \"%s\"", #call, needle, th_errs(T)); \
     } while (0)
 
 static void test_errors(void)
@@ -452,13 +438,13 @@ static void test_errors(void)
     TH_CHECK(ad_attention(T, NULL, k, v, 0, 0) == NULL && ad_attention(T, q, NULL, v, 0, 0) == NULL &&
                  ad_attention(T, q, k, NULL, 0, 0) == NULL && ad_attention(NULL, q, k, v, 0, 0) == NULL,
              "a NULL input gave a tensor");
-    TH_CHECK(ad_tape_error(T) == NULL, "a NULL input set \"%s\"", errs(T));
+    TH_CHECK(ad_tape_error(T) == NULL, "a NULL input set \"%s\"", th_errs(T));
     /* a different value length is allowed */
     shape4(s, 2, 3, 7, 2);
-    TH_CHECK(ad_attention(T, q, k, ad_zeros(T, 4, s), 1, 0) != NULL, "v with Dv = 2: %s", errs(T));
+    TH_CHECK(ad_attention(T, q, k, ad_zeros(T, 4, s), 1, 0) != NULL, "v with Dv = 2: %s", th_errs(T));
     ad_tape_free(T);
     ad_tape_free(other);
-    family("errors");
+    th_family("errors");
 }
 
 int main(void)

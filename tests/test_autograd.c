@@ -10,12 +10,6 @@
 #include "autodiff.h"
 #include "tests/harness.h"
 
-static const char *errs(const ad_tape *T)
-{
-    const char *e = ad_tape_error(T);
-    return e ? e : "(none)";
-}
-
 static int close_to(double a, double b, double tol) { return fabs(a - b) <= tol * (1 + fabs(b)); }
 
 /* Whether t has the given shape. */
@@ -111,7 +105,7 @@ static void test_grads(void)
     seeds[0] = v;
     seeds[1] = NULL;
     xs[0] = a; xs[1] = b; xs[2] = c;
-    TH_CHECK(ad_grads(T, 2, ys, seeds, 3, xs, out, 0) == 0, "ad_grads: %s", errs(T));
+    TH_CHECK(ad_grads(T, 2, ys, seeds, 3, xs, out, 0) == 0, "ad_grads: %s", th_errs(T));
     if (out[0] && out[1] && out[2]) {
         double sb = 0, ssin = 0, dot = 0;
         for (i = 0; i < 4; i++) { sb += bv[i]; ssin += sin(bv[i]); }
@@ -133,27 +127,27 @@ static void test_grads(void)
         ad_tensor *vg = ad_tensor_new(T, 1, s3, vv, 1), *g;
         seeds[0] = vg;
         TH_CHECK(ad_grads(T, 1, ys, seeds, 1, xs, out, 1) == 0 && out[0]->requires_grad, "ad_grads recorded: %s",
-                 errs(T));
+                 th_errs(T));
         /* out = v * exp(a) * sum(b): d sum(out) / d v = exp(a) sum(b) */
         g = ad_grad(T, ad_sum(T, out[0]), vg, 0);
         for (i = 0, ok = g != NULL; g && i < 3; i++)
             ok &= close_to(g->data[i], exp(av[i]) * (bv[0] + bv[1] + bv[2] + bv[3]), 1e-13);
-        TH_CHECK(ok, "ad_grads: the derivative in the seed: %s", errs(T));
+        TH_CHECK(ok, "ad_grads: the derivative in the seed: %s", th_errs(T));
         g = ad_grad(T, ad_sum(T, out[0]), a, 0);
         for (i = 0, ok = g != NULL; g && i < 3; i++)
             ok &= close_to(g->data[i], vv[i] * exp(av[i]) * (bv[0] + bv[1] + bv[2] + bv[3]), 1e-13);
-        TH_CHECK(ok, "ad_grads: the derivative of a recorded result in x: %s", errs(T));
+        TH_CHECK(ok, "ad_grads: the derivative of a recorded result in x: %s", th_errs(T));
     }
     /* an output that does not require grad contributes nothing; the same input twice */
     {
         ad_tensor *k = ad_scalar(T, 3), *two[2], *o2[2];
         two[0] = k; two[1] = ad_sum(T, ad_square(T, a));
         xs[0] = a; xs[1] = a;
-        TH_CHECK(ad_grads(T, 2, two, NULL, 2, xs, o2, 0) == 0 && o2[0] && o2[1], "ad_grads: %s", errs(T));
+        TH_CHECK(ad_grads(T, 2, two, NULL, 2, xs, o2, 0) == 0 && o2[0] && o2[1], "ad_grads: %s", th_errs(T));
         for (i = 0, ok = 1; o2[0] && i < 3; i++) ok &= o2[0]->data[i] == 2 * av[i] && o2[1]->data[i] == 2 * av[i];
         TH_CHECK(ok, "ad_grads with a constant output and a repeated input");
     }
-    TH_CHECK(ad_tape_error(T) == NULL, "error left: %s", errs(T));
+    TH_CHECK(ad_tape_error(T) == NULL, "error left: %s", th_errs(T));
     ad_tape_free(T);
 }
 
@@ -175,12 +169,12 @@ static void test_linear(void)
         y = linear_map(T, x, rows, cols);
         J = ad_jacobian(T, y, x, 0);
         TH_CHECK(J && J->ndim == 2 && J->shape[0] == rows && J->shape[1] == cols, "jacobian of W x [%d,%d]: %s",
-                 rows, cols, errs(T));
+                 rows, cols, th_errs(T));
         for (i = 0; J && i < rows * cols; i++) ok &= close_to(J->data[i], Wv[i], 1e-15);
         TH_CHECK(ok, "jacobian of W x is not W (%d x %d)", rows, cols);
         vj = ad_vjp(T, y, x, ad_tensor_new(T, 1, ys, vv, 0), 0);
         ju = ad_jvp(T, y, x, ad_tensor_new(T, 1, xs, uv, 0), 0);
-        TH_CHECK(vj && ju && has_shape(vj, 1, xs) && has_shape(ju, 1, ys), "vjp, jvp of W x: %s", errs(T));
+        TH_CHECK(vj && ju && has_shape(vj, 1, xs) && has_shape(ju, 1, ys), "vjp, jvp of W x: %s", th_errs(T));
         for (j = 0, ok = vj != NULL; vj && j < cols; j++) {
             double want = 0;
             for (i = 0; i < rows; i++) want += vv[i] * Wv[i * cols + j];
@@ -219,12 +213,12 @@ static void test_nonlinear(void)
     fd_jacobian(smooth, 2, s23, xv, 6, fd, 6);
     J = ad_jacobian(T, y, x, 0);
     TH_CHECK(has_shape(J, 4, js), "jacobian [3,2] of [2,3]: shape %s",
-             J ? ad_shape_str(J, (char[32]){0}, 32) : errs(T));
+             J ? ad_shape_str(J, (char[32]){0}, 32) : th_errs(T));
     for (i = 0; J && i < 36; i++) ok &= close_to(J->data[i], fd[i], 1e-7);
     TH_CHECK(J && ok, "jacobian of a smooth map against finite differences");
     ju = ad_jvp(T, y, x, ad_tensor_new(T, 2, s23, uv, 0), 0);
     vj = ad_vjp(T, y, x, ad_tensor_new(T, 2, s32, vv, 0), 0);
-    TH_CHECK(has_shape(ju, 2, s32) && has_shape(vj, 2, s23), "jvp, vjp shapes: %s", errs(T));
+    TH_CHECK(has_shape(ju, 2, s32) && has_shape(vj, 2, s23), "jvp, vjp shapes: %s", th_errs(T));
     for (i = 0, ok = ju && vj; ok && i < 6; i++) {
         double a = 0, b = 0;
         for (j = 0; j < 6; j++) {
@@ -244,9 +238,9 @@ static void test_nonlinear(void)
         ad_tensor *Jo = ad_jacobian(T, one, v3, 0);
         TH_CHECK(has_shape(Js, 1, (int[]){3}) && close_to(Js->data[0], 3, 1e-14) &&
                      close_to(Js->data[1], 3 * 2.25, 1e-14) && close_to(Js->data[2], 4 * 3.375, 1e-14),
-                 "jacobian of [x^2, x^3, x^4]: %s", errs(T));
+                 "jacobian of [x^2, x^3, x^4]: %s", th_errs(T));
         TH_CHECK(has_shape(Jo, 1, (int[]){3}) && close_to(Jo->data[2], exp(xv[2]), 1e-14),
-                 "jacobian of a [1,1] y counts y as []: %s", errs(T));
+                 "jacobian of a [1,1] y counts y as []: %s", th_errs(T));
     }
     ad_tape_free(T);
 }
@@ -269,7 +263,7 @@ static void test_hessians(void)
         f = ad_sum(T, ad_mul(T, x1, ad_matmul(T, A, x1)));
         H = ad_hessian(T, f, x, 0);
         for (i = 0; i < x->ndim; i++) hs[i] = hs[i + x->ndim] = xs[i];
-        TH_CHECK(has_shape(H, 2 * x->ndim, hs), "hessian of x^T A x: shape, %s", errs(T));
+        TH_CHECK(has_shape(H, 2 * x->ndim, hs), "hessian of x^T A x: shape, %s", th_errs(T));
         for (i = 0, ok = H != NULL; H && i < n; i++)
             for (j = 0; j < n; j++) ok &= close_to(H->data[i * n + j], Av[i * n + j] + Av[j * n + i], 1e-14);
         TH_CHECK(ok, "hessian of x^T A x is not A + A^T (n %d)", n);
@@ -288,7 +282,7 @@ static void test_hessians(void)
             want[(i + 1) * 4 + i + 1] += 200;
         }
         for (i = 0, ok = H != NULL; H && i < 16; i++) ok &= close_to(H->data[i], want[i], 1e-13);
-        TH_CHECK(has_shape(H, 2, (int[]){4, 4}) && ok, "hessian of Rosenbrock: %s", errs(T));
+        TH_CHECK(has_shape(H, 2, (int[]){4, 4}) && ok, "hessian of Rosenbrock: %s", th_errs(T));
         /* a one-element x of shape [1] gives [1, 1] */
         x = ad_tensor_new(T, 1, (int[]){1}, xv, 1);
         H = ad_hessian(T, ad_sum(T, ad_pow(T, x, 3)), x, 0);
@@ -312,13 +306,13 @@ static void test_no_route(void)
     r[4] = ad_jacobian(T, ad_exp(T, k), k, 1); /* neither requires grad: [3,3] */
     r[5] = ad_hessian(T, ad_sum(T, ad_mul(T, x, k)), x, 0); /* linear: a gradient with no route */
     for (i = 0; i < 6; i++) {
-        TH_CHECK(r[i] != NULL, "no route %d: %s", i, errs(T));
+        TH_CHECK(r[i] != NULL, "no route %d: %s", i, th_errs(T));
         for (j = 0; r[i] && j < (int)r[i]->size; j++) ok &= r[i]->data[j] == 0;
     }
     TH_CHECK(ok && r[0] && r[0]->size == 6 && r[1]->size == 9 && r[2]->size == 3 && r[3]->size == 2 &&
                  r[4]->size == 9 && r[5]->size == 9,
              "inputs with no route get zeros of the right size");
-    TH_CHECK(ad_tape_error(T) == NULL, "no route: %s", errs(T));
+    TH_CHECK(ad_tape_error(T) == NULL, "no route: %s", th_errs(T));
     ad_tape_free(T);
 }
 
@@ -334,7 +328,7 @@ static void test_create_graph(void)
         /* jvp of a vjp: y = x^3 elementwise, vjp = 3 x^2 v, jvp of that = 6 x v u */
         ad_tensor *g = ad_vjp(T, ad_pow(T, x, 3), x, v, 1), *h = ad_jvp(T, g, x, u, 0);
         for (i = 0, ok = h != NULL; h && i < 3; i++) ok &= close_to(h->data[i], 6 * xv[i] * vv[i] * uv[i], 1e-14);
-        TH_CHECK(ok, "jvp of a vjp: %s", errs(T));
+        TH_CHECK(ok, "jvp of a vjp: %s", th_errs(T));
     }
     {
         /* the Hessian of a function that calls ad_grad(..., 1): y = |grad (sum x)^3|^2 = 27 s^4,
@@ -342,7 +336,7 @@ static void test_create_graph(void)
         ad_tensor *f = ad_pow(T, ad_sum(T, x), 3), *g = ad_grad(T, f, x, 1);
         ad_tensor *H = ad_hessian(T, ad_sum(T, ad_square(T, g)), x, 0);
         for (i = 0, ok = H != NULL; H && i < 9; i++) ok &= close_to(H->data[i], 324 * sx * sx, 1e-13);
-        TH_CHECK(ok, "hessian of a function of a gradient: %s", errs(T));
+        TH_CHECK(ok, "hessian of a function of a gradient: %s", th_errs(T));
     }
     {
         /* the Jacobian of a gradient is the Hessian: f = sum(x^4) / 4 + x0 x1 x2 */
@@ -353,13 +347,13 @@ static void test_create_graph(void)
                 double want = i == j ? 3 * xv[i] * xv[i] : xv[3 - i - j];
                 ok &= close_to(J->data[i * 3 + j], want, 1e-14) && close_to(H->data[i * 3 + j], want, 1e-14);
             }
-        TH_CHECK(ok, "jacobian of a gradient, hessian: %s", errs(T));
+        TH_CHECK(ok, "jacobian of a gradient, hessian: %s", th_errs(T));
     }
     {
         /* a recorded Hessian differentiated again: d/dx sum(H(sum x^4)) = 24 x */
         ad_tensor *H = ad_hessian(T, ad_sum(T, ad_pow(T, x, 4)), x, 1), *d = ad_grad(T, ad_sum(T, H), x, 0);
         for (i = 0, ok = d != NULL; d && i < 3; i++) ok &= close_to(d->data[i], 24 * xv[i], 1e-13);
-        TH_CHECK(ok && H->requires_grad, "third derivative through ad_hessian: %s", errs(T));
+        TH_CHECK(ok && H->requires_grad, "third derivative through ad_hessian: %s", th_errs(T));
     }
     {
         /* recorded Jacobians by rows (x^3 elementwise: diag 3x^2) and by columns ([s^2, s^3, s^4]) */
@@ -367,16 +361,16 @@ static void test_create_graph(void)
         ad_tensor *s = ad_var(T, 0.6), *Js = ad_jacobian(T, powers(T, s), s, 1);
         ad_tensor *ds = ad_grad(T, ad_sum(T, Js), s, 0);
         for (i = 0, ok = d != NULL; d && i < 3; i++) ok &= close_to(d->data[i], 6 * xv[i], 1e-14);
-        TH_CHECK(ok, "recorded jacobian by rows: %s", errs(T));
+        TH_CHECK(ok, "recorded jacobian by rows: %s", th_errs(T));
         TH_CHECK(ds && close_to(ds->data[0], 2 + 6 * 0.6 + 12 * 0.36, 1e-14), "recorded jacobian by columns: %g, %s",
-                 ds ? ds->data[0] : 0, errs(T));
+                 ds ? ds->data[0] : 0, th_errs(T));
     }
     {
         /* a recorded jvp differentiated in u and in x: J u = 3 x^2 u */
         ad_tensor *ur = ad_tensor_new(T, 1, s3, uv, 1), *ju = ad_jvp(T, ad_pow(T, x, 3), x, ur, 1);
         ad_tensor *du, *dx, *xs[2], *o[2];
         xs[0] = ur; xs[1] = x;
-        TH_CHECK(ad_grads(T, 1, (ad_tensor *[]){ad_sum(T, ju)}, NULL, 2, xs, o, 0) == 0, "grads of a jvp: %s", errs(T));
+        TH_CHECK(ad_grads(T, 1, (ad_tensor *[]){ad_sum(T, ju)}, NULL, 2, xs, o, 0) == 0, "grads of a jvp: %s", th_errs(T));
         du = o[0]; dx = o[1];
         for (i = 0, ok = du && dx; ok && i < 3; i++)
             ok &= close_to(du->data[i], 3 * xv[i] * xv[i], 1e-14) && close_to(dx->data[i], 6 * xv[i] * uv[i], 1e-14);
@@ -390,7 +384,7 @@ static void test_create_graph(void)
         ad_set_grad_enabled(T, was);
         TH_CHECK(H && close_to(H->data[4], 12 * xv[1] * xv[1], 1e-14) && H->data[1] == 0, "hessian in no-grad mode");
     }
-    TH_CHECK(ad_tape_error(T) == NULL, "create_graph: %s", errs(T));
+    TH_CHECK(ad_tape_error(T) == NULL, "create_graph: %s", th_errs(T));
     ad_tape_free(T);
 }
 
@@ -401,7 +395,7 @@ static void test_detach_item(void)
     ad_tensor *x = ad_tensor_new(T, 1, (int[]){3}, xv, 1), *d = ad_detach(T, x), *g;
     int i, ok = 1;
     TH_CHECK(d && d->data == x->data && !d->requires_grad && d->node == NULL && has_shape(d, 1, (int[]){3}),
-             "ad_detach: %s", errs(T));
+             "ad_detach: %s", th_errs(T));
     g = ad_grad(T, ad_sum(T, ad_mul(T, x, d)), x, 0); /* x * const: the gradient is x, not 2 x */
     for (i = 0; g && i < 3; i++) ok &= g->data[i] == xv[i];
     TH_CHECK(g && ok, "a gradient flowed through ad_detach");
@@ -419,7 +413,7 @@ static void test_detach_item(void)
         ad_tensor *one = ad_reshape(T, ad_sum(T, x), 2, (int[]){1, 1});
         TH_CHECK(ad_item(one) == 0 && ad_tape_error(T) == NULL, "ad_item of a [1,1] zero");
         TH_CHECK(ad_item(ad_sum(T, x)) == 0 && ad_item(ad_var(T, 2.5)) == 2.5 && ad_tape_error(T) == NULL,
-                 "ad_item of one element: %s", errs(T));
+                 "ad_item of one element: %s", th_errs(T));
     }
     ad_tape_free(T);
 }
@@ -455,7 +449,7 @@ static void test_errors(void)
     /* a one-element y of 5 dimensions counts as [] */
     ad_tape_clear_error(T);
     TH_CHECK(ad_jacobian(T, ad_reshape(T, s, 5, (int[]){1, 1, 1, 1, 1}), big, 0) != NULL, "jacobian of [1,1,1,1,1]: %s",
-             errs(T));
+             th_errs(T));
     /* ad_grads */
     ad_tape_clear_error(T);
     out[0] = out[1] = x;
@@ -484,7 +478,7 @@ static void test_errors(void)
              "a NULL tape");
     /* the tape is usable after the errors */
     TH_CHECK(ad_grads(T, 1, &s, NULL, 1, &x, out, 0) == 0 && close_to(out[0]->data[3], exp(4.0), 1e-15),
-             "ad_grads after errors: %s", errs(T));
+             "ad_grads after errors: %s", th_errs(T));
 #undef EXPECT
     ad_tape_free(U);
     ad_tape_free(T);

@@ -42,12 +42,6 @@ static ad_tensor *double_it(ad_tape *T, ad_tensor *x, ad_tensor *grad, void *ctx
     return ad_mul_scalar(T, grad, 2);
 }
 
-static const char *errs(const ad_tape *T)
-{
-    const char *e = ad_tape_error(T);
-    return e ? e : "(none)";
-}
-
 /* The Jacobian of W cube(x) is W diag(3 x^2), by either kind of custom op (reverse mode: two
    rows, three columns); the Hessian of sum(cube(x)) is diag(6 x), through the recorded kind. */
 static void jacobian_and_hessian_through_custom_ops(void)
@@ -64,7 +58,7 @@ static void jacobian_and_hessian_through_custom_ops(void)
         double worst = 0;
         int i, j;
         TH_CHECK(J && J->ndim == 2 && J->shape[0] == 2 && J->shape[1] == 3, "%s: Jacobian's shape: %s",
-                 k ? "arrays" : "recorded", errs(T));
+                 k ? "arrays" : "recorded", th_errs(T));
         for (i = 0; J && i < 2; i++)
             for (j = 0; j < 3; j++)
                 worst = fmax(worst, fabs(J->data[i * 3 + j] - wv[i * 3 + j] * 3 * xv[j] * xv[j]));
@@ -81,7 +75,7 @@ static void jacobian_and_hessian_through_custom_ops(void)
         int i, j;
         for (i = 0; H && i < 3; i++)
             for (j = 0; j < 3; j++) worst = fmax(worst, fabs(H->data[i * 3 + j] - (i == j ? 6 * xv[i] : 0)));
-        TH_CHECK(H && worst < 1e-12, "Hessian through a recorded custom op: error %g (%s)", worst, errs(T));
+        TH_CHECK(H && worst < 1e-12, "Hessian through a recorded custom op: error %g (%s)", worst, th_errs(T));
         ad_tape_free(T);
     }
     /* a Hessian needs a recorded backward: through the array kind it is refused, naming the op */
@@ -90,7 +84,7 @@ static void jacobian_and_hessian_through_custom_ops(void)
         int s3[1] = {3};
         ad_tensor *x = ad_tensor_new(T, 1, s3, xv, 1);
         ad_tensor *H = ad_hessian(T, ad_sum(T, ad_custom(T, &cube_arr, 1, &x)), x, 0);
-        TH_CHECK(!H && strstr(errs(T), "cube_arr") != NULL, "Hessian through an array backward: %s", errs(T));
+        TH_CHECK(!H && strstr(th_errs(T), "cube_arr") != NULL, "Hessian through an array backward: %s", th_errs(T));
         ad_tape_free(T);
     }
 }
@@ -105,7 +99,7 @@ static void jvp_through_custom_op(void)
     ad_tensor *Ju = ad_jvp(T, ad_custom(T, &cube_rec, 1, &x), x, u, 0);
     double worst = 0;
     for (i = 0; Ju && i < 4; i++) worst = fmax(worst, fabs(Ju->data[i] - 3 * xv[i] * xv[i] * uv[i]));
-    TH_CHECK(Ju && worst < 1e-12, "jvp through a custom op: error %g (%s)", worst, errs(T));
+    TH_CHECK(Ju && worst < 1e-12, "jvp through a custom op: error %g (%s)", worst, th_errs(T));
     ad_tape_free(T);
 }
 
@@ -117,7 +111,7 @@ static void hooks_in_vector_products(void)
     ad_tape *T = ad_tape_new();
     int s3[1] = {3}, i;
     ad_tensor *x = ad_tensor_new(T, 1, s3, xv, 1), *h = ad_mul_scalar(T, x, 3), *y = ad_square(T, h), *v, *J;
-    TH_CHECK(ad_register_hook(h, double_it, NULL) == 0, "register_hook: %s", errs(T));
+    TH_CHECK(ad_register_hook(h, double_it, NULL) == 0, "register_hook: %s", th_errs(T));
     hook_calls = 0;
     v = ad_vjp(T, y, x, ad_full(T, 1, s3, 1), 0);
     /* dy/dx = 2 h * 3, doubled at h */
@@ -144,13 +138,13 @@ static void anomaly_inside_hessian(void)
         ad_set_detect_anomaly(T, 1);
         H = ad_hessian(T, ad_sum(T, ad_sqrt(T, x)), x, 0);
         if (k == 0) {
-            TH_CHECK(!H && strstr(errs(T), "ad_sqrt backward") && strstr(errs(T), "\"x\""),
-                     "anomaly at sqrt(0) in a Hessian: %s", errs(T));
+            TH_CHECK(!H && strstr(th_errs(T), "ad_sqrt backward") && strstr(th_errs(T), "\"x\""),
+                     "anomaly at sqrt(0) in a Hessian: %s", th_errs(T));
         } else {
             /* d2/dx2 sqrt(x) = -x^(-3/2) / 4 */
             TH_CHECK(H && fabs(H->data[0] + 0.25 / 8) < 1e-12 && fabs(H->data[3] + 0.25 / 27) < 1e-12 &&
                          H->data[1] == 0 && H->data[2] == 0,
-                     "clean Hessian in anomaly mode: %s", errs(T));
+                     "clean Hessian in anomaly mode: %s", th_errs(T));
         }
         ad_tape_free(T);
     }
@@ -168,7 +162,7 @@ static void picture_with_custom_op(void)
     char text[8192];
     size_t n = 0;
     FILE *f;
-    TH_CHECK(ad_tape_write_dot(T, y, path) == 0, "write_dot: %s", errs(T));
+    TH_CHECK(ad_tape_write_dot(T, y, path) == 0, "write_dot: %s", th_errs(T));
     f = fopen(path, "rb");
     if (f) {
         n = fread(text, 1, sizeof text - 1, f);

@@ -17,12 +17,6 @@
 
 #include <limits.h>
 
-static const char *errs(const ad_tape *T)
-{
-    const char *e = ad_tape_error(T);
-    return e ? e : "(none)";
-}
-
 /* An input spec from a shape written as text: S("3,5,7", -1, 1, 0); "" is a scalar. */
 static th_input S(const char *dims, double lo, double hi, double away)
 {
@@ -69,7 +63,7 @@ static void check_paths(const char *name, th_fn f, void *ctx, int nin, const th_
             if (d > worst) worst = d;
         }
     }
-    TH_CHECK(ok, "%s: recorded and fused gradients differ (by %g): %s", name, worst, errs(T));
+    TH_CHECK(ok, "%s: recorded and fused gradients differ (by %g): %s", name, worst, th_errs(T));
     for (i = 0; i < nin; i++) free(data[i]);
     ad_tape_free(T);
 }
@@ -189,7 +183,7 @@ static void around(const ad_tensor *x, int axis, size_t *outer, size_t *n, size_
         TH_CHECK(bad_ == NULL, "%s did not fail", #call);                                    \
         TH_CHECK(ad_tape_error(T) && strstr(ad_tape_error(T), op ":") == ad_tape_error(T) &&  \
                      strstr(ad_tape_error(T), needle),                                        \
-                 "%s: expected \"%s: ...%s...\", got \"%s\"", #call, op, needle, errs(T));   \
+                 "%s: expected \"%s: ...%s...\", got \"%s\"", #call, op, needle, th_errs(T));   \
     } while (0)
 
 /* A NULL input: NULL back and no message. */
@@ -197,15 +191,8 @@ static void around(const ad_tensor *x, int axis, size_t *outer, size_t *n, size_
     do {                                                                                      \
         ad_tape_clear_error(T);                                                               \
         TH_CHECK((call) == NULL, "%s: a NULL input gave a tensor", #call);                   \
-        TH_CHECK(ad_tape_error(T) == NULL, "%s: a NULL input set \"%s\"", #call, errs(T));   \
+        TH_CHECK(ad_tape_error(T) == NULL, "%s: a NULL input set \"%s\"", #call, th_errs(T));   \
     } while (0)
-
-static int family_start;
-static void family(const char *name)
-{
-    printf("  %-40s %d checks\n", name, th_passed + th_failed - family_start);
-    family_start = th_passed + th_failed;
-}
 
 /* ---- min and argmax ---------------------------------------------------------------------- */
 FN(f_min, ad_min(T, distinct(T, x[0])))
@@ -239,7 +226,7 @@ static void test_min_argmax(void)
             if (ax < 0 || ax >= a->ndim) continue;
             around(a, ax, &outer, &n, &inner);
             arg = (int *)malloc(outer * inner * sizeof(int));
-            TH_CHECK(ad_argmax_axis(a, axis, arg) == 0, "ad_argmax_axis [%s] axis %d: %s", shapes[si], axis, errs(T));
+            TH_CHECK(ad_argmax_axis(a, axis, arg) == 0, "ad_argmax_axis [%s] axis %d: %s", shapes[si], axis, th_errs(T));
             for (keep = 0; keep <= 1; keep++) {
                 ad_tensor *y = ad_min_axis(T, a, axis, keep);
                 int ok = y && y->ndim == a->ndim - !keep && y->size == outer * inner;
@@ -269,7 +256,7 @@ static void test_min_argmax(void)
         int s34[] = {3, 4}, arg[4] = {-1, -1, -1, -1}, arg1[3] = {-1, -1, -1};
         ad_tensor *x = ad_tensor_new(T, 2, s34, v, 1), *x2 = ad_tensor_new(T, 2, s34, v, 1), *y;
         y = ad_sum(T, ad_min_axis(T, x, 1, 0));
-        TH_CHECK(y && ad_backward(T, y) == 0, "backward: %s", errs(T));
+        TH_CHECK(y && ad_backward(T, y) == 0, "backward: %s", th_errs(T));
         TH_CHECK(x->grad && x->grad[1] == 1 && x->grad[3] == 0 && x->grad[4] == 0 && x->grad[6] == 1 && x->grad[7] == 0 &&
                      x->grad[10] == 1 && x->grad[2] + x->grad[5] + x->grad[8] + x->grad[11] == 0,
                  "min_axis at ties: the gradient is not at the first minimum");
@@ -318,13 +305,13 @@ static void test_min_argmax(void)
         BAD(T, ad_min_axis(T, a, -3, 1), "ad_min_axis", "axis -3");
         BAD(T, ad_min_axis(T, sc, 0, 0), "ad_min_axis", "[]");
         ad_tape_clear_error(T);
-        TH_CHECK(ad_argmax_axis(a, 2, out) == -1 && strstr(errs(T), "ad_argmax_axis: axis 2 is out of range for shape [3,5]"),
-                 "ad_argmax_axis with a bad axis: %s", errs(T));
+        TH_CHECK(ad_argmax_axis(a, 2, out) == -1 && strstr(th_errs(T), "ad_argmax_axis: axis 2 is out of range for shape [3,5]"),
+                 "ad_argmax_axis with a bad axis: %s", th_errs(T));
         ad_tape_clear_error(T);
-        TH_CHECK(ad_argmax_axis(a, 0, NULL) == -1 && strstr(errs(T), "ad_argmax_axis: shape [3,5]: out is NULL"),
-                 "ad_argmax_axis with out NULL: %s", errs(T));
+        TH_CHECK(ad_argmax_axis(a, 0, NULL) == -1 && strstr(th_errs(T), "ad_argmax_axis: shape [3,5]: out is NULL"),
+                 "ad_argmax_axis with out NULL: %s", th_errs(T));
         ad_tape_clear_error(T);
-        TH_CHECK(ad_argmax_axis(sc, 0, out) == -1 && strstr(errs(T), "ad_argmax_axis"), "ad_argmax_axis of a scalar");
+        TH_CHECK(ad_argmax_axis(sc, 0, out) == -1 && strstr(th_errs(T), "ad_argmax_axis"), "ad_argmax_axis of a scalar");
         ad_tape_clear_error(T);
         TH_CHECK(ad_argmax_axis(NULL, 0, out) == -1 && ad_tape_error(T) == NULL, "ad_argmax_axis(NULL)");
         PASSES_NULL(T, ad_min(T, NULL));
@@ -332,7 +319,7 @@ static void test_min_argmax(void)
         TH_CHECK(ad_min(NULL, a) == NULL && ad_min_axis(NULL, a, 0, 1) == NULL, "ops without a tape");
     }
     ad_tape_free(T);
-    family("min, min_axis, argmax_axis");
+    th_family("min, min_axis, argmax_axis");
 }
 
 /* ---- logsumexp --------------------------------------------------------------------------- */
@@ -415,7 +402,7 @@ static void test_logsumexp(void)
         PASSES_NULL(T, ad_logsumexp(T, NULL, 0, 0));
     }
     ad_tape_free(T);
-    family("logsumexp");
+    th_family("logsumexp");
 }
 
 /* ---- variance and standard deviation ----------------------------------------------------- */
@@ -510,7 +497,7 @@ static void test_var_std(void)
         PASSES_NULL(T, ad_std_axis(T, NULL, 0, 1, 0));
     }
     ad_tape_free(T);
-    family("var_axis, std_axis");
+    th_family("var_axis, std_axis");
 }
 
 /* ---- product ----------------------------------------------------------------------------- */
@@ -536,7 +523,7 @@ static void check_prod_zeros(const char *name, const double *data, int rows, int
     y = ad_sum(T, ad_mul(T, ad_prod_axis(T, x, 1, 0), wt));
     g = ad_grad(T, y, x, 1);
     h = ad_grad(T, ad_sum(T, ad_mul(T, g, v)), x, 0);
-    TH_CHECK(g && h, "%s: %s", name, errs(T));
+    TH_CHECK(g && h, "%s: %s", name, th_errs(T));
     for (r = 0; g && h && r < rows; r++) {
         const double *xr = data + (size_t)r * n, *vr = v->data + (size_t)r * n;
         for (m = 0; m < n; m++) {
@@ -557,7 +544,7 @@ static void check_prod_zeros(const char *name, const double *data, int rows, int
     TH_CHECK(worst1 < 1e-13, "%s: recorded gradient error %g", name, worst1);
     TH_CHECK(worst2 < 1e-13, "%s: second derivative error %g", name, worst2);
     /* the fused gradient of a plain sweep */
-    TH_CHECK(ad_backward(T, y) == 0 && x->grad, "%s: backward: %s", name, errs(T));
+    TH_CHECK(ad_backward(T, y) == 0 && x->grad, "%s: backward: %s", name, th_errs(T));
     for (k = 0, worst1 = 0; x->grad && g && k < rows * n; k++) worst1 = fmax(worst1, fabs(x->grad[k] - g->data[k]));
     TH_CHECK(worst1 < 1e-13, "%s: fused and recorded gradients differ by %g", name, worst1);
     free(w);
@@ -627,7 +614,7 @@ static void test_prod(void)
         PASSES_NULL(T, ad_prod_axis(T, NULL, 0, 0));
     }
     ad_tape_free(T);
-    family("prod_axis");
+    th_family("prod_axis");
 }
 
 /* ---- running sum ------------------------------------------------------------------------- */
@@ -682,7 +669,7 @@ static void test_cumsum(void)
         PASSES_NULL(T, ad_cumsum(T, NULL, 0));
     }
     ad_tape_free(T);
-    family("cumsum");
+    th_family("cumsum");
 }
 
 /* ---- squeeze, unsqueeze, stack ----------------------------------------------------------- */
@@ -809,7 +796,7 @@ static void test_squeeze_stack(void)
         ad_tape_free(U);
     }
     ad_tape_free(T);
-    family("squeeze, unsqueeze, stack");
+    th_family("squeeze, unsqueeze, stack");
 }
 
 /* ---- pad ---------------------------------------------------------------------------------- */
@@ -891,7 +878,7 @@ static void test_pad(void)
         PASSES_NULL(T, ad_pad(T, NULL, 2, odd, 0));
     }
     ad_tape_free(T);
-    family("pad");
+    th_family("pad");
 }
 
 /* ---- index_select, gather --------------------------------------------------------------- */
@@ -1007,7 +994,7 @@ static void test_index_gather(void)
         PASSES_NULL(T, ad_gather(T, NULL, 0, ok_idx, 2, s35));
     }
     ad_tape_free(T);
-    family("index_select, gather");
+    th_family("index_select, gather");
 }
 
 /* ---- where, masked_fill ------------------------------------------------------------------ */
@@ -1073,7 +1060,7 @@ static void test_where(void)
         int s3[] = {3};
         ad_tensor *a = ad_tensor_new(T, 1, s3, av, 1), *b = ad_tensor_new(T, 1, s3, bv, 1);
         ad_tensor *cond = ad_tensor_new(T, 1, s3, cv, 0), *y = ad_sum(T, ad_where(T, cond, a, b));
-        TH_CHECK(y && ad_item(y) == 9 && ad_backward(T, y) == 0, "where with infinities: %s", errs(T));
+        TH_CHECK(y && ad_item(y) == 9 && ad_backward(T, y) == 0, "where with infinities: %s", th_errs(T));
         TH_CHECK(a->grad && b->grad && a->grad[0] == 1 && a->grad[1] == 0 && a->grad[2] == 1 && b->grad[0] == 0 &&
                      b->grad[1] == 1 && b->grad[2] == 0,
                  "where's gradients with infinite branches");
@@ -1128,7 +1115,7 @@ static void test_where(void)
         ad_tape_free(U);
     }
     ad_tape_free(T);
-    family("where, masked_fill");
+    th_family("where, masked_fill");
 }
 
 /* ---- losses ------------------------------------------------------------------------------- */
@@ -1159,7 +1146,7 @@ static void test_losses(void)
         TH_CHECK(n0 && fabs(ad_item(n0) - want / 5) < 1e-15, "nll_loss: %g, want %g", ad_item(n0), want / 5);
         TH_CHECK(n1 && ce && fabs(ad_item(ce) - ad_item(n1)) < 1e-15, "nll of log_softmax %.17g, cross_entropy %.17g",
                  ad_item(n1), ad_item(ce));
-        TH_CHECK(ad_backward(T, n1) == 0 && ad_backward(T, ce) == 0, "backward: %s", errs(T));
+        TH_CHECK(ad_backward(T, n1) == 0 && ad_backward(T, ce) == 0, "backward: %s", th_errs(T));
         for (k = 0; k < 20; k++)
             if (fabs(x2->grad[k] - x->grad[k]) > 1e-15) break;
         TH_CHECK(k == 20, "nll of log_softmax: gradient differs from cross_entropy's at %zu", k);
@@ -1193,7 +1180,7 @@ static void test_losses(void)
                  "kl_div of vectors divides by their length");
         /* l1's gradient at pred == target is 0; kl's target gradient is 0 where the target is 0 */
         y = ad_add(T, ad_l1_loss(T, pp, tt), ad_kl_div(T, xk, tk));
-        TH_CHECK(ad_backward(T, y) == 0, "backward: %s", errs(T));
+        TH_CHECK(ad_backward(T, y) == 0, "backward: %s", th_errs(T));
         TH_CHECK(pp->grad[2] == 0 && tt->grad[2] == 0 && pp->grad[0] == 0.125 && tt->grad[1] == 0.125,
                  "l1_loss gradients: %g %g %g %g", pp->grad[2], tt->grad[2], pp->grad[0], tt->grad[1]);
         for (i = 0, k = 0; i < 8; i++) {
@@ -1252,7 +1239,7 @@ static void test_losses(void)
         ad_tape_free(U);
     }
     ad_tape_free(T);
-    family("nll_loss, l1_loss, huber_loss, kl_div");
+    th_family("nll_loss, l1_loss, huber_loss, kl_div");
 }
 
 /* ---- no-grad mode ------------------------------------------------------------------------ */
@@ -1287,9 +1274,9 @@ static void test_no_grad(void)
     y[n++] = ad_kl_div(T, x, x);
     for (i = 0; i < n; i++)
         if (!y[i] || y[i]->requires_grad) ok = 0;
-    TH_CHECK(ok && ad_tape_length(T) == 0, "no-grad mode: %zu entries recorded, %s", ad_tape_length(T), errs(T));
+    TH_CHECK(ok && ad_tape_length(T) == 0, "no-grad mode: %zu entries recorded, %s", ad_tape_length(T), th_errs(T));
     ad_tape_free(T);
-    family("no-grad mode");
+    th_family("no-grad mode");
 }
 
 /* ---- threads: the same bits on one, two and three threads ---------------------------------- */
@@ -1349,7 +1336,7 @@ static int split_run(int t, int f, int reuse, ad_real *y, ad_real *dx, ad_real *
         if (x2->grad) memcpy(dx2, x2->grad, n * sizeof(ad_real));
         else memset(dx2, 0, n * sizeof(ad_real));
     }
-    if (!ok) printf("split_run %d on %d threads: %s\n", f, t, errs(T));
+    if (!ok) printf("split_run %d on %d threads: %s\n", f, t, th_errs(T));
     ad_tape_free(T);
     return ok;
 }
@@ -1373,7 +1360,7 @@ static void test_threads(void)
         }
     free(one);
     free(more);
-    family("1, 2 and 3 threads");
+    th_family("1, 2 and 3 threads");
 }
 
 int main(void)

@@ -8,12 +8,6 @@
 
 static int quick;
 
-static const char *errs(ad_tape *T)
-{
-    const char *e = ad_tape_error(T);
-    return e ? e : "(no error)";
-}
-
 static th_input spec4(int a, int b, int c, int d, double lo, double hi)
 {
     int s[4];
@@ -213,7 +207,7 @@ static void test_conv_reference(void)
         }
         valid++;
         TH_CHECK(y && y->ndim == 4 && y->shape[0] == N && y->shape[1] == O && y->shape[2] == OH &&
-                 y->shape[3] == OW, "trial %d: output shape, error %s", trial, errs(T));
+                 y->shape[3] == OW, "trial %d: output shape, error %s", trial, th_errs(T));
         if (!y || y->shape[2] != OH || y->shape[3] != OW) { ad_tape_free(T); continue; }
         gc = ad_rand(T, 4, y->shape, -1, 1, &r);
         ad_backward(T, ad_sum(T, ad_mul(T, y, gc)));
@@ -284,7 +278,7 @@ static void conv_run(int threads, int N, int groups, int pad, ad_real **out, siz
     ad_set_requires_grad(b, 1);
     y = ad_conv2d(T, x, w, b, &d);
     TH_CHECK(y && ad_backward(T, ad_sum(T, ad_mul(T, y, ad_rand(T, 4, y->shape, -1, 1, &r)))) == 0, "conv on %d "
-             "threads: %s", threads, errs(T));
+             "threads: %s", threads, th_errs(T));
     all[0] = y; all[1] = x; all[2] = w; all[3] = b;
     for (i = 0; i < 4; i++) {
         const ad_real *src = i == 0 ? (y ? y->data : NULL) : all[i]->grad;
@@ -368,12 +362,12 @@ static void test_conv_errors(void)
     d.pad_h = 1;
     ad_tape_clear_error(T);
     TH_CHECK(ad_conv2d(T, x, big, NULL, &d) != NULL, "a kernel as tall as the padded input: %s",
-             errs(T));
+             th_errs(T));
     /* dilation widens the kernel: 2 taps 5 apart span 6 columns, which fit; 6 apart, 7 do not */
     memset(&d, 0, sizeof d);
     d.dilation_w = 5;
     ad_tape_clear_error(T);
-    TH_CHECK(ad_conv2d(T, x, w, NULL, &d) != NULL, "dilation 5: %s", errs(T));
+    TH_CHECK(ad_conv2d(T, x, w, NULL, &d) != NULL, "dilation 5: %s", th_errs(T));
     d.dilation_w = 6;
     EXPECT_CONV_ERROR(ad_conv2d(T, x, w, NULL, &d), "spans 3x7");
 #undef EXPECT_CONV_ERROR
@@ -407,12 +401,12 @@ static void test_conv_accumulates(void)
         t[0] = x; t[1] = w; t[2] = b;
         for (i = 0; i < 3; i++) ad_set_requires_grad(t[i], 1);
         loss = ad_sum(T, ad_square(T, ad_conv2d(T, x, w, b, &d)));
-        TH_CHECK(ad_backward(T, loss) == 0, "first backward: %s", errs(T));
+        TH_CHECK(ad_backward(T, loss) == 0, "first backward: %s", th_errs(T));
         for (i = 0; i < 3; i++) {
             first[i] = (double *)malloc(t[i]->size * sizeof(double));
             memcpy(first[i], t[i]->grad, t[i]->size * sizeof(double));
         }
-        TH_CHECK(ad_backward(T, loss) == 0, "second backward: %s", errs(T));
+        TH_CHECK(ad_backward(T, loss) == 0, "second backward: %s", th_errs(T));
         for (i = 0; i < 3; i++) {
             for (j = 0; j < t[i]->size; j++)
                 if (fabs(t[i]->grad[j] - 2 * first[i][j]) > 1e-12 * (1 + fabs(first[i][j]))) ok = 0;
@@ -428,7 +422,7 @@ static void test_conv_accumulates(void)
             size_t len = ad_tape_length(T);
             double lhs = 0, rhs = 0;
             TH_CHECK(ad_backward(T, l2) == 0 && w2->grad && !x2->grad, "backward with a constant input: %s",
-                     errs(T));
+                     th_errs(T));
             ad_set_grad_enabled(T, 0);
             y1 = ad_conv2d(T, x2, w2, b, &d);
             ad_set_grad_enabled(T, 1);
@@ -631,7 +625,7 @@ static void test_pool_reference(void)
                 continue;
             }
             TH_CHECK(y && y->shape[2] == OH && y->shape[3] == OW, "pool trial %d: shape (%s)", trial,
-                     errs(T));
+                     th_errs(T));
             if (!y || y->shape[2] != OH || y->shape[3] != OW) { ad_tape_free(T); continue; }
             gc = ad_rand(T, 4, y->shape, -1, 1, &r);
             ad_backward(T, ad_sum(T, ad_mul(T, y, gc)));
@@ -953,7 +947,7 @@ static void test_batch_norm_stats(void)
         TH_CHECK(bn.running_mean[c] == rm[c] && bn.running_var[c] == rv[c], "eval mode leaves the state alone");
     /* eval mode allows a single value per channel */
     x = ad_randn(T, AD_SHAPE(1, 3), 0, 1, &r);
-    TH_CHECK(ad_batch_norm(T, x, &bn, NULL, NULL) != NULL, "eval with one row: %s", errs(T));
+    TH_CHECK(ad_batch_norm(T, x, &bn, NULL, NULL) != NULL, "eval with one row: %s", th_errs(T));
     ad_set_training(T, 1);
     /* 1-d training output: per channel mean 0, variance 1 */
     x = ad_randn(T, AD_SHAPE(7, 3), 2, 3, &r);

@@ -11,12 +11,6 @@
 #include "tests/harness.h"
 
 /* The tape's error for a message: "(none)" when there is none. */
-static const char *errs(const ad_tape *T)
-{
-    const char *e = ad_tape_error(T);
-    return e ? e : "(none)";
-}
-
 static int quick; /* TH_QUICK: the sanitizer run does the large cases once, not twice */
 
 /* An input spec from a shape written as text: S("3,5,7", -1, 1, 0); "" is a scalar. */
@@ -644,7 +638,7 @@ static void test_matmul_values(void)
                 c = ad_matmul_t(T, a, b, ta, tb);
                 naive_matmul(ta, tb, m, n, k, a->data, b->data, ref);
                 TH_CHECK(c && c->ndim == 2 && c->shape[0] == m && c->shape[1] == n,
-                         "matmul_t %dx%dx%d ta=%d tb=%d: bad result %s", m, n, k, ta, tb, errs(T));
+                         "matmul_t %dx%dx%d ta=%d tb=%d: bad result %s", m, n, k, ta, tb, th_errs(T));
                 if (c)
                     for (j = 0; j < c->size; j++) {
                         double e = rel_err(c->data[j], ref[j]);
@@ -970,7 +964,7 @@ static void test_stability(void)
     }
     bce = ad_bce_with_logits(T, lg, t); /* every element is wrong by 1000: mean 1000 */
     TH_CHECK(bce && fabs(ad_item(bce) - 1000) < 1e-9, "bce_with_logits at +-1000: %.17g", ad_item(bce));
-    TH_CHECK(ad_backward(T, ad_add(T, ce, bce)) == 0, "backward: %s", errs(T));
+    TH_CHECK(ad_backward(T, ad_add(T, ce, bce)) == 0, "backward: %s", th_errs(T));
     finite = 1;
     for (i = 0; i < 4; i++) finite &= isfinite(lg->grad[i]) && isfinite(t->grad[i]);
     TH_CHECK(finite, "gradients at +-1000 are not finite");

@@ -16,20 +16,6 @@
 
 enum { NB = 3, NI = 5, NH = 7, STEPS = 4 };
 
-static int family_start;
-
-static void family(const char *name)
-{
-    printf("  %-40s %d checks\n", name, th_passed + th_failed - family_start);
-    family_start = th_passed + th_failed;
-}
-
-static const char *errs(const ad_tape *T)
-{
-    const char *e = ad_tape_error(T);
-    return e ? e : "(none)";
-}
-
 /* ---- references ----------------------------------------------------------------------------- */
 static double sig(double v) { return 1 / (1 + exp(-v)); }
 
@@ -242,7 +228,7 @@ static void test_forward(void)
                                    &cc);
                     ref_lstm(NB, NI, NH, data[0], data[1], data[2], data[3], data[4], bi, bh, href, cref);
                 }
-                TH_CHECK(h2 && hc && (gru || (c2 && cc)), "%s biases %d: %s", gru ? "gru" : "lstm", biases, errs(T));
+                TH_CHECK(h2 && hc && (gru || (c2 && cc)), "%s biases %d: %s", gru ? "gru" : "lstm", biases, th_errs(T));
                 if (h2 && hc) {
                     TH_CHECK(h2->ndim == 2 && h2->shape[0] == NB && h2->shape[1] == NH, "%s: h' shape",
                              gru ? "gru" : "lstm");
@@ -264,7 +250,7 @@ static void test_forward(void)
                 for (i = 0; i < nin; i++) free(data[i]);
                 ad_tape_free(T);
             }
-    family("forward against loops and composition");
+    th_family("forward against loops and composition");
 }
 
 /* ---- gradients -------------------------------------------------------------------------------- */
@@ -296,8 +282,8 @@ static void check_paths(const char *name, cell_ctx k, int nin, const th_input *s
         if (d > worst) worst = d;
         if (dc > worst_c) worst_c = dc;
     }
-    TH_CHECK(ok, "%s: recorded and fused gradients differ (by %g): %s", name, worst, errs(T));
-    TH_CHECK(ok_c, "%s: gradients differ from the composition's (by %g): %s", name, worst_c, errs(T));
+    TH_CHECK(ok, "%s: recorded and fused gradients differ (by %g): %s", name, worst, th_errs(T));
+    TH_CHECK(ok_c, "%s: gradients differ from the composition's (by %g): %s", name, worst_c, th_errs(T));
     for (i = 0; i < nin; i++) free(data[i]);
     ad_tape_free(T);
 }
@@ -325,7 +311,7 @@ static void test_gradients(void)
         snprintf(name, sizeof name, "lstm, %s", outs[out]);
         check_cell(name, K(0, 3, out, 1), NB, NI, NH);
     }
-    family("one step: gradients, second order");
+    th_family("one step: gradients, second order");
 }
 
 static void test_sequence(void)
@@ -341,7 +327,7 @@ static void test_sequence(void)
         k.alias = 1; /* x also as h: its gradient has two shares */
         check_cell(gru ? "gru, x as h" : "lstm, x as h", k, NB, NH, NH);
     }
-    family("unrolled steps, x as h");
+    th_family("unrolled steps, x as h");
 }
 
 /* Gradients added into buffers that leaves already have (parameters' own buffers) equal those
@@ -371,7 +357,7 @@ static void test_into_leaves(void)
             ok = g != NULL;
             for (j = 0; ok && j < g->size; j++) grads[i][j] -= g->data[j]; /* the old values less it */
         }
-        TH_CHECK(ok && ad_backward(T, loss) == 0, "%s: %s", gru ? "gru" : "lstm", errs(T));
+        TH_CHECK(ok && ad_backward(T, loss) == 0, "%s: %s", gru ? "gru" : "lstm", th_errs(T));
         for (i = 0; ok && i < nin; i++)
             for (j = 0; ok && j < th_numel(&specs[i]); j++)
                 if (fabs(grads[i][j] - 0.25 * (double)(j % 5)) > 1e-12) ok = 0;
@@ -383,7 +369,7 @@ static void test_into_leaves(void)
         }
         ad_tape_free(T);
     }
-    family("gradients into the leaves' buffers");
+    th_family("gradients into the leaves' buffers");
 }
 
 /* ---- threads ---------------------------------------------------------------------------------- */
@@ -435,7 +421,7 @@ static void test_threads(void)
     }
     free(one);
     free(more);
-    family("1, 2 and 3 threads");
+    th_family("1, 2 and 3 threads");
 }
 
 /* ---- errors ----------------------------------------------------------------------------------- */
@@ -455,16 +441,16 @@ static void test_errors(void)
 
     /* NULL inputs: NULL, no message, *c_out cleared */
     TH_CHECK(!ad_lstm_cell(T, NULL, h, c, wi, wh, b, b, &c_out) && !c_out && !ad_tape_error(T),
-             "lstm NULL x: %s", errs(T));
+             "lstm NULL x: %s", th_errs(T));
     TH_CHECK(!ad_lstm_cell(T, x, h, NULL, wi, wh, NULL, NULL, &c_out) && !ad_tape_error(T), "lstm NULL c");
     TH_CHECK(!ad_lstm_cell(NULL, x, h, c, wi, wh, NULL, NULL, &c_out), "lstm NULL tape");
-    TH_CHECK(!ad_gru_cell(T, x, h, NULL, gwh, NULL, NULL) && !ad_tape_error(T), "gru NULL w_ih: %s", errs(T));
+    TH_CHECK(!ad_gru_cell(T, x, h, NULL, gwh, NULL, NULL) && !ad_tape_error(T), "gru NULL w_ih: %s", th_errs(T));
     TH_CHECK(!ad_gru_cell(NULL, x, h, gwi, gwh, NULL, NULL), "gru NULL tape");
 
     /* a good call works, and the bad ones below are told apart from it */
     y = ad_lstm_cell(T, x, h, c, wi, wh, b, NULL, &c_out);
-    TH_CHECK(y && c_out && !ad_tape_error(T), "lstm good call: %s", errs(T));
-    TH_CHECK(ad_gru_cell(T, x, h, gwi, gwh, NULL, Z(T, 1, 21, 0)) && !ad_tape_error(T), "gru good call: %s", errs(T));
+    TH_CHECK(y && c_out && !ad_tape_error(T), "lstm good call: %s", th_errs(T));
+    TH_CHECK(ad_gru_cell(T, x, h, gwi, gwh, NULL, Z(T, 1, 21, 0)) && !ad_tape_error(T), "gru good call: %s", th_errs(T));
 
     TH_CHECK(!ad_lstm_cell(T, x, h, c, wi, wh, NULL, NULL, NULL), "lstm c_out NULL");
     TH_CHECK_ERROR(T, "ad_lstm_cell: c_out is NULL");
@@ -508,7 +494,7 @@ static void test_errors(void)
 
     ad_tape_free(T);
     ad_tape_free(other);
-    family("errors");
+    th_family("errors");
 }
 
 int main(void)

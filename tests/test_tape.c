@@ -44,12 +44,6 @@ static void count_free(void *p)
 #include "tests/harness.h"
 
 /* The tape's error for a message: "(none)" when there is none. */
-static const char *errs(const ad_tape *T)
-{
-    const char *e = ad_tape_error(T);
-    return e ? e : "(none)";
-}
-
 static long allocs(void) { return __atomic_load_n(&count_allocs, __ATOMIC_SEQ_CST); }
 static long live(void) { return __atomic_load_n(&count_live, __ATOMIC_SEQ_CST); }
 
@@ -77,10 +71,10 @@ static void test_chain(void)
         xs[i + 1] = ad_add(T, x, ad_mul_scalar(T, r, (float)h));
     }
     loss = ad_sum(T, xs[CHAIN]);
-    TH_CHECK(loss != NULL, "chain forward: %s", errs(T));
+    TH_CHECK(loss != NULL, "chain forward: %s", th_errs(T));
     TH_CHECK(ad_tape_length(T) == (size_t)CHAIN * 11 + 1, "chain: %zu entries recorded", ad_tape_length(T));
     t0 = clock();
-    TH_CHECK(ad_backward(T, loss) == 0, "chain backward: %s", errs(T));
+    TH_CHECK(ad_backward(T, loss) == 0, "chain backward: %s", th_errs(T));
     printf("chain of %d levels (%zu entries): backward %.1f ms, arena peak %.1f MiB\n", CHAIN,
            ad_tape_length(T), 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC,
            (double)ad_tape_bytes_peak(T) / (1 << 20));
@@ -130,7 +124,7 @@ static void test_allocations(void)
         ad_tensor *h = ad_relu(T, ad_linear(T, x, W1, B1));
         ad_tensor *loss = ad_cross_entropy(T, ad_matmul(T, h, W2), labels);
         int rc = ad_backward(T, loss);
-        TH_CHECK(loss && rc == 0, "step %d: %s", step, errs(T));
+        TH_CHECK(loss && rc == 0, "step %d: %s", step, th_errs(T));
         if (step == 0) first_loss = ad_item(loss);
         /* plain SGD on the caller's buffers */
         for (i = 0; i < IN * HID; i++) { w1[i] -= 0.5f * gw1[i]; gw1[i] = 0; }
@@ -287,7 +281,7 @@ static void test_two_tapes(void)
     ad_tape_clear_error(T);
     TH_CHECK(ad_backward(T, y) == -1, "ad_backward accepted y of another tape");
     TH_CHECK_ERROR(T, "another tape");
-    TH_CHECK(ad_tape_error(U) == NULL, "the other tape got an error: %s", errs(U));
+    TH_CHECK(ad_tape_error(U) == NULL, "the other tape got an error: %s", th_errs(U));
     ad_tape_free(T);
     ad_tape_free(U);
 }
@@ -301,7 +295,7 @@ static void test_views(void)
     ad_tensor *x = ad_tensor_view(T, 2, s23, data, grad, 1), *w = ad_tensor_new(T, 2, s23, wv, 0), *loss;
     TH_CHECK(x->data == data && x->grad == grad, "view copied the caller's memory");
     loss = ad_sum(T, ad_mul(T, ad_square(T, x), w)); /* d/dx = 2 x w */
-    TH_CHECK(ad_backward(T, loss) == 0, "backward: %s", errs(T));
+    TH_CHECK(ad_backward(T, loss) == 0, "backward: %s", th_errs(T));
     for (i = 0; i < 6; i++) ok &= grad[i] == 10 + 2 * data[i] * wv[i];
     TH_CHECK(ok, "the gradient did not add into the caller's buffer");
     TH_CHECK(ad_backward(T, loss) == 0, "second backward");
@@ -903,7 +897,7 @@ static void test_scalar_tape(void)
         x[2] = ad_var(T, v[2]);
         y = scalar_expr(T, x, &u);
         yr = scalar_expr(R, xr, &ur);
-        TH_CHECK(y && yr, "round %d: %s / %s", round, errs(T), errs(R));
+        TH_CHECK(y && yr, "round %d: %s / %s", round, th_errs(T), th_errs(R));
         if (!y || !yr) break;
         TH_CHECK(scalar_close(ad_item(y), 0.5 * ad_item(yr)), "round %d: value %.9g, general path %.9g",
                  round, (double)ad_item(y), 0.5 * (double)ad_item(yr));
@@ -912,8 +906,8 @@ static void test_scalar_tape(void)
         gur = ad_grad(R, yr, ur, 0);
         TH_CHECK(gu && gur && scalar_close(gu->data[0], gur->data[0]), "round %d: d y / d u %g vs %g", round,
                  gu ? (double)gu->data[0] : 0.0, gur ? (double)gur->data[0] : 0.0);
-        TH_CHECK(ad_backward(T, y) == 0 && ad_backward(T, y) == 0, "round %d backward: %s", round, errs(T));
-        TH_CHECK(ad_backward(R, yr) == 0 && ad_backward(R, yr) == 0, "round %d backward: %s", round, errs(R));
+        TH_CHECK(ad_backward(T, y) == 0 && ad_backward(T, y) == 0, "round %d backward: %s", round, th_errs(T));
+        TH_CHECK(ad_backward(R, yr) == 0 && ad_backward(R, yr) == 0, "round %d backward: %s", round, th_errs(R));
         TH_CHECK(gu && gur && scalar_close(gu->data[0], gur->data[0]), "round %d: ad_backward changed d y / d u",
                  round);
         TH_CHECK(scalar_close(held[0], 0.5 + xr[0]->grad[0]) && scalar_close(held[0], 0.5 + xr[0]->grad[1]),
@@ -941,7 +935,7 @@ static void test_scalar_tape(void)
         ad_tensor *A = ad_var(T, (ad_real)a), *B = ad_var(T, (ad_real)b);
         ad_tensor *f = ad_mul(T, ad_mul(T, ad_sub(T, ad_div(T, A, B), A), ad_add(T, ad_add(T, ad_div(T, B, A), A), B)),
                               ad_sub(T, A, B));
-        TH_CHECK(ad_backward(T, f) == 0, "tutorial: %s", errs(T));
+        TH_CHECK(ad_backward(T, f) == 0, "tutorial: %s", th_errs(T));
         TH_CHECK(fabs(ad_grad_item(A) - da) < 1e-5 * fabs(da) && fabs(ad_grad_item(B) - db) < 1e-5 * fabs(db),
                  "tutorial: gradients %.7g %.7g, by hand %.7g %.7g", (double)ad_grad_item(A),
                  (double)ad_grad_item(B), da, db);
@@ -973,7 +967,7 @@ static void test_scalar_tape(void)
            input's own entry must not reuse it, as the [1] input's entry reads it later */
         ad_tensor *e1 = ad_mul(T, S1, S1), *e2 = ad_mul(T, ad_mul(T, Q, Q), Q);
         o = ad_add(T, o, ad_sum(T, ad_mul(T, ad_add(T, e2, e1), k)));
-        TH_CHECK(o && ad_backward(T, o) == 0, "mixed: %s", errs(T));
+        TH_CHECK(o && ad_backward(T, o) == 0, "mixed: %s", th_errs(T));
         /* o = 3 s (S1 - s) + 2 Q^2 + 3 (Q^3 + S1^2): do/ds = 3 S1 - 6 s, ds/dP = 2 P */
         for (i = 0; i < 3; i++)
             TH_CHECK(fabs(P->grad[i] - (3 * 0.75 - 6 * 5.25) * 2 * three[i]) < 1e-4, "mixed: d o / d P[%d] = %g", i,
