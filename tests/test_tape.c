@@ -1111,6 +1111,18 @@ static double ulps_off(float y, double ref)
     return fabs((double)y - ref) / unit;
 }
 
+/* The inputs of the accuracy tests: n floats, alternately linear steps across [-115, 115] and
+   powers of ten from 1e-40 to 1e2, both signs. */
+static void fill_accuracy_grid(float *x, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        double u = (double)i / (double)n;
+        float mag = i % 4 < 2 ? (float)(230 * u - 115) : (float)pow(10.0, -40 + 42 * u);
+        x[i] = i % 2 ? -mag : mag;
+    }
+}
+
 /* (j) exp, log, sigmoid, tanh, sin and cos in single precision (vectorised where the machine
    allows) against double-precision values, over about a million inputs: linear steps across the
    whole range where the result is finite and beyond, and powers of ten down to subnormals, both
@@ -1141,11 +1153,7 @@ static void test_float_unary_accuracy(void)
         ad_tape_free(T);
         return;
     }
-    for (i = 0; i < n; i++) {
-        double u = (double)i / (double)n;
-        float mag = i % 4 < 2 ? (float)(230 * u - 115) : (float)pow(10.0, -40 + 42 * u);
-        x[i] = i % 2 ? -mag : mag;
-    }
+    fill_accuracy_grid(x, n);
     memcpy(x + n, special, sizeof special);
     shape[0] = (int)(n + ns);
     for (k = 0; k < 6; k++) {
@@ -1260,11 +1268,7 @@ static void test_float_erf_gelu(void)
         ad_tape_free(T);
         return;
     }
-    for (i = 0; i < grid; i++) {
-        double u = (double)i / (double)grid;
-        float mag = i % 4 < 2 ? (float)(230 * u - 115) : (float)pow(10.0, -40 + 42 * u);
-        x[i] = i % 2 ? -mag : mag;
-    }
+    fill_accuracy_grid(x, grid);
     for (k = 0, i = grid; k <= top / stride; k++) {
         uint32_t b = (uint32_t)k * stride;
         memcpy(&x[i++], &b, 4);
