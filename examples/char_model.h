@@ -46,6 +46,7 @@ typedef struct char_model {
     char_rnn_layer rnn[CHAR_MAX_LAYERS];
     ad_real *state;                   /* RNN: h (and c) of each layer for each row, carried */
     int state_rows;
+    int *positions;                   /* GPT: 0, 1, ..., ctx - 1, the rows of wpe */
 } char_model;
 
 static const char *const char_kind_names[] = {"gpt", "lstm", "gru"};
@@ -215,13 +216,20 @@ static inline int char_model_init(char_model *m, const char_config *cfg, ad_para
     m->cfg = *cfg;
     m->P = P;
     if (cfg->layers < 1 || cfg->layers > CHAR_MAX_LAYERS || cfg->embd % cfg->heads != 0) return -1;
+    if (cfg->kind == CHAR_GPT) {
+        int k;
+        m->positions = (int *)malloc((size_t)cfg->ctx * sizeof(int));
+        if (!m->positions) return -1;
+        for (k = 0; k < cfg->ctx; k++) m->positions[k] = k;
+    }
     if (ad_params_count(P) == 0) return cfg->kind == CHAR_GPT ? char_build_gpt(m) : char_build_rnn(m);
     {
         /* Rebuild the handles from a loaded store: build into a scratch store of the same
-           layout, then look every name up. */
+           layout, then check that every name and size agrees, in order. */
         ad_params *shape_of = ad_params_new(0);
         char_model scratch;
         int id, n, rc = shape_of ? 0 : -1;
+        memset(&scratch, 0, sizeof scratch);
         if (rc == 0) rc = char_model_init(&scratch, cfg, shape_of);
         n = rc == 0 ? ad_params_count(shape_of) : 0;
         if (rc == 0 && n != ad_params_count(P)) rc = -1;
@@ -229,19 +237,30 @@ static inline int char_model_init(char_model *m, const char_config *cfg, ad_para
             ad_param_info want = ad_params_info(shape_of, id), have = ad_params_info(P, id);
             if (strcmp(want.name, have.name) != 0 || want.size != have.size) rc = -1;
         }
+        free(m->positions);
+        m->positions = NULL;
         if (rc == 0) {
             scratch.P = P;
             *m = scratch;
-        }
+        } else free(scratch.positions);
         ad_params_free(shape_of);
         return rc;
     }
 }
 
-static inline void char_model_free(char_model *m)
+/* Frees a recurrent model's carried state (the next forward starts from zeros). */
+static inline void char_state_free(char_model *m)
 {
     free(m->state);
     m->state = NULL;
+    m->state_rows = 0;
+}
+
+static inline void char_model_free(char_model *m)
+{
+    char_state_free(m);
+    free(m->positions);
+    m->positions = NULL;
 }
 
 /* ---- the GPT ---- */
@@ -271,15 +290,11 @@ static inline ad_tensor *char_attention(ad_tape *T, const char_model *m, const c
 /* Logits [B*L, V] for ids [B, L] (row-major), L <= ctx. */
 static inline ad_tensor *char_gpt_forward(ad_tape *T, const char_model *m, const int *ids, int B, int L)
 {
-    int C = m->cfg.embd, k, shape[3], *positions;
+    int C = m->cfg.embd, k, shape[3];
     ad_tensor *x, *h;
-    positions = (int *)malloc((size_t)L * sizeof(int));
-    if (!positions) return NULL;
-    for (k = 0; k < L; k++) positions[k] = k;
     shape[0] = B, shape[1] = L, shape[2] = C;
     x = ad_reshape(T, ad_embedding(T, char_use(T, m, m->wte), ids, B * L), 3, shape);
-    x = ad_add(T, x, ad_embedding(T, char_use(T, m, m->wpe), positions, L));
-    free(positions);
+    x = ad_add(T, x, ad_embedding(T, char_use(T, m, m->wpe), m->positions, L));
     shape[0] = B * L, shape[1] = C;
     x = ad_reshape(T, x, 2, shape);
     for (k = 0; k < m->cfg.layers; k++) {

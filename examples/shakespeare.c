@@ -285,7 +285,7 @@ static double estimate_loss(ad_tape *T, char_model *m, const split *s, int batch
         ad_tape_reset(T);
     }
     ad_set_grad_enabled(T, was);
-    char_model_free(m);
+    char_state_free(m);
     m->state = training_state;
     m->state_rows = training_rows;
     if (i < batches) {
@@ -354,7 +354,7 @@ static int sample(ad_tape *T, char_model *m, const char *start, int n, double te
     putchar('\n');
     if (rc != 0) fprintf(stderr, "sampling failed: %s\n", tape_error(T));
     ad_set_grad_enabled(T, was);
-    char_model_free(m);
+    char_state_free(m);
     m->state = saved_state;
     m->state_rows = saved_rows;
     free(ids);
