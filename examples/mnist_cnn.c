@@ -15,4 +15,4 @@
 #include "mnist_model.h"
 #include "mnist_train.h"
 
-int main(int argc, char **argv) { return mnist_main(argc, argv, 1); }
+int main(int argc, char **argv) { return mnist_run(argc, argv, 1, NULL); }

@@ -35,6 +35,34 @@ typedef struct history {
     int epochs;
 } history;
 
+/* A run shared by several processes, each of which trains on its share of every batch and
+   measures its share of each dataset (examples/mnist_mpi.c makes one over MPI with
+   examples/data_parallel.h); examples/mnist.c runs alone and passes NULL. */
+typedef struct mnist_group {
+    int rank, ranks;
+    int threads; /* the default of --threads for each process */
+    void *ctx;   /* passed to every function below */
+    /* This process's rows lo .. hi-1 of n; returns (hi - lo) / n. */
+    double (*share)(void *ctx, int n, int *lo, int *hi);
+    /* Every process says whether its setup step went well (ok 1) or why not; each that failed
+       prints why. Returns 0 when all went well, else nonzero on every process. */
+    int (*agree)(void *ctx, int ok, const char *why);
+    /* Once set up: every process takes rank 0's parameters and checks that its data, model and
+       optimizer are the same as rank 0's. Returns 0, or nonzero on every process. */
+    int (*start)(void *ctx, const ad_dataset *train, const ad_dataset *test, ad_params *P, const ad_optim *opt);
+    /* Around each ad_backward: afterwards the gradients are those of the whole batch. */
+    void (*begin_gradients)(void *ctx);
+    void (*end_gradients)(void *ctx);
+    /* Sums n values over the processes, in place. */
+    void (*sum)(void *ctx, double *v, int n);
+    /* An error of this process alone, met while the others may wait for it: stops them all
+       (does not return). */
+    void (*fail)(void *ctx, const char *why);
+    /* Whether every process holds the same parameters; prints each one's fingerprint (on rank
+       0) when print is 1. Returns 0, or nonzero on every process (rank 0 says so). */
+    int (*check_parameters)(void *ctx, ad_params *P, int print);
+} mnist_group;
+
 static void usage(const char *argv0, const options *d)
 {
     printf("usage: %s [options]\n"
@@ -81,7 +109,9 @@ static int parse_sizes(const char *list, options *o)
     return 0;
 }
 
-static int parse_options(int argc, char **argv, int cnn, options *o)
+/* Fills o from the command line. Returns 0, 1 after --help, or -1 after a bad option. Messages
+   and the help text are printed only when speak is 1 (on one process of a group). */
+static int parse_options(int argc, char **argv, int cnn, options *o, int speak)
 {
     options defaults;
     int i;
@@ -100,15 +130,15 @@ static int parse_options(int argc, char **argv, int cnn, options *o)
     for (i = 1; i < argc; i++) {
         const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-            usage(argv[0], &defaults);
-            exit(0);
+            if (speak) usage(argv[0], &defaults);
+            return 1;
         }
         if (!strcmp(arg, "--fashion")) {
             o->fashion = 1;
             continue;
         }
         if (!val) {
-            fprintf(stderr, "%s: %s needs a value (see --help)\n", argv[0], arg);
+            if (speak) fprintf(stderr, "%s: %s needs a value (see --help)\n", argv[0], arg);
             return -1;
         }
         i++;
@@ -128,23 +158,26 @@ static int parse_options(int argc, char **argv, int cnn, options *o)
         else if (!strcmp(arg, "--hidden")) {
             o->given |= GIVEN_HIDDEN;
             if (parse_sizes(val, o) != 0) {
-                fprintf(stderr, "%s: --hidden takes %s\n", argv[0], cnn ? "two channel counts like 16,32" : "widths like 512 or 512,256");
+                if (speak)
+                fprintf(stderr, "%s: --hidden takes %s\n", argv[0],
+                        cnn ? "two channel counts like 16,32" : "widths like 512 or 512,256");
                 return -1;
             }
         } else {
-            fprintf(stderr, "%s: unknown option %s (see --help)\n", argv[0], arg);
+            if (speak) fprintf(stderr, "%s: unknown option %s (see --help)\n", argv[0], arg);
             return -1;
         }
     }
     if (o->epochs < 1 || o->epochs > MAX_EPOCHS || o->batch < 1 || o->threads < 0 || o->limit < 0 ||
         o->stop_after < 0) {
-        fprintf(stderr, "%s: epochs must be 1..%d, batch positive, limit and stop-after not negative\n", argv[0],
-                MAX_EPOCHS);
+        if (speak)
+            fprintf(stderr, "%s: epochs must be 1..%d, batch positive, limit and stop-after not negative\n",
+                    argv[0], MAX_EPOCHS);
         return -1;
     }
     if (o->resume && !(o->given & GIVEN_CHECKPOINT)) o->checkpoint = o->resume;
     if (strcmp(o->optimizer, "sgd") && strcmp(o->optimizer, "adam")) {
-        fprintf(stderr, "%s: --optimizer is sgd or adam\n", argv[0]);
+        if (speak) fprintf(stderr, "%s: --optimizer is sgd or adam\n", argv[0]);
         return -1;
     }
     if (o->lr <= 0) o->lr = strcmp(o->optimizer, "adam") ? 0.05 : 0.001;
@@ -185,16 +218,20 @@ static void progress(int epoch, int epochs, int done, int total, double loss, do
 }
 
 /* Mean loss and accuracy over ds in evaluation mode (no gradients); fills confusion[true][pred]
-   when it is not NULL. Returns 0, or -1 with a message. */
-static int evaluate(ad_tape *T, mnist_model *m, const ad_dataset *ds, double *loss, double *acc,
-                    int confusion[CLASSES][CLASSES])
+   when it is not NULL. In a group each process measures its share of ds and the sums are
+   shared, so that every process gets the figures of the whole set. Returns 0, or -1 with why
+   filled in. */
+static int evaluate(ad_tape *T, mnist_model *m, const ad_dataset *ds, const mnist_group *g, double *loss,
+                    double *acc, int confusion[CLASSES][CLASSES], char *why, size_t cap)
 {
-    enum { CHUNK = 1000 };
-    double total_loss = 0;
-    int correct = 0, start, i, shape[2];
+    enum { CHUNK = 1000, SUMS = 2 + CLASSES * CLASSES };
+    double sums[SUMS]; /* loss, correct predictions, the confusion matrix */
+    int first = 0, end = ds->count, start, i, shape[2];
     int was = ad_set_grad_enabled(T, 0), training = ad_set_training(T, 0);
-    for (start = 0; start < ds->count; start += CHUNK) {
-        int n = ds->count - start < CHUNK ? ds->count - start : CHUNK;
+    if (g) g->share(g->ctx, ds->count, &first, &end);
+    memset(sums, 0, sizeof sums);
+    for (start = first; start < end; start += CHUNK) {
+        int n = end - start < CHUNK ? end - start : CHUNK;
         ad_tensor *x, *logits, *l;
         shape[0] = n;
         shape[1] = (int)ds->sample_size;
@@ -202,23 +239,26 @@ static int evaluate(ad_tape *T, mnist_model *m, const ad_dataset *ds, double *lo
         logits = model_forward(T, m, x);
         l = ad_cross_entropy(T, logits, ds->labels + start);
         if (!l) {
-            fprintf(stderr, "evaluation failed: %s\n", tape_error(T));
+            snprintf(why, cap, "evaluation failed: %s", tape_error(T));
             ad_set_grad_enabled(T, was);
             ad_set_training(T, training);
             return -1;
         }
-        total_loss += ad_item(l) * n;
+        sums[0] += ad_item(l) * n;
         for (i = 0; i < n; i++) {
             int pred = argmax(logits->data + (size_t)i * CLASSES, CLASSES), truth = ds->labels[start + i];
-            correct += pred == truth;
-            if (confusion) confusion[truth][pred]++;
+            sums[1] += pred == truth;
+            sums[2 + truth * CLASSES + pred]++;
         }
         ad_tape_reset(T);
     }
     ad_set_grad_enabled(T, was);
     ad_set_training(T, training);
-    *loss = total_loss / ds->count;
-    *acc = (double)correct / ds->count;
+    if (g) g->sum(g->ctx, sums, SUMS);
+    *loss = sums[0] / ds->count;
+    *acc = sums[1] / ds->count;
+    if (confusion)
+        for (i = 0; i < CLASSES * CLASSES; i++) confusion[i / CLASSES][i % CLASSES] = (int)sums[2 + i];
     return 0;
 }
 
@@ -398,13 +438,13 @@ static int unpack_run(const unsigned char *buf, size_t len, options *saved, hist
 }
 
 /* Takes the run's options from the saved ones; an option given on the command line must agree
-   with them, except --epochs, which changes the plan. Returns 0, or -1 with a message. */
-static int adopt_run(options *o, const options *saved, const char *argv0)
+   with them, except --epochs, which changes the plan. Returns 0, or -1 with why filled in. */
+static int adopt_run(options *o, const options *saved, const char *argv0, char *why, size_t cap)
 {
     const char *clash = NULL;
     if (saved->cnn != o->cnn) {
-        fprintf(stderr, "%s: %s holds a run of the %s; train it on with %s\n", argv0, o->resume,
-                saved->cnn ? "CNN" : "MLP", saved->cnn ? "mnist_cnn" : "mnist");
+        snprintf(why, cap, "%s: %s holds a run of the %s; train it on with %s", argv0, o->resume,
+                 saved->cnn ? "CNN" : "MLP", saved->cnn ? "mnist_cnn" : "mnist");
         return -1;
     }
     if ((o->given & GIVEN_BATCH) && o->batch != saved->batch) clash = "--batch";
@@ -417,8 +457,8 @@ static int adopt_run(options *o, const options *saved, const char *argv0)
              (o->nsizes != saved->nsizes || memcmp(o->sizes, saved->sizes, (size_t)o->nsizes * sizeof(int)) != 0))
         clash = "--hidden";
     if (clash) {
-        fprintf(stderr, "%s: %s differs from the run saved in %s; leave it out to resume, or start a new run\n",
-                argv0, clash, o->resume);
+        snprintf(why, cap, "%s: %s differs from the run saved in %s; leave it out to resume, or start a new run",
+                 argv0, clash, o->resume);
         return -1;
     }
     o->batch = saved->batch;
@@ -433,50 +473,71 @@ static int adopt_run(options *o, const options *saved, const char *argv0)
     return 0;
 }
 
-/* Reads the run saved in o->resume (and its options into o). Returns 0, or -1 with a message. */
-static int read_run(options *o, history *h, run_state *r, const char *argv0)
+/* Reads the run saved in o->resume (and its options into o). Returns 0, or -1 with why filled
+   in. */
+static int read_run(options *o, history *h, run_state *r, const char *argv0, char *why, size_t cap)
 {
     options saved = *o;
-    char err[512], why[160];
+    char err[512], reason[160];
     ad_params *P = ad_params_load(o->resume, err, sizeof err);
     const void *extra;
     size_t len;
     int rc;
     if (!P) {
-        fprintf(stderr, "%s: cannot resume: %s\n", argv0, err);
+        snprintf(why, cap, "%s: cannot resume: %s", argv0, err);
         return -1;
     }
     extra = ad_params_extra(P, &len);
-    rc = extra ? unpack_run((const unsigned char *)extra, len, &saved, h, r, why, sizeof why) : -1;
-    if (!extra) snprintf(why, sizeof why, "it holds no run of this program (a model saved otherwise can be used by predict)");
+    rc = extra ? unpack_run((const unsigned char *)extra, len, &saved, h, r, reason, sizeof reason) : -1;
+    if (!extra) snprintf(reason, sizeof reason, "it holds no run of this program (a model saved otherwise can be used by predict)");
     ad_params_free(P);
     if (rc != 0) {
-        fprintf(stderr, "%s: cannot resume from %s: %s\n", argv0, o->resume, why);
+        snprintf(why, cap, "%s: cannot resume from %s: %s", argv0, o->resume, reason);
         return -1;
     }
-    return adopt_run(o, &saved, argv0);
+    return adopt_run(o, &saved, argv0, why, cap);
 }
 
-/* Saves the model, the optimizer and the run after an epoch. Returns 0, or -1 with a message. */
+/* Saves the model, the optimizer and the run after an epoch. Returns 0, or -1 with why filled
+   in. */
 static int save_run(const options *o, ad_params *P, ad_optim *opt, const history *h, run_state *r,
-                    const ad_batcher *b, const mnist_model *m)
+                    const ad_batcher *b, const mnist_model *m, char *why, size_t cap)
 {
     unsigned char *buf = (unsigned char *)malloc(RUN_BYTES(r->epochs_done));
     int rc;
     if (!buf) {
-        fprintf(stderr, "could not save the checkpoint: out of memory\n");
+        snprintf(why, cap, "could not save the checkpoint: out of memory");
         return -1;
     }
     ad_batcher_get_state(b, r->batcher);
     r->dropout = m->rng;
     rc = ad_params_set_extra(P, buf, pack_run(buf, o, h, r)) == 0 ? ad_checkpoint_save(o->checkpoint, P, opt) : -1;
     free(buf);
-    if (rc != 0) fprintf(stderr, "could not save the checkpoint: %s\n", ad_params_error(P));
+    if (rc != 0) snprintf(why, cap, "could not save the checkpoint: %s", ad_params_error(P));
     return rc;
 }
 
-/* The whole program: options, data, model, training, report. cnn selects the network. */
-static int mnist_main(int argc, char **argv, int cnn)
+/* The outcome of a setup step. Alone: prints why when it failed. In a group: every process
+   learns whether any failed (each that did says why). Returns 0 when all went well. */
+static int setup_step(const mnist_group *g, int ok, const char *why)
+{
+    if (g) return g->agree(g->ctx, ok, why) ? -1 : 0;
+    if (!ok) fprintf(stderr, "%s\n", why);
+    return ok ? 0 : -1;
+}
+
+/* An error met during training. Alone: prints it; the program then ends. In a group: stops
+   every process. */
+static int training_error(const mnist_group *g, const char *why)
+{
+    if (g) g->fail(g->ctx, why);
+    fprintf(stderr, "%s\n", why);
+    return 1;
+}
+
+/* The whole program: options, data, model, training, report. cnn selects the network; g shares
+   the run among processes (NULL: one process), which then print from rank 0 alone. */
+static int mnist_run(int argc, char **argv, int cnn, const mnist_group *g)
 {
     options o;
     mnist_model model;
@@ -489,43 +550,46 @@ static int mnist_main(int argc, char **argv, int cnn)
     history *hist;
     run_state run;
     ad_real *xb;
-    int *yb, confusion[CLASSES][CLASSES], epoch, shape[2], stopped = 0, i;
-    char err[512];
+    int *yb, confusion[CLASSES][CLASSES], epoch, shape[2], stopped = 0, i, rc;
+    int root = !g || g->rank == 0;
+    char err[512], why[1024];
     long total_steps;
     double test_loss = 0, test_acc = 0, t_start;
 
+    rc = parse_options(argc, argv, cnn, &o, root);
+    if (rc != 0) return rc > 0 ? 0 : 2; /* the same on every process, whose arguments agree */
     hist = (history *)calloc(1, sizeof *hist);
     memset(&run, 0, sizeof run);
-    if (!hist) return 1;
-    if (parse_options(argc, argv, cnn, &o) != 0) return 2;
-    if (o.resume && read_run(&o, hist, &run, argv[0]) != 0) return 1;
-    if (ad_mnist_load(o.data, "train", &train, err, sizeof err) != 0 ||
-        ad_mnist_load(o.data, "t10k", &test, err, sizeof err) != 0) {
-        fprintf(stderr, "%s\n(make mnist downloads MNIST; or pass --data DIR with the four IDX files)\n", err);
-        return 1;
-    }
+    if (setup_step(g, hist != NULL, "out of memory") != 0) return 1;
+    rc = o.resume ? read_run(&o, hist, &run, argv[0], why, sizeof why) : 0;
+    if (setup_step(g, rc == 0, why) != 0) return 1;
+    rc = ad_mnist_load(o.data, "train", &train, err, sizeof err) == 0 &&
+         ad_mnist_load(o.data, "t10k", &test, err, sizeof err) == 0;
+    snprintf(why, sizeof why, "%s\n(make mnist downloads MNIST; or pass --data DIR with the four IDX files)", err);
+    if (setup_step(g, rc, why) != 0) return 1;
     if (o.limit > 0 && o.limit < train.count) train.count = o.limit;
-    if (train.sample_size != MNIST_SIDE * MNIST_SIDE) {
-        fprintf(stderr, "%s: images of %d values; this model takes %dx%d\n", o.data, (int)train.sample_size,
-                MNIST_SIDE, MNIST_SIDE);
-        return 1;
+    snprintf(why, sizeof why, "%s: images of %d values; this model takes %dx%d", o.data, (int)train.sample_size,
+             MNIST_SIDE, MNIST_SIDE);
+    if (setup_step(g, train.sample_size == MNIST_SIDE * MNIST_SIDE, why) != 0) return 1;
+    if (root) {
+        printf("%s: %d training and %d test images of %dx%d; ", o.fashion ? "Fashion-MNIST" : "MNIST", train.count,
+               test.count, MNIST_SIDE, MNIST_SIDE);
+        if (o.cnn) {
+            printf("CNN conv5x5(1-%d)-bn-pool-conv5x5(%d-%d)-bn-pool-dropout-fc", o.sizes[0], o.sizes[0], o.sizes[1]);
+        } else {
+            printf("MLP");
+            for (i = 0; i < o.nsizes; i++) printf("%s%d", i ? "-" : " ", o.sizes[i]);
+        }
+        printf(", %s, lr %g, batch %d, %d epochs", o.optimizer, o.lr, o.batch, o.epochs);
+        if (g) printf(", %d processes", g->ranks);
+        printf("\n");
     }
-    printf("%s: %d training and %d test images of %dx%d; ", o.fashion ? "Fashion-MNIST" : "MNIST", train.count,
-           test.count, MNIST_SIDE, MNIST_SIDE);
-    if (o.cnn) {
-        printf("CNN conv5x5(1-%d)-bn-pool-conv5x5(%d-%d)-bn-pool-dropout-fc", o.sizes[0], o.sizes[0], o.sizes[1]);
-    } else {
-        printf("MLP");
-        for (i = 0; i < o.nsizes; i++) printf("%s%d", i ? "-" : " ", o.sizes[i]);
-    }
-    printf(", %s, lr %g, batch %d, %d epochs\n", o.optimizer, o.lr, o.batch, o.epochs);
 
     P = ad_params_new(o.seed);
-    if (!P || (o.cnn ? model_create_cnn(&model, P, o.sizes[0], o.sizes[1], o.seed)
-                     : model_create_mlp(&model, P, o.nsizes, o.sizes)) != 0) {
-        fprintf(stderr, "cannot create the model: %s\n", P ? ad_params_error(P) : "out of memory");
-        return 1;
-    }
+    rc = P && (o.cnn ? model_create_cnn(&model, P, o.sizes[0], o.sizes[1], o.seed)
+                     : model_create_mlp(&model, P, o.nsizes, o.sizes)) == 0;
+    snprintf(why, sizeof why, "cannot create the model: %s", P ? ad_params_error(P) : "out of memory");
+    if (setup_step(g, rc, why) != 0) return 1;
     memset(&desc, 0, sizeof desc);
     desc.kind = strcmp(o.optimizer, "adam") ? AD_OPTIM_SGD : AD_OPTIM_ADAM;
     desc.lr = o.lr;
@@ -536,61 +600,81 @@ static int mnist_main(int argc, char **argv, int cnn)
     T = ad_tape_new();
     xb = (ad_real *)malloc((size_t)o.batch * train.sample_size * sizeof(ad_real));
     yb = (int *)malloc((size_t)o.batch * sizeof(int));
-    if (!opt || !T || !xb || !yb ||
-        ad_batcher_init(&batcher, &train, o.batch, AD_BATCH_SHUFFLE, o.seed, err, sizeof err) != 0) {
-        fprintf(stderr, "setup failed: %s\n", opt ? err : ad_params_error(P));
-        return 1;
-    }
+    snprintf(err, sizeof err, "out of memory");
+    rc = opt && T && xb && yb &&
+         ad_batcher_init(&batcher, &train, o.batch, AD_BATCH_SHUFFLE, o.seed, err, sizeof err) == 0;
+    snprintf(why, sizeof why, "setup failed: %s", opt ? err : ad_params_error(P));
+    if (setup_step(g, rc, why) != 0) return 1;
     if (o.resume) {
-        if (ad_checkpoint_load(o.resume, P, opt) != 0 ||
-            ad_batcher_set_state(&batcher, run.batcher, sizeof run.batcher, err, sizeof err) != 0) {
-            fprintf(stderr, "cannot resume: %s\n", ad_params_error(P) ? ad_params_error(P) : err);
-            return 1;
-        }
+        rc = ad_checkpoint_load(o.resume, P, opt) == 0 &&
+             ad_batcher_set_state(&batcher, run.batcher, sizeof run.batcher, err, sizeof err) == 0;
+        snprintf(why, sizeof why, "cannot resume: %s", ad_params_error(P) ? ad_params_error(P) : err);
+        if (setup_step(g, rc, why) != 0) return 1;
         model.rng = run.dropout;
-        printf("resumed from %s after epoch %d (step %ld)\n", o.resume, run.epochs_done, run.step);
+        if (root) printf("resumed from %s after epoch %d (step %ld)\n", o.resume, run.epochs_done, run.step);
     }
+    if (g && g->start(g->ctx, &train, &test, P, opt) != 0) return 1;
     fflush(stdout);
-    if (o.threads) ad_set_threads(T, o.threads);
+    if (o.threads || (g && g->threads)) ad_set_threads(T, o.threads ? o.threads : g->threads);
     total_steps = (long)o.epochs * ((train.count + o.batch - 1) / o.batch);
     t_start = seconds();
 
     for (epoch = run.epochs_done + 1; epoch <= o.epochs; epoch++) {
-        double sum_loss = 0, t0 = seconds();
-        int seen = 0, correct = 0, n;
+        double sums[3] = {0, 0, 0}, t0 = seconds(); /* this process's loss, correct predictions, samples */
+        int seen = 0, n;
         if (epoch > 1) ad_batcher_reset(&batcher);
         while ((n = ad_batcher_next(&batcher, xb, yb)) > 0) {
             ad_tensor *x, *logits, *loss;
-            shape[0] = n;
-            shape[1] = (int)train.sample_size;
+            int lo = 0, hi = n;
+            double share = g ? g->share(g->ctx, n, &lo, &hi) : 1;
             /* a short linear warm-up, then cosine decay to zero over the whole run */
             ad_optim_set_lr(opt, ad_lr_cosine(o.lr, 0, total_steps / 50, total_steps, run.step++));
-            x = ad_tensor_view(T, 2, shape, xb, NULL, 0);
-            logits = model_forward(T, &model, x);
-            loss = ad_cross_entropy(T, logits, yb);
             ad_params_zero_grad_on(P, T);
-            if (!loss || ad_backward(T, loss) != 0 || ad_optim_step_on(opt, T) != 0) {
-                fprintf(stderr, "\ntraining step failed: %s\n", tape_error(T));
-                return 1;
+            if (g) g->begin_gradients(g->ctx);
+            if (hi > lo) { /* a process whose share is empty adds zeros to the gradients */
+                shape[0] = hi - lo;
+                shape[1] = (int)train.sample_size;
+                x = ad_tensor_view(T, 2, shape, xb + (size_t)lo * train.sample_size, NULL, 0);
+                logits = model_forward(T, &model, x);
+                loss = ad_cross_entropy(T, logits, yb + lo);
+                /* in a group each process's mean is weighted by its share: the gradients' sum
+                   over the processes is then the gradient of the whole batch's mean */
+                if (!loss || ad_backward(T, share != 1 ? ad_mul_scalar(T, loss, (ad_real)share) : loss) != 0) {
+                    snprintf(why, sizeof why, "\ntraining step failed: %s", tape_error(T));
+                    return training_error(g, why);
+                }
+                sums[0] += ad_item(loss) * (hi - lo);
+                for (i = lo; i < hi; i++)
+                    sums[1] += argmax(logits->data + (size_t)(i - lo) * CLASSES, CLASSES) == yb[i];
+                sums[2] += hi - lo;
             }
-            sum_loss += ad_item(loss) * n;
-            for (i = 0; i < n; i++) correct += argmax(logits->data + (size_t)i * CLASSES, CLASSES) == yb[i];
+            if (g) g->end_gradients(g->ctx);
+            if (ad_optim_step_on(opt, T) != 0) {
+                snprintf(why, sizeof why, "\ntraining step failed: %s", ad_params_error(P));
+                return training_error(g, why);
+            }
             seen += n;
             ad_tape_reset(T);
-            if ((run.step & 31) == 0)
-                progress(epoch, o.epochs, seen, train.count, sum_loss / seen, (double)correct / seen, t0, 0);
+            if ((run.step & 31) == 0 && root && sums[2] > 0)
+                progress(epoch, o.epochs, seen, train.count, sums[0] / sums[2], sums[1] / sums[2], t0, 0);
         }
-        progress(epoch, o.epochs, seen, train.count, sum_loss / seen, (double)correct / seen, t0, 1);
-        if (evaluate(T, &model, &test, &test_loss, &test_acc, NULL) != 0) return 1;
-        hist->train_loss[epoch - 1] = sum_loss / seen;
-        hist->train_acc[epoch - 1] = (double)correct / seen;
+        if (g) g->sum(g->ctx, sums, 3);
+        if (root) progress(epoch, o.epochs, seen, train.count, sums[0] / sums[2], sums[1] / sums[2], t0, 1);
+        if (evaluate(T, &model, &test, g, &test_loss, &test_acc, NULL, why, sizeof why) != 0)
+            return training_error(g, why);
+        hist->train_loss[epoch - 1] = sums[0] / sums[2];
+        hist->train_acc[epoch - 1] = sums[1] / sums[2];
         hist->test_loss[epoch - 1] = test_loss;
         hist->test_acc[epoch - 1] = test_acc;
         hist->epochs = run.epochs_done = epoch;
-        printf("epoch %2d  train loss %.4f acc %.2f%%  test loss %.4f acc %.2f%%  (%.1fs)\n", epoch,
-               sum_loss / seen, 100.0 * correct / seen, test_loss, 100 * test_acc, seconds() - t0);
-        fflush(stdout);
-        if (save_run(&o, P, opt, hist, &run, &batcher, &model) != 0) return 1;
+        if (root) {
+            printf("epoch %2d  train loss %.4f acc %.2f%%  test loss %.4f acc %.2f%%  (%.1fs)\n", epoch,
+                   sums[0] / sums[2], 100 * sums[1] / sums[2], test_loss, 100 * test_acc, seconds() - t0);
+            fflush(stdout);
+        }
+        if (g && g->check_parameters(g->ctx, P, 0) != 0) return 1;
+        if (root && save_run(&o, P, opt, hist, &run, &batcher, &model, why, sizeof why) != 0)
+            return training_error(g, why);
         if (o.stop_after && epoch == o.stop_after && epoch < o.epochs) {
             stopped = 1;
             break;
@@ -598,15 +682,21 @@ static int mnist_main(int argc, char **argv, int cnn)
     }
 
     memset(confusion, 0, sizeof confusion);
-    if (evaluate(T, &model, &test, &test_loss, &test_acc, confusion) != 0) return 1;
-    print_confusion(confusion, o.fashion);
-    printf("trained in %.1fs\n", seconds() - t_start);
-    printf("checkpoint: %s\n", o.checkpoint);
-    if (stopped)
-        printf("stopped after epoch %d of %d; continue with --resume %s\n", run.epochs_done, o.epochs, o.checkpoint);
-    if (write_plot(o.plot, hist) != 0) fprintf(stderr, "could not write the plot %s\n", o.plot);
-    else printf("plot: %s\n", o.plot);
-    printf("test accuracy: %.2f%%\n", 100 * test_acc);
+    if (evaluate(T, &model, &test, g, &test_loss, &test_acc, confusion, why, sizeof why) != 0)
+        return training_error(g, why);
+    if (root) {
+        print_confusion(confusion, o.fashion);
+        printf("trained in %.1fs\n", seconds() - t_start);
+        printf("checkpoint: %s\n", o.checkpoint);
+        if (stopped)
+            printf("stopped after epoch %d of %d; continue with --resume %s\n", run.epochs_done, o.epochs,
+                   o.checkpoint);
+        if (write_plot(o.plot, hist) != 0) fprintf(stderr, "could not write the plot %s\n", o.plot);
+        else printf("plot: %s\n", o.plot);
+        fflush(stdout);
+    }
+    if (g && g->check_parameters(g->ctx, P, 1) != 0) return 1;
+    if (root) printf("test accuracy: %.2f%%\n", 100 * test_acc);
 
     ad_batcher_free(&batcher);
     ad_dataset_free(&train);
