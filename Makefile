@@ -2,9 +2,11 @@
 #   make test      every test, the compile matrix, the examples, the fuzz corpora and sanitizer
 #                  builds with gcc and clang (tests on the real MNIST run when MNIST_DIR names its
 #                  folder, those on Tiny Shakespeare when SHAKESPEARE_DIR does); needs gcc, g++,
-#                  clang, libclang-rt-14-dev and libstb-dev
+#                  clang, libclang-rt-14-dev and libstb-dev (and for the MPI tests mpicc and mpirun)
 #   make mnist     find or fetch MNIST (MNIST_DIR, default data/mnist), train the MLP, report
 #   make mnist-cnn the same with the convolutional network
+#   make mnist-mpi NP=2  the MLP trained data-parallel on NP processes over MPI (default 2;
+#                  needs mpicc and mpirun: Debian's openmpi-bin and libopenmpi-dev)
 #   make shakespeare  find or fetch Tiny Shakespeare (SHAKESPEARE_DIR), train nanoGPT's character
 #                  GPT on it, report and sample (SHAKESPEARE_ARGS passes options, e.g. --model lstm)
 #   make fashion   the MLP on Fashion-MNIST (Debian: apt-get install dataset-fashion-mnist)
@@ -13,7 +15,8 @@
 #   make fuzz      libFuzzer on each fuzz target of tests/fuzz for FUZZ_SECONDS (default 60);
 #                  FUZZ_TARGETS="idx_fuzz ..." runs only those; needs clang and libclang-rt-14-dev
 #   make bench     benchmarks side by side with OpenBLAS and PyTorch where installed (GEMM,
-#                  tape, optimizers, elementwise functions, MLP, CNN, GPT and LSTM training)
+#                  tape, optimizers, elementwise functions, MLP, CNN, GPT and LSTM training),
+#                  and MLP training over MPI on 2 processes against 1 where MPI is installed
 #   make compare   the same benchmarks, autodiff.h against itself at REV (default HEAD~1)
 #   make pictures  examples/pictures/*.svg: tapes drawn by ad_tape_write_dot and rendered by
 #                  Graphviz's dot (Debian: graphviz, needed by this target only)
@@ -21,6 +24,7 @@
 # The example programs are rebuilt only when their sources or autodiff.h changed.
 
 CC ?= cc
+MPICC ?= mpicc
 CFLAGS ?= -O2
 LDLIBS = -lm -lpthread
 BUILD = build
@@ -33,7 +37,10 @@ all: examples
 test:
 	CC="$(CC)" bash tests/run.sh
 
-examples: $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
+# every example built with cc; mnist_mpi, which needs mpicc, only when MPI is installed
+MPI_EXAMPLES = $(BUILD)/mnist_mpi
+examples: $(filter-out $(MPI_EXAMPLES),$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))) \
+          $(if $(shell command -v $(MPICC) 2>/dev/null),$(MPI_EXAMPLES))
 
 predict: $(BUILD)/predict
 
@@ -72,7 +79,7 @@ compare:
 # Fashion-MNIST: the same files, from Debian's dataset-fashion-mnist package by default.
 FASHION_DIR ?= /usr/share/datasets/fashion-mnist
 
-.PHONY: data mnist mnist-cnn fashion
+.PHONY: data mnist mnist-cnn mnist-mpi fashion
 
 # The training programs are built with plain cc and -lm only, as a user would build them.
 MNIST_DEPS = examples/mnist_model.h examples/mnist_train.h examples/training_util.h autodiff.h
@@ -85,6 +92,11 @@ $(BUILD)/mnist_cnn: examples/mnist_cnn.c $(MNIST_DEPS)
 	@mkdir -p $(BUILD)
 	$(CC) -O2 examples/mnist_cnn.c -o $(BUILD)/mnist_cnn -lm
 
+# The data-parallel MLP is built with MPI's compiler wrapper, the same way otherwise.
+$(BUILD)/mnist_mpi: examples/mnist_mpi.c examples/data_parallel.h $(MNIST_DEPS)
+	@mkdir -p $(BUILD)
+	$(MPICC) -O2 examples/mnist_mpi.c -o $(BUILD)/mnist_mpi -lm
+
 $(BUILD)/predict: examples/predict.c examples/mnist_model.h autodiff.h
 	@mkdir -p $(BUILD)
 	$(CC) -O2 examples/predict.c -o $(BUILD)/predict -lm
@@ -94,6 +106,13 @@ data:
 
 mnist: data $(BUILD)/mnist
 	$(BUILD)/mnist --data "$(MNIST_DIR)" --checkpoint $(BUILD)/mnist.ckpt --plot $(BUILD)/mnist.svg
+
+# scripts/mpirun.sh adds the flags that running as root, more processes than cores and Open
+# MPI's choice of algorithm need, and says which.
+NP ?= 2
+mnist-mpi: data $(BUILD)/mnist_mpi
+	bash scripts/mpirun.sh $(NP) $(BUILD)/mnist_mpi --data "$(MNIST_DIR)" --checkpoint $(BUILD)/mnist_mpi.ckpt \
+	    --plot $(BUILD)/mnist_mpi.svg
 
 mnist-cnn: data $(BUILD)/mnist_cnn
 	$(BUILD)/mnist_cnn --data "$(MNIST_DIR)" --checkpoint $(BUILD)/mnist_cnn.ckpt --plot $(BUILD)/mnist_cnn.svg

@@ -2,14 +2,14 @@
 # Builds and runs every test program (test_tape also without vector functions and without
 # threads, test_lbfgs in both precisions), the compile matrix, the test programs and fuzz
 # corpora under AddressSanitizer + UBSan with gcc and with clang, the examples,
-# tests/resume.sh and tests/shakespeare.sh, then prints one line "N passed, N failed". Exits non-zero when anything
-# failed. Says which stage it is in as it goes ("== NAME"), and each stage's count and time when
-# it ends.
+# tests/resume.sh, tests/mpi.sh and tests/shakespeare.sh, then prints one line "N passed, N
+# failed". Exits non-zero when anything failed. Says which stage it is in as it goes ("== NAME"),
+# and each stage's count and time when it ends.
 # Builds run in the background, JOBS at a time, while the tests already built run.
 # Environment: CC (default cc) for the optimised test programs and the examples; JOBS (default:
 # the number of processors); SANITIZE (default 1: gcc and clang; 0: no sanitizer builds; or the
 # compilers to use, e.g. SANITIZE=clang); MNIST_DIR and SHAKESPEARE_DIR (tests that need MNIST
-# or Tiny Shakespeare skip themselves without them).
+# or Tiny Shakespeare skip themselves without them; those over MPI without mpicc and mpirun).
 set -u
 cd "$(dirname "$0")/.."
 CC=${CC:-cc}
@@ -235,7 +235,13 @@ if [ -e tests/resume.sh ]; then
     check "resume" bash tests/resume.sh && tail -1 "$OUT/resume.log"
 fi
 
-# 7. the character-level models on a slice of Tiny Shakespeare (skips itself without SHAKESPEARE_DIR)
+# 7. data-parallel training over MPI (skips itself without MNIST_DIR, mpicc or mpirun)
+if [ -e tests/mpi.sh ]; then
+    stage "mpi (tests/mpi.sh)"
+    check "mpi" bash tests/mpi.sh && grep '^mpi' "$OUT/mpi.log"
+fi
+
+# 8. the character-level models on a slice of Tiny Shakespeare (skips itself without SHAKESPEARE_DIR)
 if [ -e tests/shakespeare.sh ]; then
     stage "shakespeare (tests/shakespeare.sh)"
     check "shakespeare" bash tests/shakespeare.sh && cat "$OUT/shakespeare.log" 2>/dev/null
