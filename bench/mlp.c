@@ -14,11 +14,22 @@
    Run:   bench/mlp [784,128,10]    (layer widths; environment BENCH_EPOCHS, default 1)
    Reports seconds per epoch (the median when several; also in wall time, whatever
    BENCH_CLOCK says, for comparing thread counts) and the mean loss of the last epoch.
-   BENCH_CLOCK=cpu times in CPU time of the calling thread (see bench.h). */
+   BENCH_CLOCK=cpu times in CPU time of the calling thread (see bench.h).
+
+   Data-parallel over MPI: mpicc -O2 -I. -DBENCH_MPI bench/mlp.c -lm, then
+   mpirun -np N bench/mlp_mpi [widths]. Each of the N processes takes its share of every batch of
+   64 and the gradients are summed by examples/data_parallel.h, which starts each bucket from the
+   store's gradient hook while the sweep goes on (BENCH_DP_OVERLAP=0: one MPI_Allreduce after
+   the sweep instead). Reports samples per second over all processes, in wall time, and the
+   time per step that rank 0 spent waiting for the sums. */
 #define _POSIX_C_SOURCE 200809L
 #define AUTODIFF_IMPLEMENTATION
 #include "autodiff.h"
 #include "bench/bench.h"
+#ifdef BENCH_MPI
+#include <mpi.h>
+#include "examples/data_parallel.h"
+#endif
 
 #define MAX_LAYERS 8
 
@@ -44,6 +55,18 @@ int main(int argc, char **argv)
     double times[64], walls[64], loss_sum = 0;
     char key[160], name[96];
     const char *p = spec;
+    int root = 1; /* the process that reports */
+#ifdef BENCH_MPI
+    dp_group dp;
+    int provided;
+    const char *env_overlap = getenv("BENCH_DP_OVERLAP");
+    dp_options dpo;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    dp_init(&dp, MPI_COMM_WORLD);
+    root = dp.rank == 0;
+    memset(&dpo, 0, sizeof dpo);
+    dpo.no_overlap = env_overlap && atoi(env_overlap) == 0;
+#endif
 
     /* layer widths */
     while (*p && nw <= MAX_LAYERS) {
@@ -70,8 +93,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "mlp: out of memory\n");
         return 1;
     }
-    printf("# MLP %s, %s (%d images), batch %d, SGD lr %g, %d epoch(s), %d thread(s)\n", spec,
-           d.real ? "MNIST" : "synthetic data", d.n, BATCH, lr, epochs, bench_threads());
+    if (root)
+        printf("# MLP %s, %s (%d images), batch %d, SGD lr %g, %d epoch(s), %d thread(s)\n", spec,
+               d.real ? "MNIST" : "synthetic data", d.n, BATCH, lr, epochs, bench_threads());
 
     ad_rng_seed(&rng, 1);
     P = ad_params_new(1);
@@ -106,6 +130,13 @@ int main(int argc, char **argv)
     if (!yb || !perm || !T || !opt) return 1;
     ad_set_threads(T, bench_threads());
     for (i = 0; i < d.n; i++) perm[i] = i;
+#ifdef BENCH_MPI
+    if (dp_attach(&dp, P, &dpo) != 0) return 1;
+    dp_broadcast_parameters(&dp);
+    if (root)
+        printf("# data-parallel over %d processes, gradients summed %s\n", dp.size,
+               dpo.no_overlap ? "by one MPI_Allreduce after the sweep" : "in buckets started during the sweep");
+#endif
 
     for (e = 0; e < epochs; e++) {
         double t0, w0;
@@ -114,27 +145,64 @@ int main(int argc, char **argv)
         loss_sum = 0;
         t0 = bench_time();
         w0 = bench_now();
+#ifdef BENCH_MPI
+        MPI_Barrier(dp.comm);
+        w0 = bench_now();
+        t0 = bench_time();
+        dp.wait_seconds = 0;
+        dp.steps = 0;
+#endif
         for (start = 0; start < d.n; start += BATCH) {
-            int bs = d.n - start < BATCH ? d.n - start : BATCH;
+            int bs = d.n - start < BATCH ? d.n - start : BATCH, lo = 0, hi = bs;
             ad_tensor *h, *loss;
+            double share = 1;
+#ifdef BENCH_MPI
+            share = dp_share(&dp, bs, &lo, &hi);
+            dp_begin(&dp);
+#endif
             ad_tape_reset(T);
-            h = bench_batch(T, &d, perm, start, bs, yb);
+            h = bench_batch(T, &d, perm, start + lo, hi - lo, yb);
             for (l = 0; l < nl; l++) {
                 h = ad_linear(T, h, ad_param(T, P, L[l].W), ad_param(T, P, L[l].b));
                 if (l < nl - 1) h = ad_relu(T, h);
             }
             loss = ad_cross_entropy(T, h, yb);
-            if (!loss || ad_backward(T, loss) != 0 || ad_optim_step_on(opt, T) != 0) {
-                fprintf(stderr, "mlp: %s\n", ad_tape_error(T) ? ad_tape_error(T) : ad_params_error(P));
+            if (!loss || ad_backward(T, share != 1 ? ad_mul_scalar(T, loss, (ad_real)share) : loss) != 0) {
+                fprintf(stderr, "mlp: %s\n", ad_tape_error(T));
                 return 1;
             }
-            loss_sum += (double)ad_item(loss) * bs;
+#ifdef BENCH_MPI
+            dp_end(&dp);
+#endif
+            if (ad_optim_step_on(opt, T) != 0) {
+                fprintf(stderr, "mlp: %s\n", ad_params_error(P));
+                return 1;
+            }
+            loss_sum += (double)ad_item(loss) * (hi - lo);
         }
         times[e] = bench_time() - t0;
         walls[e] = bench_now() - w0;
-        printf("# epoch %d: %.3f s, mean train loss %.4f\n", e + 1, times[e], loss_sum / d.n);
+#ifdef BENCH_MPI
+        dp_sum(&dp, &loss_sum, 1);
+#endif
+        if (root) printf("# epoch %d: %.3f s, mean train loss %.4f\n", e + 1, times[e], loss_sum / d.n);
         fflush(stdout);
     }
+#ifdef BENCH_MPI
+    if (root) {
+        snprintf(key, sizeof key, "mpi.%s.samples_s.np%dt%d%s", name, dp.size, bench_threads(),
+                 dpo.no_overlap ? ".blocking" : "");
+        bench_result(key, d.n / bench_median(walls, epochs));
+        snprintf(key, sizeof key, "mpi.%s.wait_us.np%dt%d%s", name, dp.size, bench_threads(),
+                 dpo.no_overlap ? ".blocking" : "");
+        bench_result(key, 1e6 * dp.wait_seconds / (dp.steps ? dp.steps : 1));
+        snprintf(key, sizeof key, "mpi.%s.loss.np%dt%d%s", name, dp.size, bench_threads(),
+                 dpo.no_overlap ? ".blocking" : "");
+        bench_result(key, loss_sum / d.n);
+    }
+    dp_detach(&dp);
+    MPI_Finalize();
+#else
     snprintf(key, sizeof key, "mlp.%s.loss.ours", name);
     bench_result(key, loss_sum / d.n);
     snprintf(key, sizeof key, "mlp.%s.s_epoch.ours", name);
@@ -142,6 +210,7 @@ int main(int argc, char **argv)
     snprintf(key, sizeof key, "mlp.%s.s_epoch_wall.ours", name);
     bench_result(key, bench_median(walls, epochs));
     bench_result("mlp.real_data", d.real);
+#endif
 
     ad_tape_free(T);
     ad_optim_free(opt);

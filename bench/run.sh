@@ -2,7 +2,8 @@
 # Benchmarks autodiff.h side by side with OpenBLAS (GEMM) and PyTorch (GEMM, scalar tape,
 # optimizer steps, elementwise functions, MLP and CNN epochs, training steps of a small GPT and
 # of an LSTM language model), where installed, and its fused recurrent cells against the same
-# cells written with its other ops. Builds the programs, runs each several times, interleaving
+# cells written with its other ops. Where MPI is installed (mpicc, mpirun), also MLP epochs
+# trained data-parallel on 2 processes against 1 process of 1 and of 2 threads. Builds the programs, runs each several times, interleaving
 # ours and the peer's, and prints one table of medians, also written to build/bench.md. Raw
 # results go to build/bench/results.txt, the programs' commentary (the training steps' arena
 # peak among it) to build/bench/log.txt.
@@ -24,8 +25,8 @@
 #                     32 FLOP per cycle (two 256-bit FMA pipes of fp32) times the CPU's max MHz
 #                     from lscpu; where lscpu gives none, the FMA loop of the GEMM runs, else
 #                     32 FLOP per cycle at the "cpu MHz" of /proc/cpuinfo (the table says which)
-#   BENCH_SKIP        programs to leave out, of: gemm tape optim unary rnn mlp cnn gpt lstm
-#                     (default none; "mlp cnn" leaves out the epochs, the longest part)
+#   BENCH_SKIP        programs to leave out, of: gemm tape optim unary rnn mlp cnn gpt lstm mpi
+#                     (default none; "mlp cnn mpi" leaves out the epochs, the longest part)
 #   BENCH_CLOCK       wall (default) or cpu: time single-thread rows in CPU time of the working
 #                     thread, which a busy machine disturbs less (rows with more threads always
 #                     use wall time)
@@ -67,6 +68,14 @@ done
 if [ $BLAS = 0 ]; then
     echo "bench: OpenBLAS not found (cblas.h and -lopenblas); GEMM runs without a peer"
     $CC $CFLAGS bench/gemm.c -o "$OUT/gemm" $LIBS || { echo "bench: cannot build bench/gemm.c"; exit 1; }
+fi
+MPI=0
+if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
+    if mpicc $CFLAGS -DBENCH_MPI bench/mlp.c -o "$OUT/mlp_mpi" -lm >"$OUT/build_mpi.log" 2>&1; then
+        MPI=1
+    else
+        echo "bench: cannot build bench/mlp.c with mpicc -DBENCH_MPI (see $OUT/build_mpi.log); no MPI rows"
+    fi
 fi
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then
@@ -174,6 +183,25 @@ for t in $THREADS; do
         done
     done
 done
+
+# data-parallel MLP epochs over MPI (bench/mlp.c built with -DBENCH_MPI), kept under the thread
+# label "mpi": 1 process of 1 thread, of 2 threads, and 2 processes of 1 thread, whose gradients
+# are summed in buckets during the sweep or in one all-reduce after it; before each run the FMA
+# loop measures what 2 threads could gain at that moment
+if [ $MPI = 1 ]; then
+    for r in $(seq 1 "$EPOCH_RUNS"); do
+        echo "run $r of $EPOCH_RUNS: MLP epochs over MPI" >&2
+        one mpi "$r" "mpi ceiling (FMA loop, 2 threads)" env AUTODIFF_THREADS=2 "$OUT/gemm" peak
+        for cfg in 784,128,10 784,512,256,10; do
+            for how in 1:1 1:2 2:1 2:1:blocking; do
+                IFS=: read -r np t blocking <<<"$how"
+                one mpi "$r" "mpi $cfg ${np}x$t${blocking:+ $blocking}" env AUTODIFF_THREADS="$t" BENCH_CLOCK=wall \
+                    BENCH_DP_OVERLAP=$([ -n "$blocking" ] && echo 0 || echo 1) \
+                    bash scripts/mpirun.sh "$np" "$OUT/mlp_mpi" "$cfg"
+            done
+        done
+    done
+fi
 
 # ---- table ---------------------------------------------------------------------------------------
 # rows: label | our key | peer key | peer | hi (bigger is better), lo (smaller is better) or -
@@ -387,6 +415,51 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
             }
         }
     }' "$RAW" "$ROWS"
+    # data-parallel epochs: samples/s, ratios of 2 processes to 1, the wait for the sums
+    awk -v runs="$EPOCH_RUNS" '
+    function median(arr, n,    i, j, x) {
+        for (i = 2; i <= n; i++) { x = arr[i]; for (j = i - 1; j >= 1 && arr[j] > x; j--) arr[j + 1] = arr[j]; arr[j + 1] = x }
+        return n % 2 ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
+    }
+    function med(key,    r, n, v) {
+        n = 0
+        for (r = 1; r <= maxrun; r++) if ((r, key) in val) v[++n] = val[r, key]
+        found = n
+        return n ? median(v, n) : 0
+    }
+    function ratio(a, b,    r, n, v) { # median over runs of a / b
+        n = 0
+        for (r = 1; r <= maxrun; r++) if ((r, a) in val && (r, b) in val && val[r, b] > 0) v[++n] = val[r, a] / val[r, b]
+        return n ? sprintf("%.2f", median(v, n)) : "-"
+    }
+    $1 == "mpi" { val[$2, $3] = $4; if ($2 > maxrun) maxrun = $2 }
+    END {
+        med("mpi.784-128-10.samples_s.np1t1")
+        if (!found) exit
+        print ""
+        print "Data-parallel MLP epochs over MPI (bench/mlp.c built with mpicc -DBENCH_MPI, examples/data_parallel.h), global batch 64 shared out, samples/s in wall time:"
+        print ""
+        print "| MLP | 1 process x 1 thread | 1 x 2 threads | 2 processes x 1 thread | 2 x 1, one all-reduce after the sweep | 2x1 / 1x1 | 2x1 / 1x2 | 2x1 after the sweep / 1x1 |"
+        print "|---|---:|---:|---:|---:|---:|---:|---:|"
+        split("784-128-10 784-512-256-10", cfgs, " ")
+        for (c = 1; c <= 2; c++) {
+            k = "mpi." cfgs[c] ".samples_s."
+            printf "| %s | %.0f | %.0f | %.0f | %.0f | %s | %s | %s |\n", cfgs[c], med(k "np1t1"), med(k "np1t2"), med(k "np2t1"),
+                   med(k "np2t1.blocking"), ratio(k "np2t1", k "np1t1"), ratio(k "np2t1", k "np1t2"), ratio(k "np2t1.blocking", k "np1t1")
+        }
+        print ""
+        for (c = 1; c <= 2; c++) {
+            k = "mpi." cfgs[c] ".wait_us.np2t1"
+            w = med(k); wb = med(k ".blocking")
+            if (wb > 0)
+                printf "%s: rank 0 waited %.0f us per step for the sums when the buckets start during the sweep, %.0f us for one all-reduce after it: the overlap hides %.0f%% of that wait.\n", cfgs[c], w, wb, 100 * (1 - w / wb)
+        }
+        c = med("peak.scaling"); n = found
+        lo = hi = c
+        for (r = 1; r <= maxrun; r++) if ((r, "peak.scaling") in val) { if (val[r, "peak.scaling"] < lo) lo = val[r, "peak.scaling"]; if (val[r, "peak.scaling"] > hi) hi = val[r, "peak.scaling"] }
+        if (n) printf "The FMA loop on 2 threads did %.2f times the work of one (median of %d runs before these, %.2f to %.2f): the ceiling of any 2-process or 2-thread speedup then.\n", c, n, lo, hi
+        printf "Medians of %d runs; ratios are medians of per-run ratios.\n", runs
+    }' "$RAW"
     echo
     awk '$3 ~ /^gemm\..*\.maxdiff$/ { if ($4 > m) m = $4; n++ }
          END { if (n) printf "GEMM check: largest |autodiff.h - OpenBLAS| over all products and runs: %.3g (inputs uniform in [-1, 1]).\n", m }' "$RAW"
