@@ -35,34 +35,6 @@ typedef struct history {
     int epochs;
 } history;
 
-/* A run shared by several processes, each of which trains on its share of every batch and
-   measures its share of each dataset (examples/mnist_mpi.c makes one over MPI with
-   examples/data_parallel.h); examples/mnist.c runs alone and passes NULL. */
-typedef struct mnist_group {
-    int rank, ranks;
-    int threads; /* the default of --threads for each process */
-    void *ctx;   /* passed to every function below */
-    /* This process's rows lo .. hi-1 of n; returns (hi - lo) / n. */
-    double (*share)(void *ctx, int n, int *lo, int *hi);
-    /* Every process says whether its setup step went well (ok 1) or why not; each that failed
-       prints why. Returns 0 when all went well, else nonzero on every process. */
-    int (*agree)(void *ctx, int ok, const char *why);
-    /* Once set up: every process takes rank 0's parameters and checks that its data, model and
-       optimizer are the same as rank 0's. Returns 0, or nonzero on every process. */
-    int (*start)(void *ctx, const ad_dataset *train, const ad_dataset *test, ad_params *P, const ad_optim *opt);
-    /* Around each ad_backward: afterwards the gradients are those of the whole batch. */
-    void (*begin_gradients)(void *ctx);
-    void (*end_gradients)(void *ctx);
-    /* Sums n values over the processes, in place. */
-    void (*sum)(void *ctx, double *v, int n);
-    /* An error of this process alone, met while the others may wait for it: stops them all
-       (does not return). */
-    void (*fail)(void *ctx, const char *why);
-    /* Whether every process holds the same parameters; prints each one's fingerprint (on rank
-       0) when print is 1. Returns 0, or nonzero on every process (rank 0 says so). */
-    int (*check_parameters)(void *ctx, ad_params *P, int print);
-} mnist_group;
-
 static void usage(const char *argv0, const options *d)
 {
     printf("usage: %s [options]\n"
@@ -221,7 +193,7 @@ static void progress(int epoch, int epochs, int done, int total, double loss, do
    when it is not NULL. In a group each process measures its share of ds and the sums are
    shared, so that every process gets the figures of the whole set. Returns 0, or -1 with why
    filled in. */
-static int evaluate(ad_tape *T, mnist_model *m, const ad_dataset *ds, const mnist_group *g, double *loss,
+static int evaluate(ad_tape *T, mnist_model *m, const ad_dataset *ds, const train_group *g, double *loss,
                     double *acc, int confusion[CLASSES][CLASSES], char *why, size_t cap)
 {
     enum { CHUNK = 1000, SUMS = 2 + CLASSES * CLASSES };
@@ -517,27 +489,10 @@ static int save_run(const options *o, ad_params *P, ad_optim *opt, const history
     return rc;
 }
 
-/* The outcome of a setup step. Alone: prints why when it failed. In a group: every process
-   learns whether any failed (each that did says why). Returns 0 when all went well. */
-static int setup_step(const mnist_group *g, int ok, const char *why)
-{
-    if (g) return g->agree(g->ctx, ok, why) ? -1 : 0;
-    if (!ok) fprintf(stderr, "%s\n", why);
-    return ok ? 0 : -1;
-}
-
-/* An error met during training. Alone: prints it; the program then ends. In a group: stops
-   every process. */
-static int training_error(const mnist_group *g, const char *why)
-{
-    if (g) g->fail(g->ctx, why);
-    fprintf(stderr, "%s\n", why);
-    return 1;
-}
-
 /* The whole program: options, data, model, training, report. cnn selects the network; g shares
-   the run among processes (NULL: one process), which then print from rank 0 alone. */
-static int mnist_run(int argc, char **argv, int cnn, const mnist_group *g)
+   the run among processes (NULL: one process; see training_util.h), which then print from rank 0
+   alone. */
+static int mnist_run(int argc, char **argv, int cnn, const train_group *g)
 {
     options o;
     mnist_model model;
@@ -613,7 +568,12 @@ static int mnist_run(int argc, char **argv, int cnn, const mnist_group *g)
         model.rng = run.dropout;
         if (root) printf("resumed from %s after epoch %d (step %ld)\n", o.resume, run.epochs_done, run.step);
     }
-    if (g && g->start(g->ctx, &train, &test, P, opt) != 0) return 1;
+    if (g && (g->same(g->ctx, train.x, (size_t)train.count * train.sample_size * sizeof(ad_real), "training images") ||
+              g->same(g->ctx, train.labels, (size_t)train.count * sizeof(int), "training labels") ||
+              g->same(g->ctx, test.x, (size_t)test.count * test.sample_size * sizeof(ad_real), "test images") ||
+              g->same(g->ctx, test.labels, (size_t)test.count * sizeof(int), "test labels") ||
+              g->start(g->ctx, P, opt)))
+        return 1;
     fflush(stdout);
     if (o.threads || (g && g->threads)) ad_set_threads(T, o.threads ? o.threads : g->threads);
     total_steps = (long)o.epochs * ((train.count + o.batch - 1) / o.batch);
