@@ -6,7 +6,8 @@
 #   make mnist     find or fetch MNIST (MNIST_DIR, default data/mnist), train the MLP, report
 #   make mnist-cnn the same with the convolutional network
 #   make mnist-mpi NP=2  the MLP trained data-parallel on NP processes over MPI (default 2;
-#                  needs mpicc and mpirun: Debian's openmpi-bin and libopenmpi-dev)
+#                  needs mpicc and mpirun: Debian's openmpi-bin and libopenmpi-dev);
+#                  make shakespeare-mpi NP=2 the same for the GPT
 #   make shakespeare  find or fetch Tiny Shakespeare (SHAKESPEARE_DIR), train nanoGPT's character
 #                  GPT on it, report and sample (SHAKESPEARE_ARGS passes options, e.g. --model lstm)
 #   make fashion   the MLP on Fashion-MNIST (Debian: apt-get install dataset-fashion-mnist)
@@ -37,8 +38,8 @@ all: examples
 test:
 	CC="$(CC)" bash tests/run.sh
 
-# every example built with cc; mnist_mpi, which needs mpicc, only when MPI is installed
-MPI_EXAMPLES = $(BUILD)/mnist_mpi
+# every example built with cc; those over MPI, which need mpicc, only when MPI is installed
+MPI_EXAMPLES = $(BUILD)/mnist_mpi $(BUILD)/shakespeare_mpi
 examples: $(filter-out $(MPI_EXAMPLES),$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))) \
           $(if $(shell command -v $(MPICC) 2>/dev/null),$(MPI_EXAMPLES))
 
@@ -93,7 +94,7 @@ $(BUILD)/mnist_cnn: examples/mnist_cnn.c $(MNIST_DEPS)
 	$(CC) -O2 examples/mnist_cnn.c -o $(BUILD)/mnist_cnn -lm
 
 # The data-parallel MLP is built with MPI's compiler wrapper, the same way otherwise.
-$(BUILD)/mnist_mpi: examples/mnist_mpi.c examples/data_parallel.h $(MNIST_DEPS)
+$(BUILD)/mnist_mpi: examples/mnist_mpi.c examples/data_parallel.h examples/train_group_mpi.h $(MNIST_DEPS)
 	@mkdir -p $(BUILD)
 	$(MPICC) -O2 examples/mnist_mpi.c -o $(BUILD)/mnist_mpi -lm
 
@@ -129,16 +130,27 @@ fashion:
 # data/tinyshakespeare, downloaded and checked (scripts/fetch_shakespeare.sh).
 SHAKESPEARE_DIR ?= $(if $(wildcard ../shared/data/tinyshakespeare/input.txt),../shared/data/tinyshakespeare,data/tinyshakespeare)
 SHAKESPEARE_ARGS ?=
-.PHONY: shakespeare
+.PHONY: shakespeare shakespeare-mpi
 
-$(BUILD)/shakespeare: examples/shakespeare.c examples/char_model.h examples/training_util.h autodiff.h
+SHAKESPEARE_DEPS = examples/shakespeare_train.h examples/char_model.h examples/training_util.h autodiff.h
+$(BUILD)/shakespeare: examples/shakespeare.c $(SHAKESPEARE_DEPS)
 	@mkdir -p $(BUILD)
 	$(CC) -O2 examples/shakespeare.c -o $(BUILD)/shakespeare -lm
+
+$(BUILD)/shakespeare_mpi: examples/shakespeare_mpi.c examples/data_parallel.h examples/train_group_mpi.h $(SHAKESPEARE_DEPS)
+	@mkdir -p $(BUILD)
+	$(MPICC) -O2 examples/shakespeare_mpi.c -o $(BUILD)/shakespeare_mpi -lm
 
 shakespeare: $(BUILD)/shakespeare
 	bash scripts/fetch_shakespeare.sh "$(SHAKESPEARE_DIR)"
 	$(BUILD)/shakespeare --data "$(SHAKESPEARE_DIR)" --checkpoint $(BUILD)/shakespeare.ckpt \
 	    --plot $(BUILD)/shakespeare.svg $(SHAKESPEARE_ARGS)
+
+# the GPT data-parallel on NP processes over MPI (as mnist-mpi)
+shakespeare-mpi: $(BUILD)/shakespeare_mpi
+	bash scripts/fetch_shakespeare.sh "$(SHAKESPEARE_DIR)"
+	bash scripts/mpirun.sh $(NP) $(BUILD)/shakespeare_mpi --data "$(SHAKESPEARE_DIR)" \
+	    --checkpoint $(BUILD)/shakespeare_mpi.ckpt --plot $(BUILD)/shakespeare_mpi.svg $(SHAKESPEARE_ARGS)
 
 # Pictures of the tape (examples/tape_pictures.c): the sigmoid and one MLP step as DOT files,
 # rendered to examples/pictures/*.svg by Graphviz's dot (Debian: apt-get install graphviz); nothing else

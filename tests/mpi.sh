@@ -14,6 +14,7 @@
 #   - faults stop every process within the time limit, with a message that names the rank: a
 #     rank that cannot read its data, one started with other arguments, and one that resumes
 #     from a different checkpoint.
+#   - the character-level GPT trains the same way (5. below; needs SHAKESPEARE_DIR).
 # Needs MNIST_DIR, mpicc and mpirun (skipped without them). Environment: CC (default cc),
 # MPICC (default mpicc).
 set -u
@@ -50,12 +51,13 @@ mpi() {
 one() { "$OUT/mnist" --data "$MNIST_DIR" --plot "$OUT/plot.svg" "$@" >"$OUT/last.log" 2>&1; }
 # the parameter hashes of the last run, one line
 hashes() { grep -E '^rank [0-9]+ parameters: ' "$OUT/last.log" | awk '{ print $4 }' | tr '\n' ' '; }
-# the last run printed N hash lines, all equal, and ended with the accuracy
+# same_hashes N [LAST]: the last run printed N hash lines, all equal, and its last line matches
+# LAST (default: the accuracy)
 same_hashes() {
-    local n=$1 h
+    local n=$1 last=${2:-'^test accuracy: '} h
     h=$(hashes)
     [ "$(echo $h | wc -w)" = "$n" ] && [ "$(echo $h | tr ' ' '\n' | sort -u | wc -l)" = 1 ] &&
-        tail -1 "$OUT/last.log" | grep -q '^test accuracy: '
+        tail -1 "$OUT/last.log" | grep -q "$last"
 }
 
 # 1. bitwise the same on every rank, run after run, bucketed or not
@@ -143,5 +145,52 @@ mpmd "--data data --limit 640 --epochs 1 --lr 0.05" "--data data --limit 640 --e
 check_fault "a rank with other arguments" "^rank 1: its arguments differ from rank 0's: argument [0-9]* is '--lr 0.1' where rank 0's is '--lr 0.05'" $?
 mpmd "--data data --resume run.ckpt --epochs 3" "--data data --resume run.ckpt --epochs 3"
 check_fault "a rank that resumes another checkpoint" "^rank 1: its model, optimizer and run state differs from rank 0's" $?
+
+# 5. the character-level GPT of examples/shakespeare.c, 30 steps on the first 200,000
+#    characters: bitwise equal parameters on 2 ranks, within a relative 5e-5 of one process
+#    (AdamW divides by the gradients' running scale, so their rounding weighs more than under
+#    SGD: 5.2e-6 on the machine this was written on), the one-process checkpoint from 1 rank,
+#    a stop and resume byte-identical to a run that did not stop, and the recurrent models
+#    refused (needs SHAKESPEARE_DIR)
+if [ -n "${SHAKESPEARE_DIR:-}" ] && [ -f "$SHAKESPEARE_DIR/input.txt" ]; then
+    "$MPICC" -O2 -Wall -Wextra -pedantic -Werror examples/shakespeare_mpi.c -o "$OUT/shakespeare_mpi" -lm ||
+        { echo "FAIL build examples/shakespeare_mpi.c with $MPICC"; exit 1; }
+    $CC -O2 examples/shakespeare.c -o "$OUT/shakespeare" -lm || { echo "FAIL build examples/shakespeare.c"; exit 1; }
+    GPT=(--data "$SHAKESPEARE_DIR" --limit 200000 --iters 30 --eval-interval 10 --eval-batches 4 --final-batches 8
+         --sample-chars 40 --quiet --plot "$OUT/plot.svg")
+    gpt() {
+        local np=$1; shift
+        timeout "$LIMIT" mpirun "${FLAGS[@]}" -np "$np" "$OUT/shakespeare_mpi" "$@" >"$OUT/last.log" 2>&1
+    }
+    "$OUT/shakespeare" "${GPT[@]}" --checkpoint "$OUT/gpt_one.ckpt" >"$OUT/last.log" 2>&1 || fail "mpi: examples/shakespeare.c"
+    if gpt 2 "${GPT[@]}" --checkpoint "$OUT/gpt_np2.ckpt" && same_hashes 2 '^val loss: '; then
+        if "$OUT/params_compare" "$OUT/gpt_one.ckpt" "$OUT/gpt_np2.ckpt" 5e-5 >"$OUT/compare.log"; then
+            echo "mpi: GPT, 2 ranks against one process after 30 steps: $(cat "$OUT/compare.log")"
+        else
+            cat "$OUT/compare.log"; fail "mpi: the GPT on 2 ranks does not train as on one process"
+        fi
+    else
+        fail "mpi: the GPT on 2 ranks did not end with equal parameters"
+    fi
+    if gpt 1 "${GPT[@]}" --checkpoint "$OUT/gpt_np1.ckpt" && cmp -s "$OUT/gpt_one.ckpt" "$OUT/gpt_np1.ckpt"; then
+        echo "mpi: GPT, 1 rank writes the checkpoint of examples/shakespeare.c byte for byte"
+    else
+        fail "mpi: GPT, 1 rank and examples/shakespeare.c wrote different checkpoints"
+    fi
+    if gpt 2 "${GPT[@]}" --checkpoint "$OUT/gpt_stopped.ckpt" --stop-after 20 &&
+        gpt 2 --data "$SHAKESPEARE_DIR" --quiet --plot "$OUT/plot.svg" --sample-chars 40 --resume "$OUT/gpt_stopped.ckpt" &&
+        cmp -s "$OUT/gpt_np2.ckpt" "$OUT/gpt_stopped.ckpt"; then
+        echo "mpi: GPT, a run of 2 ranks stopped and resumed ends byte-identical to one that was not"
+    else
+        fail "mpi: GPT, stop and resume on 2 ranks"
+    fi
+    if ! gpt 2 "${GPT[@]}" --model lstm && grep -q -- '--model lstm trains on one process' "$OUT/last.log"; then
+        echo "mpi: GPT, the recurrent models are refused: $(grep -m1 -- '--model lstm' "$OUT/last.log")"
+    else
+        fail "mpi: GPT, --model lstm on 2 ranks was not refused"
+    fi
+else
+    echo "mpi: the GPT's checks skipped (set SHAKESPEARE_DIR to the folder of Tiny Shakespeare's input.txt)"
+fi
 
 [ "$failed" -eq 0 ]
