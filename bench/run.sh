@@ -69,6 +69,26 @@ if [ $BLAS = 0 ]; then
     echo "bench: OpenBLAS not found (cblas.h and -lopenblas); GEMM runs without a peer"
     $CC $CFLAGS bench/gemm.c -o "$OUT/gemm" $LIBS || { echo "bench: cannot build bench/gemm.c"; exit 1; }
 fi
+# OpenBLAS picks its kernels by the CPU's model number, and one newer than its release falls back
+# to the SSE3 kernels of a Pentium 4 ("Prescott"; OpenBLAS 0.3.21 on an Intel family 6 model 207
+# ran its products at a fifth of its speed with kernels of the CPU's kind). PyTorch's products run
+# on the same library. Then the peers get the kernels the CPU's features call for, through
+# OPENBLAS_CORETYPE, and the table says so.
+CORETYPE_NOTE=
+if [ $BLAS = 1 ] && [ -z "${OPENBLAS_CORETYPE:-}" ] &&
+    "$OUT/gemm" none 2>/dev/null | grep -q 'kernels for \(Prescott\|Core2\|Nehalem\|Katmai\|Banias\)'; then
+    flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)
+    case " $flags " in
+        *" avx512_bf16 "*) OPENBLAS_CORETYPE=Cooperlake ;;
+        *" avx512f "*) OPENBLAS_CORETYPE=SkylakeX ;;
+        *" avx2 "*) OPENBLAS_CORETYPE=Haswell ;;
+    esac
+    if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+        export OPENBLAS_CORETYPE
+        CORETYPE_NOTE="OpenBLAS took this CPU for a Prescott (SSE3); its kernels for $OPENBLAS_CORETYPE were chosen with OPENBLAS_CORETYPE, for OpenBLAS and for PyTorch."
+        echo "bench: $CORETYPE_NOTE"
+    fi
+fi
 MPI=0
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
     if mpicc $CFLAGS -DBENCH_MPI bench/mlp.c -o "$OUT/mlp_mpi" -lm >"$OUT/build_mpi.log" 2>&1; then
@@ -286,7 +306,7 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
     echo "## autodiff.h benchmarks, $(date '+%Y-%m-%d %H:%M %Z')"
     echo
     echo "Machine: ${model:-unknown CPU} (family ${family:-?} model ${cpumodel:-?}), $NPROC online CPUs, $(uname -sr)."
-    echo "Compiler: $($CC --version | head -1), -O2, no -march. Peers: ${blasinfo:-no OpenBLAS}; PyTorch ${torchver:-not installed}."
+    echo "Compiler: $($CC --version | head -1), -O2, no -march. Peers: ${blasinfo:-no OpenBLAS}; PyTorch ${torchver:-not installed}. $CORETYPE_NOTE"
     echo "MLP data: ${data:-not run}. Batch 64, SGD lr 0.1, 1 epoch per run."
     echo
     awk -F'|' -v threads="$THREADS" -v runs="$RUNS" -v eruns="$EPOCH_RUNS" -v sruns="$SEQ_RUNS" \
