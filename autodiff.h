@@ -1,4 +1,4 @@
-/* autodiff.h - v0.7.1 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.8.0 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -83,7 +83,8 @@
              outliving tapes; ad_param(T, P, id) puts one on a tape. Optimizers (ad_optim) and
              checkpoints work on the whole store at once.
    Modes     ad_set_grad_enabled(T, 0) records nothing (inference); ad_set_training(T, 0) puts
-             dropout and batch norm into evaluation mode.
+             dropout and batch norm into evaluation mode; ad_set_matmul_precision(T,
+             AD_MATMUL_BFLOAT16) computes T's matrix products in bfloat16 (mixed precision).
 
    >>options
        macro                  default     define in
@@ -224,6 +225,10 @@
                       ad_layer_norm is one fused entry that keeps two values per row; a
                       slice's gradient is added in place; permutes that keep the last axis
                       copy whole runs.
+   0.8.0  2026-11-26  mixed precision: ad_set_matmul_precision(T, AD_MATMUL_BFLOAT16) rounds
+                      the operands of every product to bfloat16 and sums in float, on AMX's
+                      tiles where the processor has them and Linux grants them, else with
+                      AVX512-BF16's dot products, else with float FMAs on widened halves.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -232,8 +237,8 @@
 #include <stdint.h>
 
 #define AUTODIFF_VERSION_MAJOR 0
-#define AUTODIFF_VERSION_MINOR 7
-#define AUTODIFF_VERSION_PATCH 1
+#define AUTODIFF_VERSION_MINOR 8
+#define AUTODIFF_VERSION_PATCH 0
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -316,6 +321,21 @@ AUTODIFF_API size_t ad_tape_length(const ad_tape *T);
    that runs several tapes on threads of its own should give each tape its share of the cores. */
 AUTODIFF_API void ad_set_threads(ad_tape *T, int nthreads);
 AUTODIFF_API int ad_get_threads(const ad_tape *T);
+/* How T's matrix products compute. AD_MATMUL_FLOAT32 (the default): in ad_real.
+   AD_MATMUL_BFLOAT16: mixed precision, as PyTorch's autocast to bfloat16 does it for products.
+   Both operands of every product (ad_matmul, ad_matmul_t, ad_linear, the convolutions, the
+   recurrent cells, the attention's two products, and the products of their gradients) are
+   rounded to bfloat16 (8 significant bits, to nearest even) and the products are summed in
+   float: with AVX512-BF16's dot-product instruction where the processor has it, else with the
+   same rounding and float multiply-adds. Parameters, gradients, optimizer state and every
+   other op stay in float. Where the instruction is, products run about twice as fast; a
+   product's result is that of its operands rounded, within about 2^-8 of each term of the
+   float result. Results stay bitwise the same for any thread count. Returns the previous
+   setting, or -1 with T's error set for an unknown precision, or for AD_MATMUL_BFLOAT16 in a
+   build with AUTODIFF_DOUBLE, which keeps its products in double. */
+enum { AD_MATMUL_FLOAT32 = 0, AD_MATMUL_BFLOAT16 = 1 };
+AUTODIFF_API int ad_set_matmul_precision(ad_tape *T, int precision);
+AUTODIFF_API int ad_get_matmul_precision(const ad_tape *T);
 
 /* >>api:tensor ------------------------------------------------------------------------------ */
 
@@ -1533,6 +1553,35 @@ AUTODIFF_API int ad_batcher_set_state(ad_batcher *b, const unsigned char *state,
 #else
 #define AD__X86_DISPATCH 0
 #endif
+/* bfloat16 products (ad_set_matmul_precision) are of floats only; a tape's kind of them: */
+#if !defined(AUTODIFF_DOUBLE)
+#define AD__GEMM_BF16 1
+#else
+#define AD__GEMM_BF16 0
+#endif
+enum {
+    AD__BF16_OFF = 0,            /* products in ad_real */
+    AD__BF16_VECTORS = 1,        /* bfloat16, with vector kernels */
+    AD__BF16_AMX = 2             /* bfloat16, with AMX's tiles */
+};
+/* AVX512-BF16's dot product, for bfloat16 products of floats: through its intrinsic, which GCC
+   has from version 10 and clang from 9 */
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE) && \
+    ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && __GNUC__ >= 10))
+#define AD__HAS_BF16_INSTRUCTION 1
+#include <immintrin.h>
+#else
+#define AD__HAS_BF16_INSTRUCTION 0
+#endif
+/* AMX tiles for bfloat16 products: x86-64 Linux (which grants their state on request), GCC 11 or
+   clang 12 and later */
+#if AD__HAS_BF16_INSTRUCTION && defined(__x86_64__) && defined(__linux__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+#define AD__HAS_AMX 1
+#include <cpuid.h>
+#else
+#define AD__HAS_AMX 0
+#endif
 /* The processor's features that kernels are chosen by: the one probe of the processor (libgcc's,
    made when the program starts) that every choice reads. ad__isa_features() holds the vector
    level (AD__ISA_LEVEL bits) and extensions beside it: AVX512-BF16, for bfloat16 products.
@@ -2160,6 +2209,7 @@ struct ad_tape {
     ad_real *pack;               /* GEMM packing buffers, one per thread, kept across resets */
     size_t pack_cap;
     int nthreads;                /* 0 until first asked: then the default */
+    int bf16;                    /* ad_set_matmul_precision: AD__BF16_* */
     struct ad__pool *pool;
     char error[320];
 };
@@ -2287,6 +2337,38 @@ AUTODIFF_API int ad_set_training(ad_tape *T, int training)
 }
 
 AUTODIFF_API int ad_is_training(const ad_tape *T) { return T ? T->training : 0; }
+
+#if AD__HAS_AMX
+AD__PRIVATE int ad__amx_permitted(void);
+#endif
+
+AUTODIFF_API int ad_set_matmul_precision(ad_tape *T, int precision)
+{
+    int previous;
+    if (!T) return -1;
+    if (precision != AD_MATMUL_FLOAT32 && precision != AD_MATMUL_BFLOAT16) {
+        ad__fail(T, "ad_set_matmul_precision: unknown precision %d (AD_MATMUL_FLOAT32 or AD_MATMUL_BFLOAT16)",
+                 precision);
+        return -1;
+    }
+    if (precision == AD_MATMUL_BFLOAT16 && !AD__GEMM_BF16) {
+        ad__fail(T, "ad_set_matmul_precision: bfloat16 products need float tensors, and this build has "
+                    "AUTODIFF_DOUBLE");
+        return -1;
+    }
+    previous = T->bf16 ? AD_MATMUL_BFLOAT16 : AD_MATMUL_FLOAT32;
+    T->bf16 = precision == AD_MATMUL_BFLOAT16 ? AD__BF16_VECTORS : AD__BF16_OFF;
+#if AD__HAS_AMX
+    /* the tiles where the processor has them and Linux lets the process use them */
+    if (T->bf16 && ad__amx_permitted()) T->bf16 = AD__BF16_AMX;
+#endif
+    return previous;
+}
+
+AUTODIFF_API int ad_get_matmul_precision(const ad_tape *T)
+{
+    return T && T->bf16 ? AD_MATMUL_BFLOAT16 : AD_MATMUL_FLOAT32;
+}
 
 AUTODIFF_API size_t ad_tape_bytes_used(const ad_tape *T)
 {
@@ -4064,6 +4146,460 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
     }
 }
 
+/* >>impl:gemm bfloat16 ------------------------------------------------------------------------
+   A tape in AD_MATMUL_BFLOAT16 rounds both operands of its products to bfloat16 (float's sign,
+   exponent and top 7 mantissa bits, rounded to nearest even) as it packs them, and accumulates
+   in float. A panel holds neighbouring values of k in pairs, one 32-bit unit each, k in the
+   lower half and k + 1 in the upper: the layout of the bfloat16 dot-product instructions, which
+   multiply two such pairs lane by lane and add both products to a float. B's panel of nr
+   columns is its pair rows one after the other, nr units each. A's panel of mr rows is either
+   the same with mr units per pair row, or, for AMX's tiles, row after row; the pairs are padded
+   with zeros to the kernel's multiple (an odd kc's last pair included).
+   Three kinds of kernel, by what the processor has:
+   - AMX (Intel's tile registers, with Linux's leave to use them, asked for when a tape is set to
+     bfloat16): 32 x 32 of C from four 16 x 16 tiles, 16 pairs of k per tile product;
+   - AVX512-BF16's vector dot product (AMD's cores; on Intel's it ran at a quarter of an FMA's
+     rate here, 0.45 per cycle against 1.9 on family 6 model 207, which has AMX);
+   - elsewhere the halves are widened back to floats and multiplied with float FMAs: the same
+     rounding of the operands, slower than float products.
+   K is blocked as ad__gemm blocks it, so every element of C is the same sequence of operations
+   whatever the split over threads. */
+#if AD__GEMM_BF16
+/* x rounded to bfloat16, as its 16 bits; a NaN stays a (quiet) NaN. Without a branch, so that
+   packing loops vectorise. */
+AD__INLINE uint32_t ad__bf16_bits(float x)
+{
+    uint32_t u, rounded, quiet;
+    memcpy(&u, &x, sizeof u);
+    rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    quiet = (u >> 16) | 0x40u;
+    return (u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
+}
+
+/* The pair unit of k (lo) and k + 1 (hi). */
+AD__INLINE uint32_t ad__bf16_pair(float lo, float hi) { return ad__bf16_bits(lo) | ad__bf16_bits(hi) << 16; }
+
+/* The pairs of kc values of k, padded to a multiple of block. */
+AD__INLINE int ad__bf16_pairs(int kc, int block) { return ((kc + 1) / 2 + block - 1) / block * block; }
+
+/* The packing routines, defined once and compiled twice: for any processor, and with AVX-512's
+   registers, where their loops are vectorised four times as wide.
+   ad__pack_b_bf16: rows k0..k0+kc-1, columns j0..j0+nc-1 of op(B) into pair panels of nr
+   columns, of pp pair rows each (zeros beyond the values).
+   ad__pack_a_bf16: rows i0..i0+mc-1, columns k0..k0+kc-1 of op(A) into panels of mr rows and pp
+   pairs (zeros beyond the values): pair row after pair row, or with by_rows row after row. */
+#define AD__DEFINE_BF16_PACK(SUFFIX, ATTR)                                                         \
+    static ATTR AD__UNUSED void ad__pack_b_bf16##SUFFIX(int tb, const float *B, ptrdiff_t ldb, int k0, int kc, \
+                                                        int j0, int nc, int nr, int pp,             \
+                                                        uint32_t *AD__RESTRICT dst)                 \
+    {                                                                                              \
+        int pairs = (kc + 1) / 2, p, c, kk;                                                        \
+        for (p = 0; p < nc; p += nr, dst += (size_t)nr * pp) {                                     \
+            int cols = nc - p < nr ? nc - p : nr;                                                  \
+            if (!tb) {                                                                             \
+                for (kk = 0; kk < pairs; kk++) {                                                   \
+                    const float *lo = B + (ptrdiff_t)(k0 + 2 * kk) * ldb + j0 + p, *hi = lo + ldb; \
+                    uint32_t *d = dst + (size_t)kk * nr;                                           \
+                    if (2 * kk + 1 < kc)                                                           \
+                        for (c = 0; c < cols; c++) d[c] = ad__bf16_pair(lo[c], hi[c]);             \
+                    else                                                                           \
+                        for (c = 0; c < cols; c++) d[c] = ad__bf16_bits(lo[c]);                    \
+                    for (; c < nr; c++) d[c] = 0;                                                  \
+                }                                                                                  \
+            } else {                                                                               \
+                for (c = 0; c < cols; c++) {                                                       \
+                    const float *s = B + (ptrdiff_t)(j0 + p + c) * ldb + k0;                       \
+                    for (kk = 0; 2 * kk + 1 < kc; kk++)                                            \
+                        dst[(size_t)kk * nr + c] = ad__bf16_pair(s[2 * kk], s[2 * kk + 1]);        \
+                    if (kc & 1) dst[(size_t)kk * nr + c] = ad__bf16_bits(s[2 * kk]);               \
+                }                                                                                  \
+                for (kk = 0; kk < pairs; kk++)                                                     \
+                    for (c = cols; c < nr; c++) dst[(size_t)kk * nr + c] = 0;                      \
+            }                                                                                      \
+            memset(dst + (size_t)pairs * nr, 0, (size_t)(pp - pairs) * nr * sizeof *dst);          \
+        }                                                                                          \
+    }                                                                                              \
+    static ATTR AD__UNUSED void ad__pack_a_bf16##SUFFIX(int ta, const float *A, ptrdiff_t lda, int i0, int mc, \
+                                                        int k0, int kc, int mr, int pp, int by_rows, \
+                                                        uint32_t *AD__RESTRICT dst)                 \
+    {                                                                                              \
+        int pairs = (kc + 1) / 2, p, r, kk;                                                        \
+        /* unit (r, kk) at r r_step + kk k_step */                                                 \
+        ptrdiff_t r_step = by_rows ? pp : 1, k_step = by_rows ? 1 : mr;                            \
+        for (p = 0; p < mc; p += mr, dst += (size_t)mr * pp) {                                     \
+            int rows = mc - p < mr ? mc - p : mr;                                                  \
+            if (!ta) {                                                                             \
+                for (r = 0; r < rows; r++) {                                                       \
+                    const float *s = A + (ptrdiff_t)(i0 + p + r) * lda + k0;                       \
+                    uint32_t *d = dst + r * r_step;                                                \
+                    for (kk = 0; 2 * kk + 1 < kc; kk++) d[kk * k_step] = ad__bf16_pair(s[2 * kk], s[2 * kk + 1]); \
+                    if (kc & 1) d[kk * k_step] = ad__bf16_bits(s[2 * kk]);                         \
+                }                                                                                  \
+            } else {                                                                               \
+                for (kk = 0; kk < pairs; kk++) {                                                   \
+                    const float *lo = A + (ptrdiff_t)(k0 + 2 * kk) * lda + i0 + p, *hi = lo + lda; \
+                    uint32_t *d = dst + kk * k_step;                                               \
+                    if (2 * kk + 1 < kc)                                                           \
+                        for (r = 0; r < rows; r++) d[r * r_step] = ad__bf16_pair(lo[r], hi[r]);    \
+                    else                                                                           \
+                        for (r = 0; r < rows; r++) d[r * r_step] = ad__bf16_bits(lo[r]);           \
+                }                                                                                  \
+            }                                                                                      \
+            for (r = 0; r < mr; r++)                                                               \
+                for (kk = r < rows ? pairs : 0; kk < pp; kk++) dst[r * r_step + kk * k_step] = 0;  \
+        }                                                                                          \
+    }
+AD__DEFINE_BF16_PACK(, )
+#if AD__X86_DISPATCH
+AD__DEFINE_BF16_PACK(_avx512, __attribute__((target("avx512f,avx512bw,avx2,fma"))))
+#endif
+#undef AD__DEFINE_BF16_PACK
+
+/* A bfloat16 micro-kernel: the first rows x cols of C (row stride ldc) from pp pairs of k, an A
+   panel and a B panel as its ad__bf16_gemm_kernel describes them; added to C when accumulate. */
+typedef void (*ad__bf16_kernel)(int pp, const uint32_t *A, const uint32_t *B, float *C, ptrdiff_t ldc, int rows,
+                                int cols, int accumulate);
+
+/* A kernel that computes a whole block of C from its A and B panels (mc x nc, pp pairs). */
+typedef void (*ad__bf16_block_kernel)(int pp, const uint32_t *apan, const uint32_t *bpan, float *C, ptrdiff_t ldc,
+                                      int mc, int nc, int accumulate);
+
+typedef struct ad__bf16_gemm_kernel {
+    ad__bf16_kernel fn;          /* one mr x nr tile, or NULL where block does whole blocks */
+    ad__bf16_block_kernel block;
+    int mr, nr;
+    int a_by_rows;   /* A panels row after row (AMX's tiles), else pair row after pair row */
+    int pair_block;  /* the pairs of a panel are a multiple of this */
+} ad__bf16_gemm_kernel;
+
+/* C's first rows x cols from a tile of floats, nc a row: stored, or added to what is there. */
+AD__INLINE void ad__bf16_store(float *C, ptrdiff_t ldc, const float *tile, int nc, int rows, int cols,
+                               int accumulate)
+{
+    int i, j;
+    for (i = 0; i < rows; i++) {
+        float *c = C + i * ldc;
+        const float *t = tile + (size_t)i * nc;
+        if (accumulate)
+            for (j = 0; j < cols; j++) c[j] += t[j];
+        else
+            for (j = 0; j < cols; j++) c[j] = t[j];
+    }
+}
+
+#if AD__HAS_VECTOR_EXT
+/* The kernel's tile, MR rows of NV float vectors (VBYTES each), stored to C: a whole tile a
+   vector at a time, an edge tile through ad__bf16_store. */
+#define AD__BF16_STORE_TILE(VEC, VBYTES, VL, MR, NV)                                             \
+    if (rows == MR && cols == NV * VL) {                                                         \
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)                                        \
+        _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) {                                      \
+            VEC old;                                                                             \
+            if (accumulate) {                                                                    \
+                memcpy(&old, C + i * ldc + j * VL, VBYTES);                                      \
+                c[i][j] += old;                                                                  \
+            }                                                                                    \
+            memcpy(C + i * ldc + j * VL, &c[i][j], VBYTES);                                      \
+        }                                                                                        \
+    } else {                                                                                     \
+        float edge_[MR * NV * VL];                                                               \
+        memcpy(edge_, c, sizeof edge_);                                                          \
+        ad__bf16_store(C, ldc, edge_, NV * VL, rows, cols, accumulate);                          \
+    }
+/* The widening kernel: each pair's halves back to floats (a bfloat16 is the top half of the
+   float it stands for), then two float FMAs per lane, the upper half first as the dot-product
+   instruction does. MR rows by NV vectors of VBYTES. */
+#define AD__DEFINE_BF16_WIDEN_KERNEL(NAME, ATTR, VBYTES, MR, NV)                                  \
+    typedef float NAME##_vec __attribute__((vector_size(VBYTES)));                               \
+    typedef uint32_t NAME##_uvec __attribute__((vector_size(VBYTES)));                           \
+    static ATTR AD__UNUSED void NAME(int pp, const uint32_t *AD__RESTRICT A, const uint32_t *AD__RESTRICT B, \
+                                     float *C, ptrdiff_t ldc, int rows, int cols, int accumulate) \
+    {                                                                                            \
+        enum { VL = (int)(VBYTES / 4) };                                                         \
+        NAME##_vec c[MR][NV], zero;                                                              \
+        NAME##_uvec high;                                                                        \
+        int i, j, kk;                                                                            \
+        memset(&zero, 0, sizeof zero);                                                           \
+        memset(&high, 0, sizeof high);                                                           \
+        high += 0xffff0000u;                                                                     \
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)                                        \
+        _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) c[i][j] = zero;                        \
+        for (kk = 0; kk < pp; kk++) {                                                            \
+            NAME##_vec blo[NV], bhi[NV];                                                         \
+            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) {                                  \
+                NAME##_uvec u, t;                                                                \
+                memcpy(&u, B + (size_t)kk * NV * VL + j * VL, VBYTES);                          \
+                t = u << 16;                                                                     \
+                memcpy(&blo[j], &t, VBYTES);                                                     \
+                t = u & high;                                                                    \
+                memcpy(&bhi[j], &t, VBYTES);                                                     \
+            }                                                                                    \
+            _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                  \
+                uint32_t pair = A[(size_t)kk * MR + i], lo_bits = pair << 16, hi_bits = pair & 0xffff0000u; \
+                float lo, hi;                                                                    \
+                memcpy(&lo, &lo_bits, 4);                                                        \
+                memcpy(&hi, &hi_bits, 4);                                                        \
+                _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) {                              \
+                    c[i][j] += (hi - zero) * bhi[j];                                             \
+                    c[i][j] += (lo - zero) * blo[j];                                             \
+                }                                                                                \
+            }                                                                                    \
+        }                                                                                        \
+        AD__BF16_STORE_TILE(NAME##_vec, VBYTES, VL, MR, NV)                                      \
+    }
+AD__DEFINE_BF16_WIDEN_KERNEL(ad__bf16_widen_generic, , 16, 4, 2)
+#if AD__X86_DISPATCH
+AD__DEFINE_BF16_WIDEN_KERNEL(ad__bf16_widen_avx2, __attribute__((target("avx2,fma"))), 32, 4, 2)
+AD__DEFINE_BF16_WIDEN_KERNEL(ad__bf16_widen_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 2)
+#endif
+#undef AD__DEFINE_BF16_WIDEN_KERNEL
+
+#if AD__HAS_BF16_INSTRUCTION
+/* AVX512-BF16: one instruction per pair row and vector, 8 rows by 2 vectors of 16 columns. */
+static __attribute__((target("avx512f,avx512bf16,avx2,fma"))) AD__CODE_ALIGN AD__UNUSED void
+ad__bf16_dot_avx512(int pp, const uint32_t *AD__RESTRICT A, const uint32_t *AD__RESTRICT B, float *C,
+                    ptrdiff_t ldc, int rows, int cols, int accumulate)
+{
+    typedef float vec __attribute__((vector_size(64)));
+    typedef int ivec __attribute__((vector_size(64)));
+    enum { MR = 8, NV = 2, VL = 16 };
+    vec c[MR][NV], zero;
+    int i, j, kk;
+    memset(&zero, 0, sizeof zero);
+    _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)
+    _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) c[i][j] = zero;
+    for (kk = 0; kk < pp; kk++) {
+        ivec b[NV];
+        _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) memcpy(&b[j], B + (size_t)kk * NV * VL + j * VL, 64);
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {
+            ivec a;
+            memset(&a, 0, sizeof a);
+            a += (int)A[(size_t)kk * MR + i];
+            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++)
+                c[i][j] = (vec)_mm512_dpbf16_ps((__m512)c[i][j], (__m512bh)a, (__m512bh)b[j]);
+        }
+    }
+    AD__BF16_STORE_TILE(vec, 64, VL, MR, NV)
+}
+#endif
+#undef AD__BF16_STORE_TILE
+#else
+/* Plain C: the widening kernel on a 4 x 4 tile. */
+static void ad__bf16_widen_generic(int pp, const uint32_t *A, const uint32_t *B, float *C, ptrdiff_t ldc,
+                                   int rows, int cols, int accumulate)
+{
+    float c[4][4] = {{0}};
+    int i, j, kk;
+    for (kk = 0; kk < pp; kk++)
+        for (i = 0; i < 4; i++)
+            for (j = 0; j < 4; j++) {
+                uint32_t a = A[kk * 4 + i], b = B[kk * 4 + j], alo = a << 16, ahi = a & 0xffff0000u,
+                         blo = b << 16, bhi = b & 0xffff0000u;
+                float x, y;
+                memcpy(&x, &ahi, 4);
+                memcpy(&y, &bhi, 4);
+                c[i][j] += x * y;
+                memcpy(&x, &alo, 4);
+                memcpy(&y, &blo, 4);
+                c[i][j] += x * y;
+            }
+    ad__bf16_store(C, ldc, &c[0][0], 4, rows, cols, accumulate);
+}
+#endif /* AD__HAS_VECTOR_EXT */
+
+#if AD__HAS_AMX
+/* AMX's tile configuration (palette 1): each tile's rows and bytes per row. */
+typedef struct ad__amx_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t bytes_per_row[16];
+    uint8_t rows[16];
+} ad__amx_config;
+
+/* AMX: an mc x nc block of C from the A panels (of 32 rows, row after row, pp units each) and
+   B panels (of 32 columns) of one K block. Each 32 x 32 part of it is tiles 0-3 (16 x 16 floats
+   each), from A's two tiles of 16 rows and B's two tiles of 16 columns (4 and 5, 6 and 7), 16
+   pairs of k at a time, from zero: each element of C gets one sum per K block, added to what C
+   holds, whatever part of a block it falls in (so whatever the split over threads). A whole
+   part that is not added is stored by the tiles themselves, the others go through a tile of
+   floats on the stack. The tiles are
+   configured once for the block and released at its end, so that the calling thread holds no
+   tile state between products. */
+static __attribute__((target("amx-tile,amx-bf16,avx512f"))) AD__UNUSED void
+ad__bf16_amx_block(int pp, const uint32_t *apan, const uint32_t *bpan, float *C, ptrdiff_t ldc, int mc, int nc,
+                   int accumulate)
+{
+    ad__amx_config cfg;
+    float tile[32 * 32];
+    int t, kb, ir, jr;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.bytes_per_row[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    for (jr = 0; jr < nc; jr += 32) {
+        const uint32_t *B = bpan + (size_t)jr * pp;
+        for (ir = 0; ir < mc; ir += 32) {
+            const uint32_t *A = apan + (size_t)ir * pp;
+            float *c = C + (ptrdiff_t)ir * ldc + jr;
+            int rows = mc - ir < 32 ? mc - ir : 32, cols = nc - jr < 32 ? nc - jr : 32;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (kb = 0; kb < pp; kb += 16) {
+                _tile_loadd(4, A + kb, pp * 4);
+                _tile_loadd(5, A + (size_t)16 * pp + kb, pp * 4);
+                _tile_loadd(6, B + (size_t)kb * 32, 128);
+                _tile_loadd(7, B + (size_t)kb * 32 + 16, 128);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+            if (rows == 32 && cols == 32 && !accumulate) {
+                _tile_stored(0, c, ldc * 4);
+                _tile_stored(1, c + 16, ldc * 4);
+                _tile_stored(2, c + 16 * ldc, ldc * 4);
+                _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+                continue;
+            }
+            _tile_stored(0, tile, 128);
+            _tile_stored(1, tile + 16, 128);
+            _tile_stored(2, tile + 16 * 32, 128);
+            _tile_stored(3, tile + 16 * 32 + 16, 128);
+            ad__bf16_store(c, ldc, tile, 32, rows, cols, accumulate);
+        }
+    }
+    _tile_release();
+}
+
+/* Whether this processor has AMX-BF16 (CPUID leaf 7: AMX-BF16 and AMX-TILE) and Linux grants
+   the process the tiles' state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, a system call
+   made directly, so that no feature macro is needed). */
+AD__PRIVATE int ad__amx_permitted(void)
+{
+    unsigned a, b, c, d;
+    long rc;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24))) return 0;
+    __asm__ __volatile__("syscall" : "=a"(rc) : "a"(158L), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
+    return rc == 0;
+}
+#endif
+
+/* The bfloat16 kernel of the given kind (T->bf16: AD__BF16_AMX where the tiles were granted). */
+AD__PRIVATE ad__bf16_gemm_kernel ad__bf16_pick(int kind)
+{
+    ad__bf16_gemm_kernel k;
+    k.block = NULL;
+    k.a_by_rows = 0;
+    k.pair_block = 1;
+#if AD__HAS_AMX
+    if (kind == AD__BF16_AMX) {
+        k.fn = NULL;
+        k.block = ad__bf16_amx_block;
+        k.mr = 32;
+        k.nr = 32;
+        k.a_by_rows = 1;
+        k.pair_block = 16;
+        return k;
+    }
+#endif
+    (void)kind;
+#if AD__X86_DISPATCH
+#if AD__HAS_BF16_INSTRUCTION
+    if (ad__isa_features() & AD__ISA_BF16) {
+        k.fn = ad__bf16_dot_avx512;
+        k.mr = 8;
+        k.nr = 32;
+        return k;
+    }
+#endif
+    if (ad__isa() == AD__ISA_AVX512) {
+        k.fn = ad__bf16_widen_avx512;
+        k.mr = 8;
+        k.nr = 32;
+        return k;
+    }
+    if (ad__isa() == AD__ISA_AVX2) {
+        k.fn = ad__bf16_widen_avx2;
+        k.mr = 4;
+        k.nr = 16;
+        return k;
+    }
+#endif
+    k.fn = ad__bf16_widen_generic;
+    k.mr = 4;
+    k.nr = AD__HAS_VECTOR_EXT ? 8 : 4;
+    return k;
+}
+
+/* The bfloat16 product on one thread with kernel ker and that thread's packing buffers pa and
+   pb (the float buffers of ad__gemm_serial, which the pair panels, half their size, fit in).
+   Blocked as ad__gemm_serial is; A and B are always packed, since packing is where they are
+   rounded. */
+AD__PRIVATE void ad__gemm_serial_bf16(ad__bf16_gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int tb, int M,
+                                      int N, int K, const ad_real *A, ptrdiff_t lda, const ad_real *B,
+                                      ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
+{
+    uint32_t *apan = (uint32_t *)(void *)pa, *bpan = (uint32_t *)(void *)pb;
+    const int kstep = ad__gemm_kc(K), mc_max = AD__MC / ker.mr * ker.mr;
+#if AD__X86_DISPATCH
+    const int wide = ad__isa() == AD__ISA_AVX512; /* the packing routines with AVX-512 */
+#endif
+    int jc, pc, ic, jr, ir;
+    for (jc = 0; jc < N; jc += AD__NC) {
+        int nc = N - jc < AD__NC ? N - jc : AD__NC;
+        for (pc = 0; pc < K; pc += kstep) {
+            int kc = K - pc < kstep ? K - pc : kstep, pp = ad__bf16_pairs(kc, ker.pair_block);
+            int acc = accumulate || pc > 0;
+#if AD__X86_DISPATCH
+            if (wide) ad__pack_b_bf16_avx512(tb, B, ldb, pc, kc, jc, nc, ker.nr, pp, bpan);
+            else
+#endif
+                ad__pack_b_bf16(tb, B, ldb, pc, kc, jc, nc, ker.nr, pp, bpan);
+            for (ic = 0; ic < M; ic += mc_max) {
+                int mc = M - ic < mc_max ? M - ic : mc_max;
+#if AD__X86_DISPATCH
+                if (wide) ad__pack_a_bf16_avx512(ta, A, lda, ic, mc, pc, kc, ker.mr, pp, ker.a_by_rows, apan);
+                else
+#endif
+                    ad__pack_a_bf16(ta, A, lda, ic, mc, pc, kc, ker.mr, pp, ker.a_by_rows, apan);
+                if (ker.block) {
+                    ker.block(pp, apan, bpan, C + (ptrdiff_t)ic * ldc + jc, ldc, mc, nc, acc);
+                    continue;
+                }
+                for (jr = 0; jr < nc; jr += ker.nr) {
+                    int nr = nc - jr < ker.nr ? nc - jr : ker.nr;
+                    for (ir = 0; ir < mc; ir += ker.mr) {
+                        int mr = mc - ir < ker.mr ? mc - ir : ker.mr;
+                        ker.fn(pp, apan + (size_t)ir * pp, bpan + (size_t)jr * pp,
+                               C + (ptrdiff_t)(ic + ir) * ldc + jc + jr, ldc, mr, nr, acc);
+                    }
+                }
+            }
+        }
+    }
+}
+#endif /* AD__GEMM_BF16 */
+
+/* The product on one thread in the tape's precision. */
+AD__PRIVATE void ad__gemm_one_thread(int bf16, ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int tb, int M,
+                                     int N, int K, const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
+                                     ad_real *C, ptrdiff_t ldc, int accumulate)
+{
+#if AD__GEMM_BF16
+    if (bf16) {
+        ad__gemm_serial_bf16(ad__bf16_pick(bf16), pa, pb, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+        return;
+    }
+#else
+    (void)bf16;
+#endif
+    ad__gemm_serial(ker, pa, pb, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
 /* One thread's packing buffers: an A block and a B block with room for a last panel, a whole
    number of 64-byte lines, so that every thread's buffers stay aligned. */
 #define AD__PACK_PER_THREAD ((size_t)AD__MC * AD__KC + (size_t)AD__KC * (AD__NC + AD__NR_MAX))
@@ -4071,6 +4607,7 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
 /* One stripe of C per task: rows [r0, r1) or columns [c0, c1) of the whole product. */
 typedef struct ad__gemm_job {
     ad__gemm_kernel ker;
+    int bf16;                /* AD__BF16_*: operands rounded to bfloat16 (>>impl:gemm bfloat16) */
     ad_real *pack;
     int ta, tb, M, N, K, by_rows, stripe;
     const ad_real *A, *B;
@@ -4086,14 +4623,14 @@ AD__PRIVATE void ad__gemm_task(void *ctx, int task, int thread)
     int lo = task * j->stripe, len;
     if (j->by_rows) {
         len = j->M - lo < j->stripe ? j->M - lo : j->stripe;
-        ad__gemm_serial(j->ker, pa, pb, j->ta, j->tb, len, j->N, j->K,
-                        j->ta ? j->A + lo : j->A + (ptrdiff_t)lo * j->lda, j->lda, j->B, j->ldb,
-                        j->C + (ptrdiff_t)lo * j->ldc, j->ldc, j->accumulate);
+        ad__gemm_one_thread(j->bf16, j->ker, pa, pb, j->ta, j->tb, len, j->N, j->K,
+                            j->ta ? j->A + lo : j->A + (ptrdiff_t)lo * j->lda, j->lda, j->B, j->ldb,
+                            j->C + (ptrdiff_t)lo * j->ldc, j->ldc, j->accumulate);
     } else {
         len = j->N - lo < j->stripe ? j->N - lo : j->stripe;
-        ad__gemm_serial(j->ker, pa, pb, j->ta, j->tb, j->M, len, j->K, j->A, j->lda,
-                        j->tb ? j->B + (ptrdiff_t)lo * j->ldb : j->B + lo, j->ldb, j->C + lo, j->ldc,
-                        j->accumulate);
+        ad__gemm_one_thread(j->bf16, j->ker, pa, pb, j->ta, j->tb, j->M, len, j->K, j->A, j->lda,
+                            j->tb ? j->B + (ptrdiff_t)lo * j->ldb : j->B + lo, j->ldb, j->C + lo, j->ldc,
+                            j->accumulate);
     }
 }
 
@@ -4110,10 +4647,11 @@ typedef struct ad__gemm_shared_job {
     int rows_per_task;       /* rows of C (whole register tiles, at most AD__MC) per block task */
 } ad__gemm_shared_job;
 
-/* From AD__SHARE_MACS multiply-adds, products with enough rows share B. */
+/* From AD__SHARE_MACS multiply-adds, products with enough rows share B (in float: the pair
+   panels of bfloat16 products are packed by each thread). */
 AD__PRIVATE int ad__gemm_shares_b(const ad__gemm_job *j, int threads)
 {
-    return threads > 1 && j->M > AD__MC && j->N > 2 * j->ker.nr && (double)j->M * j->N * j->K >= AD__SHARE_MACS;
+    return !j->bf16 && threads > 1 && j->M > AD__MC && j->N > 2 * j->ker.nr && (double)j->M * j->N * j->K >= AD__SHARE_MACS;
 }
 
 AD__PRIVATE void ad__gemm_pack_b_task(void *ctx, int task, int thread)
@@ -4194,8 +4732,8 @@ AD__PRIVATE int ad__gemm_splits_k(const ad__gemm_job *j, int threads)
     if (threads < 2 || blocks < threads || blocks > AD__KSPLIT_MAX_BLOCKS) return 0;
     if ((double)j->M * j->N > AD__KSPLIT_MAX_C) return 0;
     /* the column and narrow kernels serve those shapes better split by rows */
-    if (j->ta && !j->tb && j->N <= j->ker.column_width && j->ker.columns) return 0;
-    if (!j->tb && j->N <= j->ker.narrow_width && j->ker.narrow) return 0;
+    if (!j->bf16 && j->ta && !j->tb && j->N <= j->ker.column_width && j->ker.columns) return 0;
+    if (!j->bf16 && !j->tb && j->N <= j->ker.narrow_width && j->ker.narrow) return 0;
     return 1;
 }
 
@@ -4216,11 +4754,11 @@ AD__PRIVATE void ad__gemm_ksplit_task(void *ctx, int task, int thread)
         const ad_real *a = j->ta ? j->A + (ptrdiff_t)pc * j->lda : j->A + pc;
         const ad_real *bb = j->tb ? j->B + pc : j->B + (ptrdiff_t)pc * j->ldb;
         if (task == 0)
-            ad__gemm_serial(j->ker, pa, pb, j->ta, j->tb, j->M, j->N, kc, a, j->lda, bb, j->ldb, j->C, j->ldc,
-                            j->accumulate || b > 0);
+            ad__gemm_one_thread(j->bf16, j->ker, pa, pb, j->ta, j->tb, j->M, j->N, kc, a, j->lda, bb, j->ldb, j->C,
+                                j->ldc, j->accumulate || b > 0);
         else
-            ad__gemm_serial(j->ker, pa, pb, j->ta, j->tb, j->M, j->N, kc, a, j->lda, bb, j->ldb,
-                            s->part + (size_t)(b - s->first_end) * j->M * j->N, j->N, 0);
+            ad__gemm_one_thread(j->bf16, j->ker, pa, pb, j->ta, j->tb, j->M, j->N, kc, a, j->lda, bb, j->ldb,
+                                s->part + (size_t)(b - s->first_end) * j->M * j->N, j->N, 0);
     }
 }
 
@@ -4253,8 +4791,9 @@ AD__PRIVATE void ad__gemm_ksplit(ad_tape *T, const ad__gemm_ksplit_job *s)
     }
 }
 
-/* Products too small or too thin to pack (and empty ones): done here, returning 1; 0 otherwise. */
-AD__PRIVATE int ad__gemm_unpacked(int ta, int tb, int M, int N, int K, const ad_real *A, ptrdiff_t lda,
+/* Products too small or too thin to pack (and empty ones): done here, returning 1; 0 otherwise.
+   In bfloat16 (bf16 set) only the empty ones: every other product is packed, which rounds it. */
+AD__PRIVATE int ad__gemm_unpacked(int bf16, int ta, int tb, int M, int N, int K, const ad_real *A, ptrdiff_t lda,
                                   const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
 {
     int i;
@@ -4264,7 +4803,7 @@ AD__PRIVATE int ad__gemm_unpacked(int ta, int tb, int M, int N, int K, const ad_
             for (i = 0; i < M; i++) memset(C + (ptrdiff_t)i * ldc, 0, (size_t)N * sizeof(ad_real));
         return 1;
     }
-    if ((double)M * N * K < 8192.0 || M < 4 || N < 4) {
+    if (!bf16 && ((double)M * N * K < 8192.0 || M < 4 || N < 4)) {
         ad__gemm_small(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
         return 1;
     }
@@ -4286,15 +4825,15 @@ AD__PRIVATE ad_real *ad__gemm_buffers(ad_tape *T, int threads, size_t extra)
 }
 
 /* The product on the calling thread alone, with that thread's packing buffers (from
-   ad__gemm_buffers): for work already split over the pool's threads, such as the images of a
-   convolution. */
-AD__PRIVATE void ad__gemm_alone(ad_real *pack, int ta, int tb, int M, int N, int K, const ad_real *A,
+   ad__gemm_buffers), in bfloat16 when bf16 is set: for work already split over the pool's
+   threads, such as the images of a convolution. */
+AD__PRIVATE void ad__gemm_alone(int bf16, ad_real *pack, int ta, int tb, int M, int N, int K, const ad_real *A,
                                 ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc,
                                 int accumulate)
 {
-    if (ad__gemm_unpacked(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return;
-    ad__gemm_serial(ad__gemm_pick(N), pack, pack + (size_t)AD__MC * AD__KC, ta, tb, M, N, K, A, lda, B, ldb, C,
-                    ldc, accumulate);
+    if (ad__gemm_unpacked(bf16, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return;
+    ad__gemm_one_thread(bf16, ad__gemm_pick(N), pack, pack + (size_t)AD__MC * AD__KC, ta, tb, M, N, K, A, lda, B,
+                        ldb, C, ldc, accumulate);
 }
 
 /* Returns 0, or -1 when the packing buffers cannot be allocated. Large products are split into
@@ -4305,8 +4844,9 @@ AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const 
 {
     ad__gemm_job job;
     int threads;
-    if (ad__gemm_unpacked(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return 0;
+    if (ad__gemm_unpacked(T->bf16, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return 0;
     job.ker = ad__gemm_pick(N);
+    job.bf16 = T->bf16;
     threads = (double)M * N * K >= AD__SPLIT_MACS ? ad__thread_count(T) : 1;
     job.ta = ta; job.tb = tb; job.M = M; job.N = N; job.K = K;
     job.A = A; job.B = B; job.C = C;
@@ -8243,7 +8783,7 @@ AD__PRIVATE int ad__conv_gemm(ad_tape *T, ad_real *pack, int ta, int tb, int M, 
                               ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
 {
     if (!pack) return ad__gemm(T, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
-    ad__gemm_alone(pack, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    ad__gemm_alone(T->bf16, pack, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
     return 0;
 }
 
@@ -9802,6 +10342,7 @@ typedef struct ad__attn_job {
     int add_q, add_k, add_v;
     ad_real *pack, *scratch;     /* per thread: AD__PACK_PER_THREAD and scratch_len values */
     size_t scratch_len;
+    int bf16;                    /* the tape's kind of products, AD__BF16_* */
     int tq, tk, d, dv, causal;
     int bq, bk;                  /* query rows and keys of a block */
     ad_real scale;
@@ -9846,7 +10387,7 @@ AD__PRIVATE void ad__attn_forward_task(void *ctx, int p, int thread)
             int nk = kend - j0 < bk ? kend - j0 : bk;
             /* s = q_i k_j^T scale, less each row's running maximum; keys a row does not see are
                0 before the exp and after it */
-            ad__gemm_alone(pack, 0, 1, nq, nk, d, q + (size_t)i0 * d, d, k + (size_t)j0 * d, d, s, nk, 0);
+            ad__gemm_alone(j->bf16, pack, 0, 1, nq, nk, d, q + (size_t)i0 * d, d, k + (size_t)j0 * d, d, s, nk, 0);
             for (r = 0; r < nq; r++) {
                 ad_real *row = s + (size_t)r * nk, mx;
                 int valid = ad__attn_valid(j, i0 + r, j0, nk);
@@ -9879,7 +10420,7 @@ AD__PRIVATE void ad__attn_forward_task(void *ctx, int p, int thread)
                     for (c = 0; c < dv; c++) orow[c] *= alpha[r];
                 }
             }
-            ad__gemm_alone(pack, 0, 0, nq, dv, nk, s, nk, v + (size_t)j0 * dv, dv, o + (size_t)i0 * dv, dv, j0 > 0);
+            ad__gemm_alone(j->bf16, pack, 0, 0, nq, dv, nk, s, nk, v + (size_t)j0 * dv, dv, o + (size_t)i0 * dv, dv, j0 > 0);
         }
         for (r = 0; r < nq; r++) {
             ad_real *orow = o + (size_t)(i0 + r) * dv, inv = 1 / l[r];
@@ -9913,7 +10454,7 @@ AD__PRIVATE void ad__attn_backward_task(void *ctx, int p, int thread)
         int nk = j->tk - j0 < bk ? j->tk - j0 : bk;
         for (i0 = j->causal ? j0 / bq * bq : 0; i0 < j->tq; i0 += bq) {
             int nq = j->tq - i0 < bq ? j->tq - i0 : bq;
-            ad__gemm_alone(pack, 0, 1, nq, nk, d, q + (size_t)i0 * d, d, k + (size_t)j0 * d, d, s, nk, 0);
+            ad__gemm_alone(j->bf16, pack, 0, 1, nq, nk, d, q + (size_t)i0 * d, d, k + (size_t)j0 * d, d, s, nk, 0);
             for (r = 0; r < nq; r++) {
                 ad_real *row = s + (size_t)r * nk, sub = lse[i0 + r];
                 int valid = ad__attn_valid(j, i0 + r, j0, nk);
@@ -9926,18 +10467,18 @@ AD__PRIVATE void ad__attn_backward_task(void *ctx, int p, int thread)
                 for (c = valid; c < nk; c++) s[(size_t)r * nk + c] = 0;
             }
             if (dvp)
-                ad__gemm_alone(pack, 1, 0, nk, dv, nq, s, nk, g + (size_t)i0 * dv, dv, dvp + (size_t)j0 * dv, dv, 1);
+                ad__gemm_alone(j->bf16, pack, 1, 0, nk, dv, nq, s, nk, g + (size_t)i0 * dv, dv, dvp + (size_t)j0 * dv, dv, 1);
             if (!dq && !dk) continue;
-            ad__gemm_alone(pack, 0, 1, nq, nk, dv, g + (size_t)i0 * dv, dv, v + (size_t)j0 * dv, dv, ds, nk, 0);
+            ad__gemm_alone(j->bf16, pack, 0, 1, nq, nk, dv, g + (size_t)i0 * dv, dv, v + (size_t)j0 * dv, dv, ds, nk, 0);
             for (r = 0; r < nq; r++) {
                 const ad_real *prow = s + (size_t)r * nk;
                 ad_real *row = ds + (size_t)r * nk, sub = dsum[i0 + r];
                 for (c = 0; c < nk; c++) row[c] = prow[c] * (row[c] - sub) * j->scale;
             }
             if (dq)
-                ad__gemm_alone(pack, 0, 0, nq, d, nk, ds, nk, k + (size_t)j0 * d, d, dq + (size_t)i0 * d, d, 1);
+                ad__gemm_alone(j->bf16, pack, 0, 0, nq, d, nk, ds, nk, k + (size_t)j0 * d, d, dq + (size_t)i0 * d, d, 1);
             if (dk)
-                ad__gemm_alone(pack, 1, 0, nk, d, nq, ds, nk, q + (size_t)i0 * d, d, dk + (size_t)j0 * d, d, 1);
+                ad__gemm_alone(j->bf16, pack, 1, 0, nk, d, nq, ds, nk, q + (size_t)i0 * d, d, dk + (size_t)j0 * d, d, 1);
         }
     }
 }
@@ -9959,6 +10500,7 @@ AD__PRIVATE int ad__attn_run(ad_tape *T, ad__attn_job *job, int backward, int pa
     job->scratch = (ad_real *)ad__alloc(T, job->scratch_len * (size_t)threads * sizeof(ad_real), "ad_attention");
     if (!job->scratch) return -1;
     job->pack = ad__gemm_buffers(T, threads, 0);
+    job->bf16 = T->bf16;
     if (!job->pack) {
         ad__fail(T, "ad_attention: out of memory for the packing buffer");
         return -1;
