@@ -19,11 +19,11 @@
 
 /* Options that define a run: given again with --resume, they must agree with the checkpoint. */
 enum { GIVEN_EPOCHS = 1, GIVEN_BATCH = 2, GIVEN_LR = 4, GIVEN_OPTIMIZER = 8, GIVEN_WEIGHT_DECAY = 16,
-       GIVEN_HIDDEN = 32, GIVEN_SEED = 64, GIVEN_LIMIT = 128, GIVEN_CHECKPOINT = 256 };
+       GIVEN_HIDDEN = 32, GIVEN_SEED = 64, GIVEN_LIMIT = 128, GIVEN_CHECKPOINT = 256, GIVEN_BF16 = 512 };
 
 typedef struct options {
     const char *data, *checkpoint, *plot, *optimizer, *resume;
-    int cnn, epochs, batch, threads, limit, stop_after, fashion, given;
+    int cnn, epochs, batch, threads, limit, stop_after, fashion, bf16, given;
     double lr, weight_decay;
     unsigned long long seed;
     int sizes[MNIST_MAX_LAYERS + 1], nsizes; /* MLP: 784, hidden..., 10; CNN: channels c1, c2 */
@@ -54,6 +54,7 @@ static void usage(const char *argv0, const options *d)
            "                     options; --epochs may change the planned length (the learning-rate\n"
            "                     schedule then follows the new length from the present step)\n"
            "  --stop-after N     stop after epoch N, as an interrupted run would (--resume goes on)\n"
+           "  --bf16             matrix products in bfloat16, summed in float (mixed precision)\n"
            "  --fashion          the data is Fashion-MNIST: name its classes in the report\n"
            "  --plot PATH        where to write the SVG plot (default %s)\n"
            "  --help             this text\n",
@@ -107,6 +108,11 @@ static int parse_options(int argc, char **argv, int cnn, options *o, int speak)
         }
         if (!strcmp(arg, "--fashion")) {
             o->fashion = 1;
+            continue;
+        }
+        if (!strcmp(arg, "--bf16")) {
+            o->bf16 = 1;
+            o->given |= GIVEN_BF16;
             continue;
         }
         if (!val) {
@@ -317,11 +323,13 @@ static int write_plot(const char *path, const history *hist)
 
 /* ---- the run, kept in the checkpoint's extra bytes ----
    "MNISTRUN", u32 version, then u32: cnn, the layer sizes (count, then MNIST_MAX_LAYERS + 1
-   slots), batch, limit, optimizer (0 SGD, 1 Adam), planned epochs, epochs done; u64: seed, step;
-   f64: lr, weight decay; the batcher's state; the dropout generator (4 x u64); per epoch done,
-   f64 train loss, train accuracy, test loss, test accuracy. All little-endian. */
-#define RUN_VERSION 1
-#define RUN_FIXED_BYTES (8 + 4 * (3 + MNIST_MAX_LAYERS + 1 + 5) + 4 * 8 + AD_BATCHER_STATE_BYTES + 4 * 8)
+   slots), batch, limit, optimizer (0 SGD, 1 Adam), products (0 float, 1 bfloat16; not in
+   version 1, whose runs are in float), planned epochs, epochs done; u64: seed, step; f64: lr,
+   weight decay; the batcher's state; the dropout generator (4 x u64); per epoch done, f64 train
+   loss, train accuracy, test loss, test accuracy. All little-endian. */
+#define RUN_VERSION 2
+#define RUN_FIXED_BYTES_V1 (8 + 4 * (3 + MNIST_MAX_LAYERS + 1 + 5) + 4 * 8 + AD_BATCHER_STATE_BYTES + 4 * 8)
+#define RUN_FIXED_BYTES (RUN_FIXED_BYTES_V1 + 4)
 #define RUN_BYTES(epochs) (RUN_FIXED_BYTES + 4 * 8 * (size_t)(epochs))
 
 /* Where a run stands between two epochs. */
@@ -345,6 +353,7 @@ static size_t pack_run(unsigned char *buf, const options *o, const history *h, c
     p = put_u32(p, (uint32_t)o->batch);
     p = put_u32(p, (uint32_t)o->limit);
     p = put_u32(p, strcmp(o->optimizer, "adam") == 0);
+    p = put_u32(p, (uint32_t)o->bf16);
     p = put_u32(p, (uint32_t)o->epochs);
     p = put_u32(p, (uint32_t)r->epochs_done);
     p = put_u64(p, o->seed);
@@ -369,14 +378,22 @@ static int unpack_run(const unsigned char *buf, size_t len, options *saved, hist
                       size_t cap)
 {
     const unsigned char *p = buf;
+    size_t fixed;
+    uint32_t version;
     int i;
-    if (len < RUN_FIXED_BYTES || memcmp(buf, "MNISTRUN", 8) != 0) {
+    if (len < RUN_FIXED_BYTES_V1 || memcmp(buf, "MNISTRUN", 8) != 0) {
         snprintf(why, cap, "it holds no run of this program (a model saved otherwise can be used by predict)");
         return -1;
     }
     p += 8;
-    if (get_u32(&p) != RUN_VERSION) {
+    version = get_u32(&p);
+    if (version != 1 && version != RUN_VERSION) {
         snprintf(why, cap, "its run was saved by another version of this program");
+        return -1;
+    }
+    fixed = version == 1 ? RUN_FIXED_BYTES_V1 : RUN_FIXED_BYTES;
+    if (len < fixed) {
+        snprintf(why, cap, "its run is malformed");
         return -1;
     }
     saved->cnn = (int)get_u32(&p);
@@ -385,6 +402,7 @@ static int unpack_run(const unsigned char *buf, size_t len, options *saved, hist
     saved->batch = (int)get_u32(&p);
     saved->limit = (int)get_u32(&p);
     saved->optimizer = get_u32(&p) ? "adam" : "sgd";
+    saved->bf16 = version == 1 ? 0 : (int)get_u32(&p);
     saved->epochs = (int)get_u32(&p);
     r->epochs_done = (int)get_u32(&p);
     saved->seed = get_u64(&p);
@@ -395,7 +413,8 @@ static int unpack_run(const unsigned char *buf, size_t len, options *saved, hist
     p += AD_BATCHER_STATE_BYTES;
     for (i = 0; i < 4; i++) r->dropout.s[i] = get_u64(&p);
     if (saved->nsizes < 2 || saved->nsizes > MNIST_MAX_LAYERS + 1 || r->epochs_done < 0 ||
-        r->epochs_done > MAX_EPOCHS || len != RUN_BYTES(r->epochs_done)) {
+        r->epochs_done > MAX_EPOCHS || saved->bf16 < 0 || saved->bf16 > 1 ||
+        len != fixed + 4 * 8 * (size_t)r->epochs_done) {
         snprintf(why, cap, "its run is malformed");
         return -1;
     }
@@ -425,6 +444,7 @@ static int adopt_run(options *o, const options *saved, const char *argv0, char *
     else if ((o->given & GIVEN_WEIGHT_DECAY) && o->weight_decay != saved->weight_decay) clash = "--weight-decay";
     else if ((o->given & GIVEN_SEED) && o->seed != saved->seed) clash = "--seed";
     else if ((o->given & GIVEN_LIMIT) && o->limit != saved->limit) clash = "--limit";
+    else if ((o->given & GIVEN_BF16) && o->bf16 != saved->bf16) clash = "--bf16";
     else if ((o->given & GIVEN_HIDDEN) &&
              (o->nsizes != saved->nsizes || memcmp(o->sizes, saved->sizes, (size_t)o->nsizes * sizeof(int)) != 0))
         clash = "--hidden";
@@ -439,6 +459,7 @@ static int adopt_run(options *o, const options *saved, const char *argv0, char *
     o->weight_decay = saved->weight_decay;
     o->seed = saved->seed;
     o->limit = saved->limit;
+    o->bf16 = saved->bf16;
     o->nsizes = saved->nsizes;
     memcpy(o->sizes, saved->sizes, sizeof o->sizes);
     if (!(o->given & GIVEN_EPOCHS)) o->epochs = saved->epochs;
@@ -535,7 +556,8 @@ static int mnist_run(int argc, char **argv, int cnn, const train_group *g)
             printf("MLP");
             for (i = 0; i < o.nsizes; i++) printf("%s%d", i ? "-" : " ", o.sizes[i]);
         }
-        printf(", %s, lr %g, batch %d, %d epochs", o.optimizer, o.lr, o.batch, o.epochs);
+        printf(", %s, lr %g, batch %d, %d epochs%s", o.optimizer, o.lr, o.batch, o.epochs,
+               o.bf16 ? ", bfloat16 products" : "");
         if (g) printf(", %d processes", g->ranks);
         printf("\n");
     }
@@ -559,6 +581,9 @@ static int mnist_run(int argc, char **argv, int cnn, const train_group *g)
     rc = opt && T && xb && yb &&
          ad_batcher_init(&batcher, &train, o.batch, AD_BATCH_SHUFFLE, o.seed, err, sizeof err) == 0;
     snprintf(why, sizeof why, "setup failed: %s", opt ? err : ad_params_error(P));
+    if (setup_step(g, rc, why) != 0) return 1;
+    rc = !o.bf16 || ad_set_matmul_precision(T, AD_MATMUL_BFLOAT16) >= 0;
+    snprintf(why, sizeof why, "--bf16: %s", tape_error(T));
     if (setup_step(g, rc, why) != 0) return 1;
     if (o.resume) {
         rc = ad_checkpoint_load(o.resume, P, opt) == 0 &&

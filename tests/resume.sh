@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Exact resume of the MNIST examples: for the MLP and the CNN, with SGD and with Adam, 2 epochs in
-# one run and 1 epoch, stopped, then --resume to 2 epochs must write byte-identical checkpoints.
+# Exact resume of the MNIST examples: for the MLP and the CNN, with SGD and with Adam, and for the
+# MLP with bfloat16 products, 2 epochs in one run and 1 epoch, stopped, then --resume to 2 epochs
+# must write byte-identical checkpoints.
 # Also: a resume whose options clash with the saved run, and one from a file without a run, are
 # refused. Needs MNIST_DIR (skipped without it). Environment: CC (default cc).
 set -u
@@ -34,6 +35,24 @@ for prog in mnist mnist_cnn; do
         fi
     done
 done
+# the MLP with bfloat16 products: resumed in bfloat16 from what the checkpoint says, and a
+# resume of a float run with --bf16 refused
+rm -f "$OUT/straight.ckpt" "$OUT/resumed.ckpt"
+if run mnist --bf16 --epochs 2 --checkpoint "$OUT/straight.ckpt" &&
+    run mnist --bf16 --epochs 2 --stop-after 1 --checkpoint "$OUT/resumed.ckpt" &&
+    run mnist --resume "$OUT/resumed.ckpt" && grep -q 'bfloat16 products' "$OUT/last.log" &&
+    cmp -s "$OUT/straight.ckpt" "$OUT/resumed.ckpt"; then
+    echo "resume mnist --bf16: byte-identical checkpoints"
+else
+    echo "FAIL resume mnist --bf16"; tail -5 "$OUT/last.log"; failed=$((failed + 1))
+fi
+if run mnist --resume "$OUT/mnist.ckpt" --bf16; then
+    echo "FAIL resume of a float run with --bf16 was accepted"; failed=$((failed + 1))
+elif grep -q -- '--bf16 differs from the run saved in' "$OUT/last.log"; then
+    echo "resume: --bf16 on a float run is refused"
+else
+    echo "FAIL resume: --bf16: $(tail -1 "$OUT/last.log")"; failed=$((failed + 1))
+fi
 if run mnist --resume "$OUT/mnist.ckpt" --batch 32; then
     echo "FAIL resume with a clashing --batch was accepted"; failed=$((failed + 1))
 elif grep -q -- '--batch differs from the run saved in' "$OUT/last.log"; then
