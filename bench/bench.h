@@ -75,6 +75,20 @@ BENCH_FN int bench_threads(void)
     return t > 0 ? t : 1;
 }
 
+/* The precision of a run's products: with the environment variable BENCH_BF16=1 T's products
+   are in bfloat16 (ad_set_matmul_precision) and the run's result keys start with "bf16."; the
+   prefix is returned. */
+BENCH_FN const char *bench_precision(ad_tape *T)
+{
+    const char *s = getenv("BENCH_BF16");
+    if (!s || atoi(s) != 1) return "";
+    if (ad_set_matmul_precision(T, AD_MATMUL_BFLOAT16) < 0) {
+        fprintf(stderr, "bench: %s\n", ad_tape_error(T));
+        exit(1);
+    }
+    return "bf16.";
+}
+
 /* ---- MNIST ---------------------------------------------------------------------------------- */
 
 /* Inflates path with `gzip -dc` into a malloc'd buffer; returns NULL on any failure. */

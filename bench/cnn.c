@@ -29,6 +29,8 @@ int main(void)
     ad_tape *T = ad_tape_new();
     int *yb, *perm;
     double times[64], walls[64], loss_sum = 0;
+    char key[64];
+    const char *prefix;
 
     if (epochs < 1) epochs = 1;
     if (epochs > 64) epochs = 64;
@@ -52,8 +54,10 @@ int main(void)
     perm = (int *)malloc((size_t)d.n * sizeof(int));
     if (!opt || !T || !yb || !perm) return 1;
     ad_set_threads(T, bench_threads());
-    printf("# CNN conv5x5(1-8)-pool-conv5x5(8-16)-pool-fc, %s (%d images), batch %d, SGD lr 0.05, %d epoch(s), %d thread(s)\n",
-           d.real ? "MNIST" : "synthetic data", d.n, BATCH, epochs, bench_threads());
+    prefix = bench_precision(T);
+    printf("# CNN conv5x5(1-8)-pool-conv5x5(8-16)-pool-fc, %s (%d images), batch %d, SGD lr 0.05, %d epoch(s), "
+           "%d thread(s)%s\n", d.real ? "MNIST" : "synthetic data", d.n, BATCH, epochs, bench_threads(),
+           *prefix ? ", bfloat16 products" : "");
     ad_rng_seed(&rng, 1);
     for (i = 0; i < d.n; i++) perm[i] = i;
 
@@ -88,9 +92,12 @@ int main(void)
         printf("# epoch %d: %.3f s, mean train loss %.4f\n", e + 1, times[e], loss_sum / n_used);
         fflush(stdout);
     }
-    bench_result("cnn.loss.ours", loss_sum / n_used);
-    bench_result("cnn.s_epoch.ours", bench_median(times, epochs));
-    bench_result("cnn.s_epoch_wall.ours", bench_median(walls, epochs));
+    snprintf(key, sizeof key, "%scnn.loss.ours", prefix);
+    bench_result(key, loss_sum / n_used);
+    snprintf(key, sizeof key, "%scnn.s_epoch.ours", prefix);
+    bench_result(key, bench_median(times, epochs));
+    snprintf(key, sizeof key, "%scnn.s_epoch_wall.ours", prefix);
+    bench_result(key, bench_median(walls, epochs));
     ad_tape_free(T);
     ad_optim_free(opt);
     ad_params_free(P);

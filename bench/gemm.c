@@ -4,7 +4,8 @@
    64. Also measures one core's fp32 peak with an FMA loop on 512-bit vectors and, on several
    threads, how much faster that loop runs on all of them at once than on one (the most any
    threaded code could gain on the machine at that moment), and checks that both libraries give
-   the same product. Timed batches of the two libraries alternate.
+   the same product. Timed batches of the two libraries alternate, and with them batches of
+   autodiff.h's products in bfloat16 (ad_set_matmul_precision), reported beside its float ones.
 
    Build: cc -O2 -I. bench/gemm.c -lm -lpthread                        (autodiff.h alone)
           cc -O2 -I. -DBENCH_CBLAS bench/gemm.c -lopenblas -lm -lpthread  (with OpenBLAS)
@@ -187,7 +188,7 @@ int main(int argc, char **argv)
 {
     enum { BATCHES = 5 };
     const double batch_seconds = 0.06;
-    ad_tape *T = ad_tape_new();
+    ad_tape *T = ad_tape_new(), *Tb = ad_tape_new(); /* Tb: products in bfloat16 */
     ad_rng rng;
     double peak;
     int si;
@@ -195,8 +196,10 @@ int main(int argc, char **argv)
     openblas_set_num_threads(bench_threads());
     printf("# OpenBLAS %s, kernels for %s\n", openblas_get_config(), openblas_get_corename());
 #endif
-    if (!T) return 1;
+    if (!T || !Tb) return 1;
     ad_set_threads(T, bench_threads());
+    ad_set_threads(Tb, bench_threads());
+    ad_set_matmul_precision(Tb, AD_MATMUL_BFLOAT16);
     ad_rng_seed(&rng, 42);
     peak = measure_peak();
     printf("# peak of one core (FMA loop on 512-bit vectors): %.1f GFLOP/s\n", peak);
@@ -210,7 +213,7 @@ int main(int argc, char **argv)
     for (si = 0; si < NSHAPES; si++) {
         const gemm_shape *s = &shapes[si];
         size_t na = (size_t)s->M * s->K, nb = (size_t)s->K * s->N, nc = (size_t)s->M * s->N, i;
-        double flops = 2.0 * s->M * s->N * s->K, t_ours[BATCHES], t_blas[BATCHES], g_ours, t;
+        double flops = 2.0 * s->M * s->N * s->K, t_ours[BATCHES], t_blas[BATCHES], t_bf16[BATCHES], g_ours, g_bf16, t;
         gemm_job job;
         char key[128], line[512];
         int reps, b, wanted = argc < 2, a;
@@ -234,6 +237,9 @@ int main(int argc, char **argv)
         reps = 1;
         while (t * reps < batch_seconds && reps < 1 << 20) reps *= 2;
         for (b = 0; b < BATCHES; b++) {
+            job.T = Tb;
+            t_bf16[b] = time_reps(run_ours, &job, reps);
+            job.T = T;
             t_ours[b] = time_reps(run_ours, &job, reps);
 #ifdef BENCH_CBLAS
             t_blas[b] = time_reps(run_blas, &job, reps);
@@ -242,6 +248,9 @@ int main(int argc, char **argv)
         g_ours = flops * reps / bench_median(t_ours, BATCHES) * 1e-9;
         snprintf(key, sizeof key, "gemm.%s.ours", s->name);
         bench_result(key, g_ours);
+        g_bf16 = flops * reps / bench_median(t_bf16, BATCHES) * 1e-9;
+        snprintf(key, sizeof key, "bf16.gemm.%s.ours", s->name);
+        bench_result(key, g_bf16);
         snprintf(line, sizeof line, "# %-9s %s%s %-24s autodiff.h %6.1f GFLOP/s", s->name,
                  s->ta ? "T" : "N", s->tb ? "T" : "N", s->what, g_ours);
         if (peak > 0)
@@ -273,6 +282,7 @@ int main(int argc, char **argv)
         (void)t_blas;
         (void)i;
 #endif
+        snprintf(line + strlen(line), sizeof line - strlen(line), "  bfloat16 %6.1f", g_bf16);
         printf("%s\n", line);
         fflush(stdout);
         free(A);
@@ -280,5 +290,6 @@ int main(int argc, char **argv)
         free(C);
     }
     ad_tape_free(T);
+    ad_tape_free(Tb);
     return 0;
 }

@@ -54,7 +54,7 @@ int main(int argc, char **argv)
     int *yb, *perm, i;
     double times[64], walls[64], loss_sum = 0;
     char key[160], name[96];
-    const char *p = spec;
+    const char *p = spec, *prefix;
     int root = 1; /* the process that reports */
 #ifdef BENCH_MPI
     dp_group dp;
@@ -129,6 +129,8 @@ int main(int argc, char **argv)
     T = ad_tape_new();
     if (!yb || !perm || !T || !opt) return 1;
     ad_set_threads(T, bench_threads());
+    prefix = bench_precision(T);
+    if (root && *prefix) printf("# products in bfloat16\n");
     for (i = 0; i < d.n; i++) perm[i] = i;
 #ifdef BENCH_MPI
     if (dp_attach(&dp, P, &dpo) != 0) return 1;
@@ -203,11 +205,11 @@ int main(int argc, char **argv)
     dp_detach(&dp);
     MPI_Finalize();
 #else
-    snprintf(key, sizeof key, "mlp.%s.loss.ours", name);
+    snprintf(key, sizeof key, "%smlp.%s.loss.ours", prefix, name);
     bench_result(key, loss_sum / d.n);
-    snprintf(key, sizeof key, "mlp.%s.s_epoch.ours", name);
+    snprintf(key, sizeof key, "%smlp.%s.s_epoch.ours", prefix, name);
     bench_result(key, bench_median(times, epochs));
-    snprintf(key, sizeof key, "mlp.%s.s_epoch_wall.ours", name);
+    snprintf(key, sizeof key, "%smlp.%s.s_epoch_wall.ours", prefix, name);
     bench_result(key, bench_median(walls, epochs));
     bench_result("mlp.real_data", d.real);
 #endif

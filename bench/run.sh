@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Benchmarks autodiff.h side by side with OpenBLAS (GEMM) and PyTorch (GEMM, scalar tape,
 # optimizer steps, elementwise functions, MLP and CNN epochs, training steps of a small GPT and
-# of an LSTM language model), where installed, and its fused recurrent cells against the same
-# cells written with its other ops. Where MPI is installed (mpicc, mpirun), also MLP epochs
-# trained data-parallel on 2 processes against 1 process of 1 and of 2 threads. Builds the programs, runs each several times, interleaving
-# ours and the peer's, and prints one table of medians, also written to build/bench.md. Raw
-# results go to build/bench/results.txt, the programs' commentary (the training steps' arena
-# peak among it) to build/bench/log.txt.
+# of an LSTM language model), where installed, its fused recurrent cells against the same cells
+# written with its other ops, and its products and epochs in bfloat16 against float32. Where MPI
+# is installed (mpicc, mpirun), also MLP epochs trained data-parallel on 2 processes against 1
+# process of 1 and of 2 threads. Builds the programs, runs each several times, interleaving ours
+# and the peer's, and prints one table of medians, also written to build/bench.md. Raw results go
+# to build/bench/results.txt, the programs' commentary (the training steps' arena peak among it)
+# to build/bench/log.txt.
 #
 # Environment:
 #   CC                compiler (default cc); programs are built with -O2 and no -march flags
@@ -174,6 +175,7 @@ for t in $THREADS; do
             for who in $order; do
                 if [ $who = ours ]; then
                     one "$t" "$r" "mlp $cfg (autodiff.h)" "$OUT/mlp" "$cfg"
+                    one "$t" "$r" "mlp $cfg (autodiff.h, bfloat16)" env BENCH_BF16=1 "$OUT/mlp" "$cfg"
                 elif [ -n "$PY" ]; then
                     one "$t" "$r" "mlp $cfg (PyTorch)" env OPENBLAS_NUM_THREADS=1 "$PY" bench/torch_bench.py mlp "$cfg"
                 fi
@@ -182,6 +184,7 @@ for t in $THREADS; do
         for who in $order; do
             if [ $who = ours ]; then
                 one "$t" "$r" "cnn (autodiff.h)" "$OUT/cnn"
+                one "$t" "$r" "cnn (autodiff.h, bfloat16)" env BENCH_BF16=1 "$OUT/cnn"
             elif [ -n "$PY" ]; then
                 one "$t" "$r" "cnn (PyTorch)" env OPENBLAS_NUM_THREADS=1 "$PY" bench/torch_bench.py cnn
             fi
@@ -249,6 +252,13 @@ ROWS=$OUT/rows.txt
         key=$1; shift
         echo "GEMM $*, GFLOP/s|gemm.$key.ours|gemm.$key.torch|torch.mm|hi"
     done
+    for s in "sq512 512x512x512" "sq1024 1024x1024x1024" "sq2048 2048x2048x2048" \
+             "mlp2_fwd1 MLP2 fwd x.W1 64x784.784x512" "mlp2_gWt2 MLP2 bwd g.W2^T 64x256.256x512" \
+             "mlp2_xTg1 MLP2 bwd x^T.g 784x64.64x512"; do
+        set -- $s
+        key=$1; shift
+        echo "GEMM $*, bfloat16 products against float32, GFLOP/s|bf16.gemm.$key.ours|gemm.$key.ours|autodiff.h float32|hi"
+    done
     echo "scalar tape f(a,b): record+backward+reset, ns/op|tape.ns_op.ours|tape.ns_op.torch|PyTorch|lo"
     echo "SGD step, 535818 parameters (MLP 784-512-256-10), us|optim.sgd.us.ours|optim.sgd.us.torch|PyTorch|lo"
     echo "SGD momentum 0.9 step, same parameters, us|optim.momentum.us.ours|optim.momentum.us.torch|PyTorch|lo"
@@ -263,6 +273,10 @@ ROWS=$OUT/rows.txt
     echo "MNIST CNN conv5x5(1-8)-pool-conv5x5(8-16)-pool-fc epoch, s|cnn.s_epoch.ours|cnn.s_epoch.torch|PyTorch|lo"
     echo "MLP 784-512-256-10 last-epoch train loss|mlp.784-512-256-10.loss.ours|mlp.784-512-256-10.loss.torch|PyTorch|-"
     echo "CNN last-epoch train loss|cnn.loss.ours|cnn.loss.torch|PyTorch|-"
+    echo "MNIST MLP 784-128-10 epoch, bfloat16 products against float32, s|bf16.mlp.784-128-10.s_epoch.ours|mlp.784-128-10.s_epoch.ours|autodiff.h float32|lo"
+    echo "MNIST MLP 784-512-256-10 epoch, bfloat16 products against float32, s|bf16.mlp.784-512-256-10.s_epoch.ours|mlp.784-512-256-10.s_epoch.ours|autodiff.h float32|lo"
+    echo "MNIST CNN epoch, bfloat16 products against float32, s|bf16.cnn.s_epoch.ours|cnn.s_epoch.ours|autodiff.h float32|lo"
+    echo "MLP 784-512-256-10 last-epoch train loss, bfloat16 against float32|bf16.mlp.784-512-256-10.loss.ours|mlp.784-512-256-10.loss.ours|autodiff.h float32|-"
     echo "GPT step (4L 4H 128, B12 T64), tokens/s|gpt.tok_s.ours|gpt.tok_s.torch|PyTorch|hi"
     echo "GPT step, GFLOP/s of its matrix products (share of the FMA peak)|gpt.gflops.ours|gpt.gflops.torch|PyTorch|-"
     echo "GPT step, first loss (ln 65 = 4.1744)|gpt.loss0.ours|gpt.loss0.torch|PyTorch|-"
