@@ -326,13 +326,15 @@ AUTODIFF_API int ad_get_threads(const ad_tape *T);
    Both operands of every product (ad_matmul, ad_matmul_t, ad_linear, the convolutions, the
    recurrent cells, the attention's two products, and the products of their gradients) are
    rounded to bfloat16 (8 significant bits, to nearest even) and the products are summed in
-   float: with AVX512-BF16's dot-product instruction where the processor has it, else with the
-   same rounding and float multiply-adds. Parameters, gradients, optimizer state and every
-   other op stay in float. Where the instruction is, products run about twice as fast; a
-   product's result is that of its operands rounded, within about 2^-8 of each term of the
-   float result. Results stay bitwise the same for any thread count. Returns the previous
-   setting, or -1 with T's error set for an unknown precision, or for AD_MATMUL_BFLOAT16 in a
-   build with AUTODIFF_DOUBLE, which keeps its products in double. */
+   float, on AMX's tiles where the processor has them (Intel Xeon from Sapphire Rapids on; the
+   call asks Linux for the tiles' state, which a process must do once), else with AVX512-BF16's
+   dot-product instruction, else with the same rounding and float multiply-adds, which is
+   slower than float products. Parameters, gradients, optimizer state and every other op stay
+   in float. A product's result is that of its operands rounded, within about 2^-8 of each term
+   of the float result; with AMX, large products are several times as fast as in float (README
+   has figures). Results stay bitwise the same for any thread count. Returns the previous setting, or -1 with T's
+   error set for an unknown precision, or for AD_MATMUL_BFLOAT16 in a build with
+   AUTODIFF_DOUBLE, which keeps its products in double. */
 enum { AD_MATMUL_FLOAT32 = 0, AD_MATMUL_BFLOAT16 = 1 };
 AUTODIFF_API int ad_set_matmul_precision(ad_tape *T, int precision);
 AUTODIFF_API int ad_get_matmul_precision(const ad_tape *T);
@@ -4158,8 +4160,8 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
    Three kinds of kernel, by what the processor has:
    - AMX (Intel's tile registers, with Linux's leave to use them, asked for when a tape is set to
      bfloat16): 32 x 32 of C from four 16 x 16 tiles, 16 pairs of k per tile product;
-   - AVX512-BF16's vector dot product (AMD's cores; on Intel's it ran at a quarter of an FMA's
-     rate here, 0.45 per cycle against 1.9 on family 6 model 207, which has AMX);
+   - AVX512-BF16's vector dot product (AMD's cores; Intel's cores with AMX run it at a fraction
+     of an FMA's rate, so AMX comes first);
    - elsewhere the halves are widened back to floats and multiplied with float FMAs: the same
      rounding of the operands, slower than float products.
    K is blocked as ad__gemm blocks it, so every element of C is the same sequence of operations

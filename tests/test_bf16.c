@@ -10,6 +10,10 @@
 
 #include <float.h>
 
+/* TH_QUICK (the sanitizer runs): fewer random roundings, and the kernels on two of the four
+   transposes */
+static int quick;
+
 #if AD__GEMM_BF16
 
 /* The bfloat16 value nearest to x (ties to even), by scaling in double: x's unit in the last
@@ -77,7 +81,7 @@ static void test_rounding(void)
     }
     /* random floats of every size, and values next to ties, against the reference */
     ad_rng_seed(&rng, 7);
-    for (n = 0; n < 200000; n++) {
+    for (n = 0; n < (quick ? 20000 : 200000); n++) {
         uint32_t u = (uint32_t)ad_rng_below(&rng, 0xffffffffu);
         float x, want;
         if (n % 4 == 1) u = (u & 0xffff0000u) | 0x8000u; /* ties */
@@ -189,7 +193,7 @@ static void test_kernels(void)
     for (k = 0; k < nk; k++) {
         double worst = 0;
         for (s = 0; s < NSHAPES; s++)
-            for (t = 0; t < 4; t++) {
+            for (t = 0; t < 4; t += quick ? 3 : 1) {
                 int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ta = t & 1, tb = t >> 1;
                 double w;
                 if ((size_t)M * K > 300 * 800 || (size_t)K * N > 800 * 300 || (size_t)M * N > 300 * 300) continue;
@@ -423,6 +427,7 @@ static void test_setting(void)
 
 int main(void)
 {
+    quick = getenv("TH_QUICK") != NULL;
     test_setting();
 #if AD__GEMM_BF16
     test_rounding();
