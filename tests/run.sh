@@ -148,8 +148,7 @@ for name in "${tests[@]}"; do
 done
 # test programs built once more with an option: NAME:MACRO
 variants=()
-for v in test_tape:AUTODIFF_NO_DISPATCH test_tape:AUTODIFF_NO_THREADS test_lbfgs:AUTODIFF_DOUBLE \
-         test_bf16:AUTODIFF_NO_DISPATCH test_bf16:AUTODIFF_DOUBLE; do
+for v in test_tape:AUTODIFF_NO_DISPATCH test_tape:AUTODIFF_NO_THREADS test_lbfgs:AUTODIFF_DOUBLE; do
     name=${v%%:*} opt=${v#*:}
     [ -e "tests/$name.c" ] || continue
     variants+=("${name}_$opt")

@@ -1287,10 +1287,25 @@ static void test_embedding_threads(void)
             }
 }
 
+/* In double precision the products stay in double: bfloat16 is refused, with the reason. (The
+   bfloat16 products themselves are tested in tests/test_tape.c, built in float.) */
+static void test_matmul_precision_double(void)
+{
+    ad_tape *T = ad_tape_new();
+    TH_CHECK(ad_set_matmul_precision(T, AD_MATMUL_BFLOAT16) == -1, "bfloat16 is refused in double builds");
+    TH_CHECK_ERROR(T, "AUTODIFF_DOUBLE");
+    TH_CHECK(ad_get_matmul_precision(T) == AD_MATMUL_FLOAT32, "and the tape keeps its products in double");
+    ad_tape_clear_error(T);
+    TH_CHECK(ad_set_matmul_precision(T, AD_MATMUL_FLOAT32) == AD_MATMUL_FLOAT32, "float32 (ad_real) is accepted");
+    ad_tape_free(T);
+    th_family("ad_set_matmul_precision in double");
+}
+
 int main(void)
 {
     quick = getenv("TH_QUICK") != NULL;
     ad_rng_seed(&th_rng_state, 42);
+    test_matmul_precision_double();
     test_conv_gradients();
     test_conv_reference();
     test_conv_threads();
