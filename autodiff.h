@@ -1,4 +1,4 @@
-/* autodiff.h - v0.8.0 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.8.1 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -229,6 +229,10 @@
                       the operands of every product to bfloat16 and sums in float, on AMX's
                       tiles where the processor has them and Linux grants them, else with
                       AVX512-BF16's dot products, else with float FMAs on widened halves.
+   0.8.1  2026-11-26  speed: exp of floats scales by 2^n with AVX-512's scaling instruction;
+                      sigmoid divides once; sin and cos are one series after a reduction by
+                      odd or even multiples of pi/2 (0.52 ulp); the gradient of a sum reaches
+                      a unary function's backward as one value instead of a full tensor.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -238,7 +242,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 8
-#define AUTODIFF_VERSION_PATCH 0
+#define AUTODIFF_VERSION_PATCH 1
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -1552,6 +1556,7 @@ AUTODIFF_API int ad_batcher_set_state(ad_batcher *b, const unsigned char *state,
 #endif
 #if AD__HAS_VECTOR_EXT && (defined(__x86_64__) || defined(__i386__)) && !defined(AUTODIFF_NO_DISPATCH)
 #define AD__X86_DISPATCH 1
+#include <immintrin.h> /* for the few steps vector extensions do not name */
 #else
 #define AD__X86_DISPATCH 0
 #endif
@@ -2824,15 +2829,23 @@ AUTODIFF_API double ad_rng_normal(ad_rng *rng)
 struct ad__sweep {
     ad_tape *T;
     ad_tensor **gacc;            /* gradient accumulated so far, by tensor id (NULL: none yet) */
-    unsigned char *owned;        /* 1 when gacc[id] is a buffer nobody else reads */
+    unsigned char *owned;        /* 1 when gacc[id] is a buffer nobody else reads; AD__GRAD_UNIFORM
+                                    when it is one value, the gradient of every element */
     unsigned n;                  /* tensors that existed when the sweep began */
     int create_graph;
+    int uniform_ok;              /* 1 when gradients may be kept as one value (plain sweeps: no
+                                    recording, hooks or anomaly checks); see ad__sum_backward */
     int reuse;                   /* 1 when only the leaves' gradients are read after the sweep
                                     (ad_backward), so an entry's output gradient may be reused
                                     once the entry is done */
     int failed;
     struct ad__watch *watch;     /* hooks and anomaly checks of this sweep, or NULL */
 };
+
+/* A state of S->owned[id]: gacc[id] holds one value, the gradient of each element of tensor id
+   (the gradient of a sum, say), which the entry producing the tensor reads as it is where it
+   can (ad__unary_backward) instead of a buffer full of the same value. */
+enum { AD__GRAD_UNIFORM = 2 };
 
 /* Makes n, memory for an entry, the tape's last entry: out, produced by fn from nin inputs
    that the caller fills in (into n->in, which holds 3; a caller with more points it elsewhere). */
@@ -2939,12 +2952,28 @@ AD__PRIVATE ad_real *ad__grad_buffer(ad__sweep *S, ad_tensor *x, const ad_tensor
     return buf->data;
 }
 
+/* Makes x's gradient, held as one value (AD__GRAD_UNIFORM), a buffer of x's shape filled with
+   it. Returns the buffer, or NULL when memory runs out. */
+AD__COLD ad_tensor *ad__grad_spread(ad__sweep *S, ad_tensor *x)
+{
+    ad_tensor *buf = ad__full(S->T, "ad_backward", x->ndim, x->shape, S->gacc[x->id]->data[0]);
+    if (!buf) {
+        S->failed = 1;
+        return NULL;
+    }
+    S->gacc[x->id] = buf;
+    S->owned[x->id] = 1;
+    return buf;
+}
+
 /* Where a fused backward kernel writes x's gradient directly: the buffer that holds x's
    gradient so far, with *add set (add into it), or a new buffer, with *add clear (assign).
    Only for sweeps that do not record (create_graph off). NULL when memory runs out. */
 AD__INLINE ad_real *ad__grad_target(ad__sweep *S, ad_tensor *x, int *add)
 {
-    ad_tensor *held = S->gacc[x->id];
+    ad_tensor *held;
+    if (S->owned[x->id] == AD__GRAD_UNIFORM && !ad__grad_spread(S, x)) return NULL;
+    held = S->gacc[x->id];
     *add = held != NULL;
     if (held && S->owned[x->id]) return held->data;
     return ad__grad_buffer(S, x, held);
@@ -3049,6 +3078,16 @@ AD__PRIVATE int ad__sweep_into_leaves(ad__sweep *S, const ad_tensor *y)
 
 AD__COLD ad__node *ad__sweep_watched(ad__sweep *S, int into_leaves, const char *op); /* >>impl:hooks */
 AD__COLD void ad__sweep_watched_end(ad__sweep *S);
+AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g);
+
+/* x's gradient after a sweep, as a tensor of x's shape; NULL when x got none or when memory
+   runs out (S->failed says which). */
+AD__PRIVATE ad_tensor *ad__sweep_result(ad__sweep *S, ad_tensor *x)
+{
+    if (x->id >= S->n || !S->gacc[x->id]) return NULL;
+    if (S->owned[x->id] == AD__GRAD_UNIFORM) return ad__grad_spread(S, x);
+    return S->gacc[x->id];
+}
 
 /* Runs the reverse sweep from y. On return S->gacc holds d y / d t for every tensor t that
    existed before the sweep and that y depends on (added to the leaves' own gradient buffers
@@ -3071,6 +3110,7 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     }
     S->n = T->ntensors;
     S->create_graph = create_graph;
+    S->uniform_ok = !create_graph && !T->anomaly && !T->marks;
     S->reuse = into_leaves && !create_graph;
     /* one block for both tables, cleared at once */
     S->gacc = (ad_tensor **)ad__alloc(T, (size_t)S->n * (sizeof(ad_tensor *) + 1), op);
@@ -3088,6 +3128,8 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     n = T->anomaly || T->marks ? ad__sweep_watched(S, into_leaves, op) : T->last;
     for (; n && !S->failed; n = n->prev) {
         ad_tensor *g = S->gacc[n->out->id];
+        if (g && S->owned[n->out->id] == AD__GRAD_UNIFORM && n->backward != ad__unary_backward)
+            g = ad__grad_spread(S, n->out);
         if (g) n->backward(S, n, g);
     }
     T->grad_enabled = saved_enabled;
@@ -3136,7 +3178,8 @@ AUTODIFF_API ad_tensor *ad_grad(ad_tape *T, ad_tensor *y, ad_tensor *x, int crea
     }
     if (!ad__on_tape(T, "ad_grad", "x", x)) return NULL;
     if (ad__sweep_run(&S, T, y, create_graph, 0, "ad_grad") != 0) return NULL;
-    g = x->id < S.n ? S.gacc[x->id] : NULL;
+    g = ad__sweep_result(&S, x);
+    if (S.failed) return NULL;
     return g ? g : ad_zeros(T, x->ndim, x->shape);
 }
 
@@ -3192,7 +3235,8 @@ AD__PRIVATE int ad__grads(ad_tape *T, const char *op, int ny, ad_tensor *const *
     if (!s) return -1;
     if (ad__sweep_run(&S, T, s, create_graph, 0, op) != 0) return -1;
     for (i = 0; i < nx; i++) {
-        ad_tensor *g = xs[i]->id < S.n ? S.gacc[xs[i]->id] : NULL;
+        ad_tensor *g = ad__sweep_result(&S, xs[i]);
+        if (S.failed) return -1;
         out[i] = g ? g : ad__full(T, op, xs[i]->ndim, xs[i]->shape, 0);
         if (!out[i]) return -1;
     }
@@ -5013,19 +5057,21 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
    Instantiated for AVX-512 and AVX2 and chosen at run time; the double build and other
    machines keep the C library's functions.
    exp: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so r is nearly exact), e^r from its
-   Taylor series to r^7 (the remainder is below 2e-9 of it), times 2^n built in the exponent
-   bits, in two factors so that results down to the smallest subnormal and up to overflow
-   round once. Inputs are clamped to [-104, 89], past which exp is 0 or infinity in float.
+   Taylor series to r^7 (the remainder is below 2e-9 of it), times 2^n so that results down to
+   the smallest subnormal and up to overflow round once: with AVX-512's scaling instruction,
+   with AVX2 in two factors built in the exponent bits. Inputs are clamped to [-104, 89], past
+   which exp is 0 or infinity in float.
    log: x = 2^e m with m in [sqrt(1/2), sqrt(2)) (subnormals scaled by 2^23 first), and with
    f = m - 1, s = f / (2 + f): log(m) = f - s (f - R), R = 2s^2/3 + 2s^4/5 + ... + 2s^12/13, so
    the correction to the exact f carries the rounding; then e ln2 added in two parts.
-   sigmoid: exp(-|x|) / (1 + exp(-|x|)) or 1 / (1 + exp(-|x|)), which never overflows.
+   sigmoid: exp(-|x|) / (1 + exp(-|x|)) or 1 / (1 + exp(-|x|)), which never overflows (the
+   numerator chosen first, so one division serves both).
    tanh: e / (e + 2) with e = expm1(2|x|), whose small values come from the series without
    cancellation, and the sign of x put back; |x| is clamped to 10, where tanh is 1 in float.
-   sin, cos: in double precision, which makes the reduction x = n pi/2 + r nearly exact for
-   |x| <= 2^20 (pi/2 in two parts, n times the first exact), then sin(r) or cos(r) from their
-   Taylor series to r^9 and r^10 and the result rounded to float; larger |x| go to the C
-   library.
+   sin, cos: in double precision, which makes the reduction x = k pi/2 + r nearly exact for
+   |x| <= 2^20 (pi/2 in two parts, k times the first exact), with k even for sin and odd for
+   cos so that both are +-sin(r), |r| <= pi/2, from its Taylor series to r^13, and the result
+   rounded to float; larger |x| go to the C library.
    erf: u + u Q(u^2) for |u| <= 1 (Q of degree 6, fitted to erf(u)/u - 1); beyond,
    1 - exp(-u^2) R(|u|), R of degree 10 fitted to erfc(a) e^(a^2) on [1, 3.92], and 1 past
    3.92; exp(-u^2) is taken so that the rounding of u^2 is not lost (_exp_neg_square), which
@@ -5035,7 +5081,7 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
    exp(-x^2 / 2) from x itself. Its derivative Phi(x) + x phi(x) shares that exponential.
    Largest error over every float, against double precision: exp 1.22 ulp (0.94 where the
    compiler fuses multiplies and adds, as it does in GNU C modes but not with -std=c99), log
-   0.95, sigmoid 2.40, tanh 3.26, sin and cos 0.53 (every float of magnitude up to 2^20); the C
+   0.95, sigmoid 2.40, tanh 3.26, sin and cos 0.52 (every float of magnitude up to 2^20); the C
    library's are within about 1 (AUTODIFF_NO_DISPATCH keeps them). erf 1.21 (1.40 without
    fused multiply-adds) over every float. Over every fifth float: GELU 7.6 from -5.54 up (the
    most from the cancellation in 1 + erf just above -sqrt 2), and 0 below, where |GELU| < 8.3e-8; its derivative, whose
@@ -5049,7 +5095,7 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
         v = FN(v);                                                                               \
         memcpy(y + i, &v, sizeof v);                                                             \
     }
-#define AD__DEFINE_VECTOR_MATH(PFX, ATTR, VBYTES)                                                \
+#define AD__DEFINE_VECTOR_MATH(PFX, ATTR, VBYTES, STEPS)                                         \
     typedef float PFX##_vf __attribute__((vector_size(VBYTES)));                                 \
     typedef int32_t PFX##_vi __attribute__((vector_size(VBYTES)));                               \
     typedef uint32_t PFX##_vu __attribute__((vector_size(VBYTES)));                              \
@@ -5075,14 +5121,12 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
         memcpy(&x, &b, sizeof x);                                                                \
         return x;                                                                                \
     }                                                                                            \
-    /* r with x = n ln2 + r, |r| <= ln2 / 2; adding 1.5 * 2^23 rounds to an integer, which       \
-       then sits in the low bits of the sum */                                                   \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_reduce(PFX##_vf x, PFX##_vi *n)     \
+    /* r with x = n ln2 + r, |r| <= ln2 / 2, and n (a whole number, as a float); adding        \
+       1.5 * 2^23 rounds to an integer */                                                        \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_reduce(PFX##_vf x, PFX##_vf *n)     \
     {                                                                                            \
-        PFX##_vf t = x * 1.44269504088896341f + 12582912.0f, nf = t - 12582912.0f;               \
-        PFX##_vi bits;                                                                           \
-        memcpy(&bits, &t, sizeof bits);                                                          \
-        *n = bits - 0x4B400000;                                                                  \
+        PFX##_vf nf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;                    \
+        *n = nf;                                                                                 \
         return (x - nf * 0.693359375f) - nf * -2.12194440e-4f;                                   \
     }                                                                                            \
     /* e^r - 1 for |r| <= ln2 / 2 */                                                             \
@@ -5104,32 +5148,38 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
         memcpy(&f, &b, sizeof f);                                                                \
         return f;                                                                                \
     }                                                                                            \
+    /* p 2^n for n in [-151, 128], with p near 1, in two factors so that a subnormal result is   \
+       rounded once (machines without a scaling instruction) */                                  \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_ldexp_in_halves(PFX##_vf p, PFX##_vf n) \
+    {                                                                                            \
+        PFX##_vi whole = __builtin_convertvector(n, PFX##_vi), half = whole >> 1;                \
+        return p * PFX##_pow2(half) * PFX##_pow2(whole - half);                                  \
+    }                                                                                            \
+    /* x clamped to [-104, 89] first, past which exp is 0 or infinity in float; _MAX and _MIN     \
+       give their second operand where one is NaN, so a NaN runs through to the result */        \
     static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_exp(PFX##_vf x)                     \
     {                                                                                            \
-        PFX##_vi n, half, nan = x != x;                                                          \
-        PFX##_vf c, r, p, zero;                                                                  \
+        PFX##_vf c, n, r, zero;                                                                  \
         memset(&zero, 0, sizeof zero);                                                           \
-        c = PFX##_select(x < -104.0f, zero - 104.0f, x);                                         \
-        c = PFX##_select(c > 89.0f, zero + 89.0f, c);                                            \
-        r = PFX##_reduce(PFX##_select(nan, zero, c), &n);                                        \
-        p = PFX##_expm1_reduced(r) + 1.0f;                                                       \
-        half = n >> 1;                                                                           \
-        p = p * PFX##_pow2(half) * PFX##_pow2(n - half);                                         \
-        return PFX##_select(nan, x, p);                                                          \
+        c = STEPS##_MIN(zero + 89.0f, STEPS##_MAX(zero - 104.0f, x));                            \
+        r = PFX##_reduce(c, &n);                                                                 \
+        return STEPS##_LDEXP(PFX##_expm1_reduced(r) + 1.0f, n);                                  \
     }                                                                                            \
     static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_sigmoid(PFX##_vf x)                 \
     {                                                                                            \
-        PFX##_vf e = PFX##_exp(-PFX##_bits(x, 0)), d = 1.0f + e;                                 \
-        return PFX##_select(x >= 0.0f, 1.0f / d, e / d);                                         \
+        PFX##_vf e = PFX##_exp(-PFX##_bits(x, 0)), one;                                          \
+        memset(&one, 0, sizeof one);                                                             \
+        one += 1.0f;                                                                             \
+        return PFX##_select(x >= 0.0f, one, e) / (1.0f + e); /* one division for both */         \
     }                                                                                            \
     static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_tanh(PFX##_vf x)                    \
     {                                                                                            \
-        PFX##_vi n, nan = x != x;                                                                \
-        PFX##_vf a = PFX##_bits(x, 0), r, s, e, t, zero;                                         \
+        PFX##_vi nan = x != x;                                                                   \
+        PFX##_vf a = PFX##_bits(x, 0), n, r, s, e, t, zero;                                      \
         memset(&zero, 0, sizeof zero);                                                           \
         a = PFX##_select(a > 10.0f, zero + 10.0f, a);                                            \
         r = PFX##_reduce(PFX##_select(nan, zero, a + a), &n);                                    \
-        s = PFX##_pow2(n);                                                                       \
+        s = PFX##_pow2(__builtin_convertvector(n, PFX##_vi));                                    \
         e = s * PFX##_expm1_reduced(r) + (s - 1.0f);                                             \
         t = e / (e + 2.0f);                                                                      \
         {                                                                                        \
@@ -5175,35 +5225,31 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
         r = PFX##_select(x < 0.0f, zero + NAN, r);                                               \
         return PFX##_select(nan, x, r);                                                          \
     }                                                                                            \
-    /* sin (quarter 0) or cos (quarter 1) of doubles x, |x| <= 2^20: x = n pi/2 + r, pi/2 in    \
-       two parts, the first with 32 bits so that n times it is exact; sin(x + quarter pi/2) is  \
-       +-sin(r) or +-cos(r) by n + quarter, each from its series */                              \
+    /* sin (quarter 0) or cos (quarter 1) of doubles x, |x| <= 2^20: x = k pi/2 + r, |r| <=    \
+       pi/2, with k even for sin and odd for cos (cos(x) = sin(x + pi/2)), pi/2 in two parts,    \
+       the first with 32 bits so that k times it is exact; then sin(x) = (-1)^m sin(r), k = 2m,  \
+       or cos(x) = (-1)^(m+1) sin(r), k = 2m + 1, with sin(r) from its series to r^13 */         \
     static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vd PFX##_sincos_wide(PFX##_vd x, int quarter) \
     {                                                                                            \
-        PFX##_vd t = x * 0.6366197723675814 + 6755399441055744.0, n = t - 6755399441055744.0;     \
-        PFX##_vd r = (x - n * 1.5707963267341256) - n * 6.077100506506192e-11, z = r * r, s, c;  \
-        PFX##_vl q, sb, cb, pick;                                                                \
-        memcpy(&q, &t, sizeof q); /* 1.5 * 2^52 + n: n in the low bits */                        \
-        q += quarter;                                                                            \
-        s = z * (1.0 / 362880) - (1.0 / 5040);                                                   \
-        s = s * z + (1.0 / 120);                                                                 \
-        s = s * z - (1.0 / 6);                                                                   \
-        s = r + r * z * s;                                                                       \
-        c = z * (-1.0 / 3628800) + (1.0 / 40320);                                                \
-        c = c * z - (1.0 / 720);                                                                 \
-        c = c * z + (1.0 / 24);                                                                  \
-        c = c * z - 0.5;                                                                         \
-        c = 1.0 + z * c;                                                                         \
-        memcpy(&sb, &s, sizeof sb);                                                              \
-        memcpy(&cb, &c, sizeof cb);                                                              \
-        pick = -(q & 1); /* all ones: cos(r) */                                                  \
-        sb = ((cb & pick) | (sb & ~pick)) ^ ((q & 2) << 62);                                     \
-        memcpy(&s, &sb, sizeof s);                                                               \
-        return s;                                                                                \
+        PFX##_vd t = (x * 0.31830988618379067 - 0.5 * quarter) + 6755399441055744.0;            \
+        PFX##_vd m = t - 6755399441055744.0, k = m * 2.0 + (double)quarter;                      \
+        PFX##_vd r = (x - k * 1.5707963267341256) - k * 6.077100506506192e-11, z = r * r, p;     \
+        PFX##_vl q, sb;                                                                          \
+        memcpy(&q, &t, sizeof q); /* 1.5 * 2^52 + m: m in the low bits */                        \
+        p = z * (-1.0 / 6227020800) + (1.0 / 39916800);                                          \
+        p = p * z - (1.0 / 362880);                                                              \
+        p = p * z + (1.0 / 5040);                                                                \
+        p = p * z - (1.0 / 120);                                                                 \
+        p = p * z + (1.0 / 6);                                                                   \
+        p = r - r * z * p;                                                                       \
+        memcpy(&sb, &p, sizeof sb);                                                              \
+        sb ^= (q + (uint64_t)quarter) << 63;                                                     \
+        memcpy(&p, &sb, sizeof p);                                                               \
+        return p;                                                                                \
     }                                                                                            \
     /* sin or cos of floats, through doubles; lanes past 2^20 in magnitude (and infinities and  \
        NaN) are left to the C library, and sin keeps the sign of a zero */                       \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_sincos(PFX##_vf x, int quarter)     \
+    static ATTR AD__UNUSED AD__ALWAYS_INLINE AD__INLINE_KEYWORD PFX##_vf PFX##_sincos(PFX##_vf x, int quarter) \
     {                                                                                            \
         enum { VL = VBYTES / 4 };                                                                \
         PFX##_vh lo, hi;                                                                         \
@@ -5211,14 +5257,13 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
         PFX##_vi far = ~(PFX##_bits(x, 0) <= 1048576.0f);                                        \
         uint64_t w[VBYTES / 8], any = 0;                                                         \
         int k;                                                                                   \
-        memcpy(&lo, &x, sizeof lo);                                                              \
-        memcpy(&hi, (const char *)&x + sizeof lo, sizeof hi);                                    \
+        lo = STEPS##_LOW(x);                                                                     \
+        hi = STEPS##_HIGH(x);                                                                    \
         lo = __builtin_convertvector(                                                            \
             PFX##_sincos_wide(__builtin_convertvector(lo, PFX##_vd), quarter), PFX##_vh);        \
         hi = __builtin_convertvector(                                                            \
             PFX##_sincos_wide(__builtin_convertvector(hi, PFX##_vd), quarter), PFX##_vh);        \
-        memcpy(&y, &lo, sizeof lo);                                                              \
-        memcpy((char *)&y + sizeof lo, &hi, sizeof hi);                                          \
+        y = STEPS##_JOIN(lo, hi);                                                                \
         if (!quarter) y = PFX##_select(x == 0.0f, x, y);                                         \
         memcpy(w, &far, sizeof w);                                                               \
         for (k = 0; k < VBYTES / 8; k++) any |= w[k];                                            \
@@ -5234,11 +5279,11 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
         }                                                                                        \
         return y;                                                                                \
     }                                                                                            \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_sin(PFX##_vf x)                     \
+    static ATTR AD__UNUSED AD__ALWAYS_INLINE AD__INLINE_KEYWORD PFX##_vf PFX##_sin(PFX##_vf x)   \
     {                                                                                            \
         return PFX##_sincos(x, 0);                                                               \
     }                                                                                            \
-    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_cos(PFX##_vf x)                     \
+    static ATTR AD__UNUSED AD__ALWAYS_INLINE AD__INLINE_KEYWORD PFX##_vf PFX##_cos(PFX##_vf x)   \
     {                                                                                            \
         return PFX##_sincos(x, 1);                                                               \
     }                                                                                            \
@@ -5357,8 +5402,26 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
             memcpy(y + i, &v, (n - i) * sizeof(float));                                          \
         }                                                                                        \
     }
-AD__DEFINE_VECTOR_MATH(ad__vm512, __attribute__((target("avx512f,avx2,fma"))), 64)
-AD__DEFINE_VECTOR_MATH(ad__vm256, __attribute__((target("avx2,fma"))), 32)
+/* Each instruction set's steps for the functions above: the larger and smaller of a and b (b
+   where either is NaN, as the instructions do), p 2^n for whole numbers n, and a vector's low
+   and high halves and a vector from its halves, in registers (through memory, loads of halves
+   of a store, or of one of two stores, stall) */
+#define AD__VM512_MAX(a, b) ((ad__vm512_vf)_mm512_max_ps((__m512)(a), (__m512)(b)))
+#define AD__VM512_MIN(a, b) ((ad__vm512_vf)_mm512_min_ps((__m512)(a), (__m512)(b)))
+#define AD__VM512_LDEXP(p, n) ((ad__vm512_vf)_mm512_scalef_ps((__m512)(p), (__m512)(n)))
+#define AD__VM512_JOIN(lo, hi) \
+    ((ad__vm512_vf)_mm512_insertf64x4(_mm512_castpd256_pd512((__m256d)(lo)), (__m256d)(hi), 1))
+#define AD__VM512_LOW(x) ((ad__vm512_vh)_mm512_castps512_ps256((__m512)(x)))
+#define AD__VM512_HIGH(x) ((ad__vm512_vh)_mm512_extractf64x4_pd((__m512d)(x), 1))
+#define AD__VM256_MAX(a, b) ((ad__vm256_vf)_mm256_max_ps((__m256)(a), (__m256)(b)))
+#define AD__VM256_MIN(a, b) ((ad__vm256_vf)_mm256_min_ps((__m256)(a), (__m256)(b)))
+#define AD__VM256_LDEXP(p, n) ad__vm256_ldexp_in_halves(p, n)
+#define AD__VM256_JOIN(lo, hi) \
+    ((ad__vm256_vf)_mm256_insertf128_ps(_mm256_castps128_ps256((__m128)(lo)), (__m128)(hi), 1))
+#define AD__VM256_LOW(x) ((ad__vm256_vh)_mm256_castps256_ps128((__m256)(x)))
+#define AD__VM256_HIGH(x) ((ad__vm256_vh)_mm256_extractf128_ps((__m256)(x), 1))
+AD__DEFINE_VECTOR_MATH(ad__vm512, __attribute__((target("avx512f,avx2,fma"))), 64, AD__VM512)
+AD__DEFINE_VECTOR_MATH(ad__vm256, __attribute__((target("avx2,fma"))), 32, AD__VM256)
 #undef AD__DEFINE_VECTOR_MATH
 #undef AD__VECTOR_LOOP
 #endif
@@ -5471,12 +5534,15 @@ AD__PRIVATE ad_tensor *ad__unary(ad_tape *T, ad_tensor *a, int kind, ad_real p0,
     return ad__unary_as(T, ad__unary_names[kind], a, kind, p0, p1);
 }
 
-/* dx (+)= g * f'(x) over the values [lo, hi), for sweeps that do not record. */
+/* dx (+)= g * f'(x) over the values [lo, hi), for sweeps that do not record. g_period 0: g
+   has one value per element; else g repeats one value g_period times, and each run of that
+   many elements reads it from the start (a gradient held as one value, AD__GRAD_UNIFORM). */
 typedef struct ad__unary_grad_job {
     int kind, add;
     const ad_real *x, *y, *g;
     ad_real *d;
     ad_real p0, p1;
+    size_t g_period;
 } ad__unary_grad_job;
 
 /* d (+)= g f'(x) with the vector functions, in blocks through a buffer, where f' is one: for sin
@@ -5513,10 +5579,9 @@ AD__PRIVATE int ad__unary_grad_vectorised(int kind, const ad_real *AD__RESTRICT 
 /* The fused loops: sin, cos and GELU take the vector functions where they are; the factor gets a
    statement of its own, since GCC if-converts (and vectorises) a conditional factor only then;
    one element (scalar tapes) gets no loop. */
-AD__PRIVATE void ad__unary_grad_range(const void *ctx, size_t lo, size_t hi)
+AD__PRIVATE void ad__unary_grad_run(const ad__unary_grad_job *j, size_t lo, size_t hi, const ad_real *AD__RESTRICT g)
 {
-    const ad__unary_grad_job *j = (const ad__unary_grad_job *)ctx;
-    const ad_real *AD__RESTRICT xv = j->x + lo, *AD__RESTRICT yv = j->y + lo, *AD__RESTRICT g = j->g + lo;
+    const ad_real *AD__RESTRICT xv = j->x + lo, *AD__RESTRICT yv = j->y + lo;
     ad_real p0 = j->p0, p1 = j->p1, *AD__RESTRICT d = j->d + lo;
     size_t i, size = hi - lo;
     int add = j->add, kind = j->kind;
@@ -5544,15 +5609,34 @@ AD__PRIVATE void ad__unary_grad_range(const void *ctx, size_t lo, size_t hi)
 }
 #undef AD__DSL_MODE
 
+AD__PRIVATE void ad__unary_grad_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__unary_grad_job *j = (const ad__unary_grad_job *)ctx;
+    size_t at, len;
+    if (!j->g_period) {
+        ad__unary_grad_run(j, lo, hi, j->g + lo);
+        return;
+    }
+    for (at = lo; at < hi; at += len) {
+        len = hi - at < j->g_period ? hi - at : j->g_period;
+        ad__unary_grad_run(j, at, at + len, j->g);
+    }
+}
+
 /* dx (+)= g * f'(x) in one pass, for sweeps that do not record. A shift (affine with scale 1)
    passes g on: x shares its buffer until a second contribution arrives. */
 AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *gt)
 {
+    enum { PERIOD = 1024 };
+    ad_real repeated[PERIOD];
     ad__unary_grad_job job;
+    size_t i;
+    int uniform = S->owned[n->out->id] == AD__GRAD_UNIFORM;
     job.kind = n->st.unary.kind;
     job.p0 = n->st.unary.p0;
     job.p1 = n->st.unary.p1;
     if (job.kind == AD__U_AFFINE && job.p0 == 1) {
+        if (uniform && !(gt = ad__grad_spread(S, n->out))) return;
         ad__accum(S, n->in[0], gt, 0);
         return;
     }
@@ -5561,6 +5645,12 @@ AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *
     job.x = n->in[0]->data;
     job.y = n->out->data;
     job.g = gt->data;
+    job.g_period = 0;
+    if (uniform) { /* one value read from a short run that stays in cache, not from a full buffer */
+        for (i = 0; i < PERIOD; i++) repeated[i] = gt->data[0];
+        job.g = repeated;
+        job.g_period = PERIOD;
+    }
     ad__parallel_range(S->T, ad__unary_grad_range, &job, n->in[0]->size, ad__unary_split(job.kind),
                        AD__STORE_BLOCK);
 }
@@ -6278,6 +6368,17 @@ AD__PRIVATE void ad__sum_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_real scale = n->st.reduce.param;
     ad_tensor *x = n->in[0];
+    if (S->uniform_ok && g->size == 1 && x->size > 1 && x->node && !S->gacc[x->id] && ad__wants(S, x)) {
+        /* every element's gradient is g scale: kept as that value (AD__GRAD_UNIFORM) */
+        ad_tensor *u = ad__full(S->T, "ad_backward", 0, NULL, g->data[0] * scale);
+        if (!u) {
+            S->failed = 1;
+            return;
+        }
+        S->gacc[x->id] = u;
+        S->owned[x->id] = AD__GRAD_UNIFORM;
+        return;
+    }
     g = ad__kept(S->T, g, x, n->st.reduce.axis);
     if (scale != 1) g = ad_mul_scalar(S->T, g, scale);
     ad__accum_to(S, x, g, scale != 1);

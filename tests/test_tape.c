@@ -1245,6 +1245,83 @@ static void test_float_sincos_grad(void)
     ad_tape_free(T);
 }
 
+/* (j4) A sum's gradient, one value for every element of its input, is kept as that value and read
+   as it is by the unary functions' backward (AD__GRAD_UNIFORM); everywhere else it must act as a
+   full tensor of that value: asked for with ad_grad, met by a second contribution before or
+   after, passed to a binary op or a shift, scaled by a mean, or seen by a hook. Each case
+   against its gradient written out, on a [5, 7] input and on 3000 values (more than one run of
+   the repeated value, split over threads). */
+static ad_tensor *uniform_hook_double(ad_tape *T, ad_tensor *x, ad_tensor *grad, void *ctx)
+{
+    (void)x;
+    (void)ctx;
+    return ad_mul_scalar(T, grad, 2);
+}
+
+static void test_uniform_gradient(void)
+{
+    static const char *names[] = {"ad_grad of a sum", "ad_grad of a mean",   "sum(h) + sum(h h)",
+                                  "sum(h h) + sum(h)", "sum(a b)",          "sum(x + 1)",
+                                  "sum(sin x) + sum(exp x)", "mean(sigmoid x) * 3", "a hooked exp"};
+    int sizes[2][2] = {{5, 7}, {3, 1000}}, s, c;
+    ad_tape *T = ad_tape_new();
+    if (!T) {
+        TH_CHECK(0, "out of memory");
+        return;
+    }
+    ad_set_threads(T, 2);
+    for (s = 0; s < 2; s++)
+        for (c = 0; c < 9; c++) {
+            ad_tensor *x = ad_zeros(T, 2, sizes[s]), *b = ad_zeros(T, 2, sizes[s]), *h, *y, *g = NULL;
+            size_t i, n;
+            double worst = 0;
+            int failed = 0;
+            if (!x || !b) break;
+            n = x->size;
+            for (i = 0; i < n; i++) {
+                x->data[i] = (float)(-1.3 + 2.9 * (double)((i * 37) % n) / (double)n);
+                b->data[i] = (float)(0.5 + (double)(i % 11) * 0.25);
+            }
+            ad_set_requires_grad(x, 1);
+            h = ad_exp(T, x);
+            switch (c) {
+            case 0: g = ad_grad(T, ad_sum(T, h), h, 0); break;
+            case 1: g = ad_grad(T, ad_mean(T, h), h, 0); break;
+            case 2: y = ad_add(T, ad_sum(T, h), ad_sum(T, ad_mul(T, h, h))); failed = ad_backward(T, y); break;
+            case 3: y = ad_add(T, ad_sum(T, ad_mul(T, h, h)), ad_sum(T, h)); failed = ad_backward(T, y); break;
+            case 4: failed = ad_backward(T, ad_sum(T, ad_mul(T, x, b))); break;
+            case 5: failed = ad_backward(T, ad_sum(T, ad_add_scalar(T, x, 1))); break;
+            case 6: failed = ad_backward(T, ad_add(T, ad_sum(T, ad_sin(T, x)), ad_sum(T, h))); break;
+            case 7: failed = ad_backward(T, ad_mul_scalar(T, ad_mean(T, ad_sigmoid(T, x)), 3)); break;
+            default:
+                failed = ad_register_hook(h, uniform_hook_double, NULL) || ad_backward(T, ad_sum(T, h));
+                break;
+            }
+            if (failed || (c < 2 ? !g : !x->grad)) {
+                TH_CHECK(0, "%s: %s", names[c], ad_tape_error(T));
+                ad_tape_reset(T);
+                continue;
+            }
+            if (c < 2) TH_CHECK(ad__same_shape(g, h), "%s: the gradient has h's shape", names[c]);
+            for (i = 0; i < n; i++) {
+                double xi = x->data[i], e = exp(xi), sg = 1 / (1 + exp(-xi)), want, got = c < 2 ? g->data[i] : x->grad[i];
+                want = c == 0   ? 1
+                       : c == 1 ? 1.0 / (double)n
+                       : c <= 3 ? e * (1 + 2 * e)
+                       : c == 4 ? b->data[i]
+                       : c == 5 ? 1
+                       : c == 6 ? cos(xi) + e
+                       : c == 7 ? 3 * sg * (1 - sg) / (double)n
+                                : 2 * e;
+                if (fabs(got - want) / fabs(want) > worst) worst = fabs(got - want) / fabs(want);
+            }
+            TH_CHECK(worst < 1e-5, "%s on %d x %d: gradient off by %.3g of itself", names[c], sizes[s][0],
+                     sizes[s][1], worst);
+            ad_tape_reset(T);
+        }
+    ad_tape_free(T);
+}
+
 /* (j3) erf, GELU and GELU's gradient in single precision against double precision, on the
    million inputs of (j) and on every 97th float from -6 to 6, with the bounds measured (see
    >>ops:elementwise) where the vector functions run, without fused multiply-adds (-std=c99):
@@ -1792,6 +1869,7 @@ int main(void)
     test_float_optim();
     test_float_unary_accuracy();
     test_float_sincos_grad();
+    test_uniform_gradient();
     test_float_erf_gelu();
     test_float_softmax();
     test_threads();
