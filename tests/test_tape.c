@@ -1214,6 +1214,54 @@ static void test_float_unary_accuracy(void)
     free(x);
 }
 
+/* (j1) The AVX2 versions of the vector functions, which run on machines without AVX-512, give
+   bitwise the AVX-512 versions' values (NaN for NaN) on the million inputs of (j), the special
+   values and every 4099th float; where AVX-512 is there to compare with. */
+static void test_float_unary_avx2(void)
+{
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+    static const int kinds[] = {AD__U_EXP, AD__U_LOG, AD__U_SIGMOID, AD__U_TANH, AD__U_SIN,
+                                AD__U_COS, AD__U_ERF, AD__U_GELU, AD__VM_GELU_GRAD};
+    static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-45f, -1e-45f, 88.72283f,
+                                    89.0f, -104.0f, -150.0f, 1048576.0f, -1048576.125f, 3.1415927f};
+    const size_t grid = ((size_t)1 << 20) + 13, ns = sizeof special / sizeof special[0], step = 4099;
+    const size_t n = grid + ns + ((size_t)1 << 32) / step + 1;
+    float *x, *wide, *narrow;
+    size_t i, k;
+    if (ad__isa() != AD__ISA_AVX512) return;
+    x = (float *)malloc(n * sizeof(float));
+    wide = (float *)malloc(n * sizeof(float));
+    narrow = (float *)malloc(n * sizeof(float));
+    if (!x || !wide || !narrow) {
+        TH_CHECK(0, "out of memory");
+        free(x);
+        free(wide);
+        free(narrow);
+        return;
+    }
+    fill_accuracy_grid(x, grid);
+    memcpy(x + grid, special, sizeof special);
+    for (i = grid + ns; i < n; i++) {
+        uint32_t bits = (uint32_t)((i - grid - ns) * step);
+        memcpy(&x[i], &bits, sizeof bits);
+    }
+    for (k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        size_t differ = 0, first = 0;
+        ad__vm512_unary(kinds[k], x, wide, n);
+        ad__vm256_unary(kinds[k], x, narrow, n);
+        for (i = 0; i < n; i++)
+            if (memcmp(&wide[i], &narrow[i], sizeof(float)) != 0 && !(wide[i] != wide[i] && narrow[i] != narrow[i]))
+                if (differ++ == 0) first = i;
+        TH_CHECK(differ == 0, "%s: AVX2 and AVX-512 differ on %zu values, first at x = %.9g (%.9g against %.9g)",
+                 kinds[k] < AD__U_COUNT ? ad__unary_names[kinds[k]] : "GELU's derivative", differ, x[first],
+                 narrow[first], wide[first]);
+    }
+    free(x);
+    free(wide);
+    free(narrow);
+#endif
+}
+
 /* (j2) the gradients of sin and cos in single precision, cos(x) and -sin(x), within the same
    bound of the exact values, on 1001 values (a last part vector) and on a one-element tensor */
 static void test_float_sincos_grad(void)
@@ -1868,6 +1916,7 @@ int main(void)
     test_float_gemm_ksplit();
     test_float_optim();
     test_float_unary_accuracy();
+    test_float_unary_avx2();
     test_float_sincos_grad();
     test_uniform_gradient();
     test_float_erf_gelu();
