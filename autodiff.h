@@ -232,7 +232,9 @@
    0.8.1  2026-11-26  speed: exp of floats scales by 2^n with AVX-512's scaling instruction;
                       sigmoid divides once; sin and cos are one series after a reduction by
                       odd or even multiples of pi/2 (0.52 ulp); the gradient of a sum reaches
-                      a unary function's backward as one value instead of a full tensor.
+                      the backward of unary functions and of binary ops on operands of one
+                      shape as one value instead of a full tensor, and sums and shifts pass it
+                      on as one value.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -2844,7 +2846,9 @@ struct ad__sweep {
 
 /* A state of S->owned[id]: gacc[id] holds one value, the gradient of each element of tensor id
    (the gradient of a sum, say), which the entry producing the tensor reads as it is where it
-   can (ad__unary_backward) instead of a buffer full of the same value. */
+   can (ad__unary_backward, ad__binary_backward on operands of one shape) instead of a buffer
+   full of the same value, and passes on as one value where its input's gradient is that value
+   (a sum of two tensors, a shift). */
 enum { AD__GRAD_UNIFORM = 2 };
 
 /* Makes n, memory for an entry, the tape's last entry: out, produced by fn from nin inputs
@@ -2966,6 +2970,25 @@ AD__COLD ad_tensor *ad__grad_spread(ad__sweep *S, ad_tensor *x)
     return buf;
 }
 
+/* Gives x the gradient value in every element, held as that one value (AD__GRAD_UNIFORM), where
+   a plain sweep allows it: x has more than one element, was made by an entry (which reads the
+   value or spreads it) and has no gradient yet. Returns 1 when x's gradient is taken care of
+   (also when nobody wants it), 0 when the caller must accumulate a full tensor. */
+AD__PRIVATE int ad__grad_uniform(ad__sweep *S, ad_tensor *x, ad_real value)
+{
+    ad_tensor *u;
+    if (!ad__wants(S, x)) return 1;
+    if (!S->uniform_ok || x->size <= 1 || !x->node || S->gacc[x->id]) return 0;
+    u = ad__full(S->T, "ad_backward", 0, NULL, value);
+    if (!u) {
+        S->failed = 1;
+        return 1;
+    }
+    S->gacc[x->id] = u;
+    S->owned[x->id] = AD__GRAD_UNIFORM;
+    return 1;
+}
+
 /* Where a fused backward kernel writes x's gradient directly: the buffer that holds x's
    gradient so far, with *add set (add into it), or a new buffer, with *add clear (assign).
    Only for sweeps that do not record (create_graph off). NULL when memory runs out. */
@@ -3079,6 +3102,7 @@ AD__PRIVATE int ad__sweep_into_leaves(ad__sweep *S, const ad_tensor *y)
 AD__COLD ad__node *ad__sweep_watched(ad__sweep *S, int into_leaves, const char *op); /* >>impl:hooks */
 AD__COLD void ad__sweep_watched_end(ad__sweep *S);
 AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g);
+AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g);
 
 /* x's gradient after a sweep, as a tensor of x's shape; NULL when x got none or when memory
    runs out (S->failed says which). */
@@ -3128,7 +3152,8 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     n = T->anomaly || T->marks ? ad__sweep_watched(S, into_leaves, op) : T->last;
     for (; n && !S->failed; n = n->prev) {
         ad_tensor *g = S->gacc[n->out->id];
-        if (g && S->owned[n->out->id] == AD__GRAD_UNIFORM && n->backward != ad__unary_backward)
+        if (g && S->owned[n->out->id] == AD__GRAD_UNIFORM && n->backward != ad__unary_backward &&
+            n->backward != ad__binary_backward)
             g = ad__grad_spread(S, n->out);
         if (g) n->backward(S, n, g);
     }
@@ -5636,6 +5661,7 @@ AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *
     job.p0 = n->st.unary.p0;
     job.p1 = n->st.unary.p1;
     if (job.kind == AD__U_AFFINE && job.p0 == 1) {
+        if (uniform && ad__grad_uniform(S, n->in[0], gt->data[0])) return;
         if (uniform && !(gt = ad__grad_spread(S, n->out))) return;
         ad__accum(S, n->in[0], gt, 0);
         return;
@@ -5921,21 +5947,21 @@ AD__HOT int ad__check_pair(ad_tape *T, const char *op, const ad_tensor *a, const
 AD__HOT ad_tensor *ad__binary(ad_tape *T, ad_tensor *a, ad_tensor *b, int kind, int record);
 
 /* d (+)= what side `which` (0: a, 1: b) receives, over the values [lo, hi), for operands and
-   result of one shape in sweeps that do not record. */
+   result of one shape in sweeps that do not record. g_period as in ad__unary_grad_job. */
 typedef struct ad__binary_grad_job {
     int kind, which, add;
     const ad_real *a, *b, *y, *g;
     ad_real *d;
+    size_t g_period;
 } ad__binary_grad_job;
 
 /* the rows' gradient formulas on values: AD__A etc. are the elements at i */
 #define AD__DSL_MODE VALUE
 
-AD__PRIVATE void ad__binary_grad_range(const void *ctx, size_t lo, size_t hi)
+AD__PRIVATE void ad__binary_grad_run(const ad__binary_grad_job *j, size_t lo, size_t hi, const ad_real *AD__RESTRICT g)
 {
-    const ad__binary_grad_job *j = (const ad__binary_grad_job *)ctx;
     const ad_real *AD__RESTRICT av = j->a + lo, *AD__RESTRICT bv = j->b + lo;
-    const ad_real *AD__RESTRICT yv = j->y + lo, *AD__RESTRICT g = j->g + lo;
+    const ad_real *AD__RESTRICT yv = j->y + lo;
     ad_real *AD__RESTRICT d = j->d + lo;
     size_t i, size = hi - lo;
     int add = j->add;
@@ -5956,6 +5982,20 @@ AD__PRIVATE void ad__binary_grad_range(const void *ctx, size_t lo, size_t hi)
     }
 #undef AD__BINARY_FUSED
 #undef AD__BINARY_FUSED_SIDE
+}
+
+AD__PRIVATE void ad__binary_grad_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__binary_grad_job *j = (const ad__binary_grad_job *)ctx;
+    size_t at, len;
+    if (!j->g_period) {
+        ad__binary_grad_run(j, lo, hi, j->g + lo);
+        return;
+    }
+    for (at = lo; at < hi; at += len) {
+        len = hi - at < j->g_period ? hi - at : j->g_period;
+        ad__binary_grad_run(j, at, at + len, j->g);
+    }
 }
 
 /* One-element operands of the same shape (scalar tapes): the output and its entry are one block,
@@ -6009,15 +6049,32 @@ AD__INLINE int ad__binary_passes_g(int kind, int which)
    difference) the input shares g's buffer until a second contribution arrives. */
 AD__PRIVATE void ad__binary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *gt, int wa, int wb)
 {
+    enum { PERIOD = 1024 };
+    ad_real repeated[PERIOD];
     ad__binary_grad_job job;
+    size_t i;
+    int uniform = S->owned[n->out->id] == AD__GRAD_UNIFORM;
     job.kind = n->st.binary.kind;
     job.a = n->in[0]->data;
     job.b = n->in[1]->data;
     job.y = n->out->data;
     job.g = gt->data;
+    job.g_period = 0;
+    if (uniform) { /* see ad__unary_backward_fused */
+        for (i = 0; i < PERIOD; i++) repeated[i] = gt->data[0];
+        job.g = repeated;
+        job.g_period = PERIOD;
+    }
     for (job.which = 0; job.which < 2; job.which++) {
         if (!(job.which ? wb : wa)) continue;
         if (ad__binary_passes_g(job.kind, job.which)) {
+            if (uniform && ad__grad_uniform(S, n->in[job.which], gt->data[0])) continue;
+            if (uniform) {
+                if (!(gt = ad__grad_spread(S, n->out))) return;
+                uniform = 0;
+                job.g = gt->data;
+                job.g_period = 0;
+            }
             ad__accum(S, n->in[job.which], gt, 0);
             continue;
         }
@@ -6061,6 +6118,9 @@ AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
         ad__binary_backward_fused(S, n, g, want[0], want[1]);
         return;
     }
+    /* here it takes g's shape: an operand that passes g on may have been broadcast, and then
+       sums it over the broadcast axes */
+    if (S->owned[n->out->id] == AD__GRAD_UNIFORM && !(g = ad__grad_spread(S, n->out))) return;
     for (which = 0; which < 2; which++) {
         if (!want[which]) continue;
         if (ad__binary_passes_g(kind, which)) ad__accum_to(S, in[which], g, 0);
@@ -6368,17 +6428,8 @@ AD__PRIVATE void ad__sum_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_real scale = n->st.reduce.param;
     ad_tensor *x = n->in[0];
-    if (S->uniform_ok && g->size == 1 && x->size > 1 && x->node && !S->gacc[x->id] && ad__wants(S, x)) {
-        /* every element's gradient is g scale: kept as that value (AD__GRAD_UNIFORM) */
-        ad_tensor *u = ad__full(S->T, "ad_backward", 0, NULL, g->data[0] * scale);
-        if (!u) {
-            S->failed = 1;
-            return;
-        }
-        S->gacc[x->id] = u;
-        S->owned[x->id] = AD__GRAD_UNIFORM;
-        return;
-    }
+    /* every element's gradient is g scale: kept as that value where allowed */
+    if (g->size == 1 && ad__grad_uniform(S, x, g->data[0] * scale)) return;
     g = ad__kept(S->T, g, x, n->st.reduce.axis);
     if (scale != 1) g = ad_mul_scalar(S->T, g, scale);
     ad__accum_to(S, x, g, scale != 1);

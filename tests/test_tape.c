@@ -1293,12 +1293,13 @@ static void test_float_sincos_grad(void)
     ad_tape_free(T);
 }
 
-/* (j4) A sum's gradient, one value for every element of its input, is kept as that value and read
-   as it is by the unary functions' backward (AD__GRAD_UNIFORM); everywhere else it must act as a
+/* (j4) A sum's gradient, one value for every element of its input, is kept as that value, read
+   as it is by the backward of unary functions and of binary ops on operands of one shape, and
+   passed on as it is by sums and shifts (AD__GRAD_UNIFORM); everywhere else it must act as a
    full tensor of that value: asked for with ad_grad, met by a second contribution before or
-   after, passed to a binary op or a shift, scaled by a mean, or seen by a hook. Each case
-   against its gradient written out, on a [5, 7] input and on 3000 values (more than one run of
-   the repeated value, split over threads). */
+   after, passed to a broadcasting op, scaled by a mean, or seen by a hook. Each case against
+   its gradient written out, on a [5, 7] input and on 3000 values (more than one run of the
+   repeated value, split over threads). */
 static ad_tensor *uniform_hook_double(ad_tape *T, ad_tensor *x, ad_tensor *grad, void *ctx)
 {
     (void)x;
@@ -1310,7 +1311,9 @@ static void test_uniform_gradient(void)
 {
     static const char *names[] = {"ad_grad of a sum", "ad_grad of a mean",   "sum(h) + sum(h h)",
                                   "sum(h h) + sum(h)", "sum(a b)",          "sum(x + 1)",
-                                  "sum(sin x) + sum(exp x)", "mean(sigmoid x) * 3", "a hooked exp"};
+                                  "sum(sin x) + sum(exp x)", "mean(sigmoid x) * 3", "a hooked exp",
+                                  "sum(h + b)", "sum(h - h b)", "sum(h + h)", "mean(x x)",
+                                  "sum(h row), row broadcast", "sum(x + big), x broadcast"};
     int sizes[2][2] = {{5, 7}, {3, 1000}}, s, c;
     ad_tape *T = ad_tape_new();
     if (!T) {
@@ -1319,13 +1322,22 @@ static void test_uniform_gradient(void)
     }
     ad_set_threads(T, 2);
     for (s = 0; s < 2; s++)
-        for (c = 0; c < 9; c++) {
-            ad_tensor *x = ad_zeros(T, 2, sizes[s]), *b = ad_zeros(T, 2, sizes[s]), *h, *y, *g = NULL;
+        for (c = 0; c < 15; c++) {
+            int row_shape[2], big_shape[3];
+            ad_tensor *x = ad_zeros(T, 2, sizes[s]), *b = ad_zeros(T, 2, sizes[s]), *row, *big, *h, *y, *g = NULL;
             size_t i, n;
             double worst = 0;
             int failed = 0;
-            if (!x || !b) break;
+            row_shape[0] = 1;
+            row_shape[1] = sizes[s][1];
+            row = ad_zeros(T, 2, row_shape);
+            big_shape[0] = 2;
+            big_shape[1] = sizes[s][0];
+            big_shape[2] = sizes[s][1];
+            big = ad_zeros(T, 3, big_shape);
+            if (!x || !b || !row || !big) break;
             n = x->size;
+            for (i = 0; i < row->size; i++) row->data[i] = (float)(0.75 + (double)(i % 5) * 0.5);
             for (i = 0; i < n; i++) {
                 x->data[i] = (float)(-1.3 + 2.9 * (double)((i * 37) % n) / (double)n);
                 b->data[i] = (float)(0.5 + (double)(i % 11) * 0.25);
@@ -1341,9 +1353,15 @@ static void test_uniform_gradient(void)
             case 5: failed = ad_backward(T, ad_sum(T, ad_add_scalar(T, x, 1))); break;
             case 6: failed = ad_backward(T, ad_add(T, ad_sum(T, ad_sin(T, x)), ad_sum(T, h))); break;
             case 7: failed = ad_backward(T, ad_mul_scalar(T, ad_mean(T, ad_sigmoid(T, x)), 3)); break;
-            default:
+            case 8:
                 failed = ad_register_hook(h, uniform_hook_double, NULL) || ad_backward(T, ad_sum(T, h));
                 break;
+            case 9: failed = ad_backward(T, ad_sum(T, ad_add(T, h, b))); break;
+            case 10: failed = ad_backward(T, ad_sum(T, ad_sub(T, h, ad_mul(T, h, b)))); break;
+            case 11: failed = ad_backward(T, ad_sum(T, ad_add(T, h, h))); break;
+            case 12: failed = ad_backward(T, ad_mean(T, ad_mul(T, x, x))); break;
+            case 13: failed = ad_backward(T, ad_sum(T, ad_mul(T, h, row))); break;
+            default: failed = ad_backward(T, ad_sum(T, ad_add(T, x, big))); break;
             }
             if (failed || (c < 2 ? !g : !x->grad)) {
                 TH_CHECK(0, "%s: %s", names[c], ad_tape_error(T));
@@ -1359,8 +1377,14 @@ static void test_uniform_gradient(void)
                        : c == 4 ? b->data[i]
                        : c == 5 ? 1
                        : c == 6 ? cos(xi) + e
-                       : c == 7 ? 3 * sg * (1 - sg) / (double)n
-                                : 2 * e;
+                       : c == 7  ? 3 * sg * (1 - sg) / (double)n
+                       : c == 8  ? 2 * e
+                       : c == 9  ? e
+                       : c == 10 ? e * (1 - b->data[i])
+                       : c == 11 ? 2 * e
+                       : c == 12 ? 2 * xi / (double)n
+                       : c == 13 ? e * row->data[i % row->size]
+                                 : 2;
                 if (fabs(got - want) / fabs(want) > worst) worst = fabs(got - want) / fabs(want);
             }
             TH_CHECK(worst < 1e-5, "%s on %d x %d: gradient off by %.3g of itself", names[c], sizes[s][0],
