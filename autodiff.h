@@ -2989,6 +2989,27 @@ AD__PRIVATE int ad__grad_uniform(ad__sweep *S, ad_tensor *x, ad_real value)
     return 1;
 }
 
+/* A fused backward kernel over the values [lo, hi) of its job, reading the incoming gradient
+   from g (g[0] belongs to the value at lo). */
+typedef void (*ad__grad_run_fn)(const void *job, size_t lo, size_t hi, const ad_real *g);
+
+/* Runs run over [lo, hi): at once where g holds a value for each element (period 0), else in
+   runs of at most period elements that each read g from its start, where g repeats one value
+   (a gradient held as one value, AD__GRAD_UNIFORM, copied period times). */
+AD__INLINE void ad__grad_runs(ad__grad_run_fn run, const void *job, size_t lo, size_t hi, const ad_real *g,
+                              size_t period)
+{
+    size_t at, len;
+    if (!period) {
+        run(job, lo, hi, g + lo);
+        return;
+    }
+    for (at = lo; at < hi; at += len) {
+        len = hi - at < period ? hi - at : period;
+        run(job, at, at + len, g);
+    }
+}
+
 /* Where a fused backward kernel writes x's gradient directly: the buffer that holds x's
    gradient so far, with *add set (add into it), or a new buffer, with *add clear (assign).
    Only for sweeps that do not record (create_graph off). NULL when memory runs out. */
@@ -5604,8 +5625,9 @@ AD__PRIVATE int ad__unary_grad_vectorised(int kind, const ad_real *AD__RESTRICT 
 /* The fused loops: sin, cos and GELU take the vector functions where they are; the factor gets a
    statement of its own, since GCC if-converts (and vectorises) a conditional factor only then;
    one element (scalar tapes) gets no loop. */
-AD__PRIVATE void ad__unary_grad_run(const ad__unary_grad_job *j, size_t lo, size_t hi, const ad_real *AD__RESTRICT g)
+AD__PRIVATE void ad__unary_grad_run(const void *ctx, size_t lo, size_t hi, const ad_real *AD__RESTRICT g)
 {
+    const ad__unary_grad_job *j = (const ad__unary_grad_job *)ctx;
     const ad_real *AD__RESTRICT xv = j->x + lo, *AD__RESTRICT yv = j->y + lo;
     ad_real p0 = j->p0, p1 = j->p1, *AD__RESTRICT d = j->d + lo;
     size_t i, size = hi - lo;
@@ -5637,15 +5659,7 @@ AD__PRIVATE void ad__unary_grad_run(const ad__unary_grad_job *j, size_t lo, size
 AD__PRIVATE void ad__unary_grad_range(const void *ctx, size_t lo, size_t hi)
 {
     const ad__unary_grad_job *j = (const ad__unary_grad_job *)ctx;
-    size_t at, len;
-    if (!j->g_period) {
-        ad__unary_grad_run(j, lo, hi, j->g + lo);
-        return;
-    }
-    for (at = lo; at < hi; at += len) {
-        len = hi - at < j->g_period ? hi - at : j->g_period;
-        ad__unary_grad_run(j, at, at + len, j->g);
-    }
+    ad__grad_runs(ad__unary_grad_run, ctx, lo, hi, j->g, j->g_period);
 }
 
 /* dx (+)= g * f'(x) in one pass, for sweeps that do not record. A shift (affine with scale 1)
@@ -5958,8 +5972,9 @@ typedef struct ad__binary_grad_job {
 /* the rows' gradient formulas on values: AD__A etc. are the elements at i */
 #define AD__DSL_MODE VALUE
 
-AD__PRIVATE void ad__binary_grad_run(const ad__binary_grad_job *j, size_t lo, size_t hi, const ad_real *AD__RESTRICT g)
+AD__PRIVATE void ad__binary_grad_run(const void *ctx, size_t lo, size_t hi, const ad_real *AD__RESTRICT g)
 {
+    const ad__binary_grad_job *j = (const ad__binary_grad_job *)ctx;
     const ad_real *AD__RESTRICT av = j->a + lo, *AD__RESTRICT bv = j->b + lo;
     const ad_real *AD__RESTRICT yv = j->y + lo;
     ad_real *AD__RESTRICT d = j->d + lo;
@@ -5987,15 +6002,7 @@ AD__PRIVATE void ad__binary_grad_run(const ad__binary_grad_job *j, size_t lo, si
 AD__PRIVATE void ad__binary_grad_range(const void *ctx, size_t lo, size_t hi)
 {
     const ad__binary_grad_job *j = (const ad__binary_grad_job *)ctx;
-    size_t at, len;
-    if (!j->g_period) {
-        ad__binary_grad_run(j, lo, hi, j->g + lo);
-        return;
-    }
-    for (at = lo; at < hi; at += len) {
-        len = hi - at < j->g_period ? hi - at : j->g_period;
-        ad__binary_grad_run(j, at, at + len, j->g);
-    }
+    ad__grad_runs(ad__binary_grad_run, ctx, lo, hi, j->g, j->g_period);
 }
 
 /* One-element operands of the same shape (scalar tapes): the output and its entry are one block,
