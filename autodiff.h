@@ -1573,12 +1573,11 @@ enum {
     AD__BF16_VECTORS = 1,        /* bfloat16, with vector kernels */
     AD__BF16_AMX = 2             /* bfloat16, with AMX's tiles */
 };
-/* AVX512-BF16's dot product, for bfloat16 products of floats: through its intrinsic, which GCC
-   has from version 10 and clang from 9 */
+/* AVX512-BF16's dot product, for bfloat16 products of floats: through its intrinsic (immintrin.h,
+   included with AD__X86_DISPATCH), which GCC has from version 10 and clang from 9 */
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE) && \
     ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && __GNUC__ >= 10))
 #define AD__HAS_BF16_INSTRUCTION 1
-#include <immintrin.h>
 #else
 #define AD__HAS_BF16_INSTRUCTION 0
 #endif
