@@ -235,6 +235,10 @@
                       the backward of unary functions and of binary ops on operands of one
                       shape as one value instead of a full tensor, and sums and shifts pass it
                       on as one value.
+   0.8.2  2026-11-27  speed, scalar tapes: a plain sweep holds the gradient of a one-element
+                      tensor as a value in its own table rather than as a tensor, the seed
+                      included; unary functions of one element are one block per entry, like
+                      binary ops, and both kinds' backward runs inside the sweep's loop.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -244,7 +248,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 8
-#define AUTODIFF_VERSION_PATCH 1
+#define AUTODIFF_VERSION_PATCH 2
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -2191,6 +2195,8 @@ struct ad__node {
     ad_tensor *out;
     ad_tensor **in;
     int nin;
+    unsigned char reads_held;    /* the form of a held output gradient (AD__GRAD_UNIFORM,
+                                    AD__GRAD_VALUE) that backward reads as it is; 0: none */
     const char *op;              /* the public op's name, for anomaly messages and pictures
                                     (not set by the one-element binary ops: see ad__op_name) */
     ad__saved_state st;          /* what the backward needs, by the op's family */
@@ -2617,6 +2623,23 @@ AD__INLINE ad_tensor *ad__tensor_one(ad_tape *T, const char *op, int ndim, const
     return t;
 }
 
+/* The block of a one-element op's result on a scalar tape: the tensor, its value, then its entry
+   when it is recorded, so that recording the op allocates once. */
+#define AD__ONE_ENTRY_OFFSET ((AD__ONE_BYTES + 15) & ~(size_t)15)
+#define AD__ONE_BLOCK_BYTES(recorded) ((recorded) ? AD__ONE_ENTRY_OFFSET + sizeof(struct ad__node) : AD__ONE_BYTES)
+
+AD__COLD unsigned char *ad__one_block_next_chunk(ad_tape *T, const char *op, int recorded)
+{
+    return (unsigned char *)ad__alloc_head(T, AD__ONE_BLOCK_BYTES(recorded), op);
+}
+
+/* Such a block, uninitialised; NULL (recorded on T) when memory runs out. */
+AD__HOT unsigned char *ad__one_block(ad_tape *T, const char *op, int recorded)
+{
+    unsigned char *block = (unsigned char *)ad__arena_alloc_here(&T->heads, AD__ONE_BLOCK_BYTES(recorded), 16);
+    return block ? block : ad__one_block_next_chunk(T, op, recorded);
+}
+
 /* A tensor on T with a checked shape of size elements and uninitialised data (or no data when
    with_data is 0). */
 AD__INLINE ad_tensor *ad__tensor_sized(ad_tape *T, const char *op, int ndim, const int *shape, size_t size,
@@ -2830,25 +2853,31 @@ AUTODIFF_API double ad_rng_normal(ad_rng *rng)
 struct ad__sweep {
     ad_tape *T;
     ad_tensor **gacc;            /* gradient accumulated so far, by tensor id (NULL: none yet) */
+    ad_real *value;              /* by tensor id: the gradient of a one-element tensor whose
+                                    owned[id] is AD__GRAD_VALUE */
     unsigned char *owned;        /* 1 when gacc[id] is a buffer nobody else reads; AD__GRAD_UNIFORM
-                                    when it is one value, the gradient of every element */
+                                    when it is one value, the gradient of every element;
+                                    AD__GRAD_VALUE when the gradient is value[id] */
     unsigned n;                  /* tensors that existed when the sweep began */
     int create_graph;
-    int uniform_ok;              /* 1 when gradients may be kept as one value (plain sweeps: no
+    int uniform_ok;              /* 1 when gradients may be held as one value (plain sweeps: no
                                     recording, hooks or anomaly checks); see ad__sum_backward */
-    int reuse;                   /* 1 when only the leaves' gradients are read after the sweep
-                                    (ad_backward), so an entry's output gradient may be reused
-                                    once the entry is done */
     int failed;
     struct ad__watch *watch;     /* hooks and anomaly checks of this sweep, or NULL */
 };
 
-/* A state of S->owned[id]: gacc[id] holds one value, the gradient of each element of tensor id
-   (the gradient of a sum, say), which the entry producing the tensor reads as it is where it
-   can (ad__unary_backward, ad__binary_backward on operands of one shape) instead of a buffer
-   full of the same value, and passes on as one value where its input's gradient is that value
-   (a sum of two tensors, a shift). */
-enum { AD__GRAD_UNIFORM = 2 };
+/* States of S->owned[id] for a gradient held as one value.
+   AD__GRAD_UNIFORM: gacc[id] holds one value, the gradient of each element of tensor id (the
+   gradient of a sum, say), which the entry producing the tensor reads as it is where it can
+   (reads_held: ad__unary_backward, ad__binary_backward on operands of one shape) instead of a
+   buffer full of the same value, and passes on as one value where its input's gradient is that
+   value (a sum of two tensors, a shift).
+   AD__GRAD_VALUE, for a tensor of one element: its gradient is S->value[id] and gacc[id] is
+   NULL, so a scalar tape's sweep makes no tensor for a gradient; read as it is by the
+   one-element ops' backward (reads_held).
+   Both only in plain sweeps (uniform_ok); for any other reader the sweep makes the gradient a
+   tensor first (ad__grad_spread). */
+enum { AD__GRAD_UNIFORM = 2, AD__GRAD_VALUE = 3 };
 
 /* Makes n, memory for an entry, the tape's last entry: out, produced by fn from nin inputs
    that the caller fills in (into n->in, which holds 3; a caller with more points it elsewhere). */
@@ -2857,6 +2886,7 @@ AD__INLINE void ad__link_entry(ad_tape *T, ad__node *n, ad_tensor *out, ad__back
     n->saved = NULL;
     n->in = n->in_inline;
     n->nin = nin;
+    n->reads_held = 0;
     n->backward = fn;
     n->out = out;
     n->prev = T->last;
@@ -2955,11 +2985,12 @@ AD__PRIVATE ad_real *ad__grad_buffer(ad__sweep *S, ad_tensor *x, const ad_tensor
     return buf->data;
 }
 
-/* Makes x's gradient, held as one value (AD__GRAD_UNIFORM), a buffer of x's shape filled with
-   it. Returns the buffer, or NULL when memory runs out. */
+/* Makes x's gradient, held as one value (AD__GRAD_UNIFORM, AD__GRAD_VALUE), a buffer of x's
+   shape filled with it. Returns the buffer, or NULL when memory runs out. */
 AD__COLD ad_tensor *ad__grad_spread(ad__sweep *S, ad_tensor *x)
 {
-    ad_tensor *buf = ad__full(S->T, "ad_backward", x->ndim, x->shape, S->gacc[x->id]->data[0]);
+    ad_real v = S->owned[x->id] == AD__GRAD_VALUE ? S->value[x->id] : S->gacc[x->id]->data[0];
+    ad_tensor *buf = ad__full(S->T, "ad_backward", x->ndim, x->shape, v);
     if (!buf) {
         S->failed = 1;
         return NULL;
@@ -3015,7 +3046,7 @@ AD__INLINE void ad__grad_runs(ad__grad_run_fn run, const void *job, size_t lo, s
 AD__INLINE ad_real *ad__grad_target(ad__sweep *S, ad_tensor *x, int *add)
 {
     ad_tensor *held;
-    if (S->owned[x->id] == AD__GRAD_UNIFORM && !ad__grad_spread(S, x)) return NULL;
+    if (S->owned[x->id] >= AD__GRAD_UNIFORM && !ad__grad_spread(S, x)) return NULL;
     held = S->gacc[x->id];
     *add = held != NULL;
     if (held && S->owned[x->id]) return held->data;
@@ -3033,6 +3064,8 @@ AD__PRIVATE void ad__accum_more(ad__sweep *S, ad_tensor *x, ad_tensor *g)
     if (S->create_graph) {
         *slot = ad_add(S->T, *slot, g);
         if (!*slot) S->failed = 1;
+    } else if (S->owned[x->id] == AD__GRAD_VALUE) {
+        S->value[x->id] += g->data[0];
     } else if ((d = ad__grad_target(S, x, &add)) != NULL) {
         ad__add_into(d, g->data, x->size);
     }
@@ -3044,51 +3077,42 @@ AD__INLINE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
 {
     if (!g) { S->failed = 1; return; }
     if (!ad__wants(S, x)) return;
-    if (S->gacc[x->id]) {
+    if (S->gacc[x->id] || S->owned[x->id] == AD__GRAD_VALUE) {
         ad__accum_more(S, x, g);
         return;
     }
     AUTODIFF_ASSERT(g->size == x->size);
+    if (x->size == 1 && S->uniform_ok) {
+        S->value[x->id] = g->data[0];
+        S->owned[x->id] = AD__GRAD_VALUE;
+        return;
+    }
     S->gacc[x->id] = g;
     S->owned[x->id] = (unsigned char)fresh;
 }
 
-/* A new buffer for the one-element gradient of x, owned by the sweep. NULL when memory runs out. */
-AD__COLD ad_real *ad__grad_one_new(ad__sweep *S, ad_tensor *x)
+/* Adds v to the gradient of x, a one-element tensor, for sweeps that do not record: held as a
+   value where the sweep allows it (AD__GRAD_VALUE), else in a buffer of the sweep's own. */
+AD__INLINE void ad__accum_one(ad__sweep *S, ad_tensor *x, ad_real v)
 {
-    ad_tensor *buf = ad__tensor_one(S->T, "ad_backward", x->ndim, x->shape);
-    if (!buf) {
-        S->failed = 1;
-        return NULL;
-    }
-    S->gacc[x->id] = buf;
-    S->owned[x->id] = 1;
-    return buf->data;
-}
-
-/* A buffer for the one-element gradient of x, owned by the sweep: *spare (a dead gradient of x's
-   shape, which is then used up) when there is one, else a new one. NULL when memory runs out. */
-AD__INLINE ad_real *ad__grad_one(ad__sweep *S, ad_tensor *x, ad_tensor **spare)
-{
-    ad_tensor *buf = *spare;
-    if (!buf) return ad__grad_one_new(S, x);
-    *spare = NULL;
-    S->gacc[x->id] = buf;
-    S->owned[x->id] = 1;
-    return buf->data;
-}
-
-/* Adds v to the gradient of x, a one-element tensor, for sweeps that do not record: in place
-   when the sweep owns x's gradient, else into a buffer of its own (see ad__grad_one). */
-AD__INLINE void ad__accum_one(ad__sweep *S, ad_tensor *x, ad_real v, ad_tensor **spare)
-{
-    ad_tensor *held = S->gacc[x->id];
+    unsigned id = x->id;
     ad_real *d;
-    if (held && S->owned[x->id]) {
-        held->data[0] += v;
-    } else if ((d = ad__grad_one(S, x, spare)) != NULL) {
-        d[0] = held ? held->data[0] + v : v;
+    int add;
+    if (S->owned[id] == AD__GRAD_VALUE) {
+        S->value[id] += v;
+    } else if (!S->gacc[id] && S->uniform_ok) {
+        S->value[id] = v;
+        S->owned[id] = AD__GRAD_VALUE;
+    } else if ((d = ad__grad_target(S, x, &add)) != NULL) {
+        d[0] = add ? d[0] + v : v;
     }
+}
+
+/* The incoming gradient of an entry with a one-element output: gt, or the value the sweep holds
+   (gt NULL: AD__GRAD_VALUE). */
+AD__INLINE const ad_real *ad__one_grad(ad__sweep *S, ad__node *n, const ad_tensor *gt)
+{
+    return gt ? gt->data : &S->value[n->out->id];
 }
 
 /* Sums or broadcasts g to x's shape, then accumulates it. */
@@ -3121,15 +3145,15 @@ AD__PRIVATE int ad__sweep_into_leaves(ad__sweep *S, const ad_tensor *y)
 
 AD__COLD ad__node *ad__sweep_watched(ad__sweep *S, int into_leaves, const char *op); /* >>impl:hooks */
 AD__COLD void ad__sweep_watched_end(ad__sweep *S);
-AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g);
-AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g);
+AD__HOT void ad__binary_one_grads(ad__sweep *S, ad__node *n, ad_real g_value);
+AD__HOT void ad__unary_one_grad(ad__sweep *S, ad__node *n, ad_real g_value);
 
 /* x's gradient after a sweep, as a tensor of x's shape; NULL when x got none or when memory
    runs out (S->failed says which). */
 AD__PRIVATE ad_tensor *ad__sweep_result(ad__sweep *S, ad_tensor *x)
 {
-    if (x->id >= S->n || !S->gacc[x->id]) return NULL;
-    if (S->owned[x->id] == AD__GRAD_UNIFORM) return ad__grad_spread(S, x);
+    if (x->id >= S->n || !(S->gacc[x->id] || S->owned[x->id] == AD__GRAD_VALUE)) return NULL;
+    if (S->owned[x->id] >= AD__GRAD_UNIFORM) return ad__grad_spread(S, x);
     return S->gacc[x->id];
 }
 
@@ -3155,27 +3179,38 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     S->n = T->ntensors;
     S->create_graph = create_graph;
     S->uniform_ok = !create_graph && !T->anomaly && !T->marks;
-    S->reuse = into_leaves && !create_graph;
-    /* one block for both tables, cleared at once */
-    S->gacc = (ad_tensor **)ad__alloc(T, (size_t)S->n * (sizeof(ad_tensor *) + 1), op);
-    seed = ad__like(T, op, y);
-    if (!S->gacc || !seed) return -1;
-    memset(S->gacc, 0, (size_t)S->n * (sizeof(ad_tensor *) + 1));
-    S->owned = (unsigned char *)(S->gacc + S->n);
-    seed->data[0] = 1;
+    /* one block for the three tables: values are only read where owned says so */
+    S->gacc = (ad_tensor **)ad__alloc(T, (size_t)S->n * (sizeof(ad_tensor *) + sizeof(ad_real) + 1), op);
+    if (!S->gacc) return -1;
+    memset(S->gacc, 0, (size_t)S->n * sizeof(ad_tensor *));
+    S->value = (ad_real *)(S->gacc + S->n);
+    S->owned = (unsigned char *)(S->value + S->n);
+    memset(S->owned, 0, S->n);
     if (!y->requires_grad) return 0;
     if (into_leaves && ad__sweep_into_leaves(S, y) != 0) return -1;
-    S->gacc[y->id] = seed;
-    S->owned[y->id] = 1; /* the seed is the sweep's own: ad_backward may reuse it like any other */
+    if (S->uniform_ok) {
+        S->value[y->id] = 1;
+        S->owned[y->id] = AD__GRAD_VALUE;
+    } else {
+        if (!(seed = ad__like(T, op, y))) return -1;
+        seed->data[0] = 1;
+        S->gacc[y->id] = seed;
+        S->owned[y->id] = 1; /* the seed is the sweep's own, like any other buffer it makes */
+    }
     T->grad_enabled = create_graph != 0;
     /* every entry visited was recorded before the sweep began, so its tensors' ids are below n */
     n = T->anomaly || T->marks ? ad__sweep_watched(S, into_leaves, op) : T->last;
     for (; n && !S->failed; n = n->prev) {
-        ad_tensor *g = S->gacc[n->out->id];
-        if (g && S->owned[n->out->id] == AD__GRAD_UNIFORM && n->backward != ad__unary_backward &&
-            n->backward != ad__binary_backward)
-            g = ad__grad_spread(S, n->out);
-        if (g) n->backward(S, n, g);
+        unsigned id = n->out->id;
+        unsigned char held = S->owned[id];
+        ad_tensor *g = S->gacc[id];
+        if (held == AD__GRAD_VALUE && n->reads_held == AD__GRAD_VALUE) { /* scalar tapes: no call */
+            if (n->nin == 2) ad__binary_one_grads(S, n, S->value[id]);
+            else ad__unary_one_grad(S, n, S->value[id]);
+            continue;
+        }
+        if (held >= AD__GRAD_UNIFORM && held != n->reads_held && !(g = ad__grad_spread(S, n->out))) break;
+        if (g || held == AD__GRAD_VALUE) n->backward(S, n, g);
     }
     T->grad_enabled = saved_enabled;
     if (S->failed) {
@@ -3197,6 +3232,11 @@ AUTODIFF_API int ad_backward(ad_tape *T, ad_tensor *y)
     if (ad__sweep_run(&S, T, y, 0, 1, "ad_backward") != 0) return -1;
     for (leaf = T->leaves; leaf; leaf = leaf->next_leaf) {
         ad_tensor *g = leaf->id < S.n ? S.gacc[leaf->id] : NULL;
+        if (!g && leaf->id < S.n && S.owned[leaf->id] == AD__GRAD_VALUE) {
+            if (leaf->grad) leaf->grad[0] += S.value[leaf->id];
+            else leaf->grad = &S.value[leaf->id]; /* the sweep's table lives until the reset */
+            continue;
+        }
         if (!g || g->data == leaf->grad) continue; /* none, or already added in place */
         if (leaf->grad) {
             ad__add_into(leaf->grad, g->data, leaf->size);
@@ -5549,6 +5589,32 @@ AD__PRIVATE void ad__unary_range(const void *ctx, size_t lo, size_t hi)
 }
 
 AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g);
+AD__PRIVATE void ad__unary_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g);
+
+/* kind(a) of a one-element a (scalar tapes): the result and its entry in one block, as for
+   binary ops (ad__binary_one). */
+AD__INLINE ad_tensor *ad__unary_one(ad_tape *T, const char *op, ad_tensor *a, int kind, ad_real p0, ad_real p1)
+{
+    int recorded = T->grad_enabled && a->requires_grad;
+    unsigned char *block = ad__one_block(T, op, recorded);
+    ad_tensor *y = (ad_tensor *)block;
+    ad__node *n;
+    if (!block) return NULL;
+    ad__tensor_init(T, y, a->ndim, a->shape, 1, (ad_real *)(block + AD__ONE_HEADER_BYTES));
+    ad__unary_kernel(kind, a->data, y->data, 1, p0, p1);
+    if (recorded) {
+        n = (ad__node *)(block + AD__ONE_ENTRY_OFFSET);
+        ad__link_entry(T, n, y, ad__unary_backward_one, 1);
+        n->reads_held = AD__GRAD_VALUE;
+        n->op = op;
+        n->in[0] = a;
+        n->st.unary.kind = kind;
+        n->st.unary.p0 = p0;
+        n->st.unary.p1 = p1;
+    }
+    if (T->anomaly && !ad__anomaly_forward(T, op, y, &a, 1, &T->sink)) return NULL;
+    return y;
+}
 
 /* kind(a) with its parameters; errors name op, the function the caller called. */
 AD__PRIVATE ad_tensor *ad__unary_as(ad_tape *T, const char *op, ad_tensor *a, int kind, ad_real p0, ad_real p1)
@@ -5558,6 +5624,7 @@ AD__PRIVATE ad_tensor *ad__unary_as(ad_tape *T, const char *op, ad_tensor *a, in
     ad__node *n;
     if (!T || !a) return NULL;
     if (!ad__on_tape(T, op, "the input", a)) return NULL;
+    if (a->size == 1) return ad__unary_one(T, op, a, kind, p0, p1);
     y = ad__like(T, op, a);
     if (!y) return NULL;
     job.kind = kind;
@@ -5568,6 +5635,7 @@ AD__PRIVATE ad_tensor *ad__unary_as(ad_tape *T, const char *op, ad_tensor *a, in
     ad__parallel_range(T, ad__unary_range, &job, a->size, ad__unary_split(kind), AD__STORE_BLOCK);
     n = ad__record1(T, op, y, ad__unary_backward, a);
     if (!n) return NULL;
+    n->reads_held = AD__GRAD_UNIFORM;
     n->st.unary.kind = kind;
     n->st.unary.p0 = p0;
     n->st.unary.p1 = p1;
@@ -5753,6 +5821,32 @@ AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
         return;
     }
     ad__accum(S, x, ad_mul(S->T, g, ad__unary_derivative(S->T, kind, x, n->out, n->st.unary.p0, n->st.unary.p1)), 1);
+}
+
+/* The input's gradient of a one-element entry (scalar tapes), from g_value, its output's: the
+   fused backward's formula on one value. */
+AD__HOT void ad__unary_one_grad(ad__sweep *S, ad__node *n, ad_real g_value)
+{
+    ad__unary_grad_job job;
+    ad_real d;
+    if (!ad__wants(S, n->in[0])) return;
+    job.kind = n->st.unary.kind;
+    job.add = 0;
+    job.x = n->in[0]->data;
+    job.y = n->out->data;
+    job.g = &g_value;
+    job.d = &d;
+    job.p0 = n->st.unary.p0;
+    job.p1 = n->st.unary.p1;
+    job.g_period = 0;
+    ad__unary_grad_run(&job, 0, 1, job.g);
+    ad__accum_one(S, n->in[0], d);
+}
+
+AD__PRIVATE void ad__unary_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    if (S->create_graph) ad__unary_backward(S, n, g);
+    else ad__unary_one_grad(S, n, *ad__one_grad(S, n, g));
 }
 
 AUTODIFF_API ad_tensor *ad_neg(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_NEG, 0, 0); }
@@ -6009,33 +6103,38 @@ AD__PRIVATE void ad__binary_grad_range(const void *ctx, size_t lo, size_t hi)
 AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g);
 
 /* Adds da and db, the contributions of a one-element entry, to its inputs' gradients. */
-AD__HOT void ad__binary_one_accum(ad__sweep *S, ad__node *n, ad_tensor *g, ad_real da, ad_real db)
+AD__HOT void ad__binary_one_accum(ad__sweep *S, ad__node *n, ad_real da, ad_real db)
 {
     ad_tensor *a = n->in[0], *b = n->in[1];
-    ad_tensor *spare = S->reuse && S->owned[n->out->id] ? g : NULL; /* dead once read: see ad__sweep */
     /* (the inputs' ids are below S->n: the entry was recorded before the sweep began) */
-    if (a->requires_grad) ad__accum_one(S, a, da, &spare);
-    if (b->requires_grad) ad__accum_one(S, b, db, &spare);
+    if (a->requires_grad) ad__accum_one(S, a, da);
+    if (b->requires_grad) ad__accum_one(S, b, db);
 }
 
+/* The inputs' gradients of a one-element entry, from g_value, its output's. */
+AD__HOT void ad__binary_one_grads(ad__sweep *S, ad__node *n, ad_real g_value)
+{
+    const ad_real *av = n->in[0]->data, *bv = n->in[1]->data, *yv = n->out->data, *g = &g_value;
+    size_t i = 0;
+    (void)av;
+    (void)bv;
+    (void)yv;
+    (void)g;
+    (void)i;
+    switch (n->st.binary.kind) {
 #define AD__BINARY_ONE(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B)                                     \
-    AD__PRIVATE void ad__binary_backward_one_##ID(ad__sweep *S, ad__node *n, ad_tensor *gt)          \
-    {                                                                                                \
-        const ad_real *av = n->in[0]->data, *bv = n->in[1]->data, *yv = n->out->data, *g = gt->data; \
-        size_t i = 0;                                                                                \
-        (void)av;                                                                                    \
-        (void)bv;                                                                                    \
-        (void)yv;                                                                                    \
-        (void)g;                                                                                     \
-        (void)i;                                                                                     \
-        if (S->create_graph) ad__binary_backward(S, n, gt);                                          \
-        else ad__binary_one_accum(S, n, gt, (GRAD_A), (GRAD_B));                                     \
-    }
-AD__BINARY_OPS(AD__BINARY_ONE)
+    case AD__B_##ID: ad__binary_one_accum(S, n, (GRAD_A), (GRAD_B)); break;
+        AD__BINARY_OPS(AD__BINARY_ONE)
 #undef AD__BINARY_ONE
-#define AD__BINARY_ONE_FN(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B) ad__binary_backward_one_##ID,
-static const ad__backward_fn ad__binary_backward_one[] = {AD__BINARY_OPS(AD__BINARY_ONE_FN) NULL};
-#undef AD__BINARY_ONE_FN
+    default: AUTODIFF_ASSERT(0);
+    }
+}
+
+AD__PRIVATE void ad__binary_backward_one(ad__sweep *S, ad__node *n, ad_tensor *gt)
+{
+    if (S->create_graph) ad__binary_backward(S, n, gt);
+    else ad__binary_one_grads(S, n, *ad__one_grad(S, n, gt));
+}
 
 #undef AD__DSL_MODE
 
@@ -6134,10 +6233,6 @@ AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     }
 }
 
-/* The block of a one-element result: the tensor, its value, then its entry when it is recorded. */
-#define AD__ONE_ENTRY_OFFSET ((AD__ONE_BYTES + 15) & ~(size_t)15)
-#define AD__ONE_BLOCK_BYTES(recorded) ((recorded) ? AD__ONE_ENTRY_OFFSET + sizeof(ad__node) : AD__ONE_BYTES)
-
 /* The anomaly check of a one-element result (see ad__record). */
 AD__COLD ad_tensor *ad__anomaly_binary_one(ad_tape *T, ad_tensor *a, ad_tensor *b, ad_tensor *y, int kind)
 {
@@ -6147,37 +6242,26 @@ AD__COLD ad_tensor *ad__anomaly_binary_one(ad_tape *T, ad_tensor *a, ad_tensor *
     return ad__anomaly_forward(T, ad__binary_names[kind], y, ins, 2, &T->sink) ? y : NULL;
 }
 
-AD__INLINE ad_tensor *ad__binary_one_fill(ad_tape *T, unsigned char *block, ad_tensor *a, ad_tensor *b,
-                                          int kind, int recorded)
+/* kind(a, b) of one-element operands of one shape (scalar tapes): the result and its entry in
+   one block. */
+AD__HOT ad_tensor *ad__binary_one(ad_tape *T, const char *op, ad_tensor *a, ad_tensor *b, int kind,
+                                  int record)
 {
+    int recorded = record && T->grad_enabled && (a->requires_grad || b->requires_grad);
+    unsigned char *block = ad__one_block(T, op, recorded);
     ad_tensor *y = (ad_tensor *)block;
     ad__node *n;
+    if (!block) return NULL;
     ad__tensor_init(T, y, a->ndim, a->shape, 1, (ad_real *)(block + AD__ONE_HEADER_BYTES));
     y->data[0] = ad__binary_op(kind, a->data[0], b->data[0]);
     if (!recorded) return T->anomaly ? ad__anomaly_binary_one(T, a, b, y, kind) : y;
     n = (ad__node *)(block + AD__ONE_ENTRY_OFFSET);
-    ad__link_entry(T, n, y, ad__binary_backward_one[kind], 2);
+    ad__link_entry(T, n, y, ad__binary_backward_one, 2);
+    n->reads_held = AD__GRAD_VALUE;
     n->in[0] = a;
     n->in[1] = b;
     n->st.binary.kind = kind;
     return T->anomaly ? ad__anomaly_binary_one(T, a, b, y, kind) : y;
-}
-
-/* The same when the block does not fit in the arena's current chunk. */
-AD__COLD ad_tensor *ad__binary_one_next_chunk(ad_tape *T, const char *op, ad_tensor *a, ad_tensor *b, int kind,
-                                              int recorded)
-{
-    unsigned char *block = (unsigned char *)ad__alloc_head(T, AD__ONE_BLOCK_BYTES(recorded), op);
-    return block ? ad__binary_one_fill(T, block, a, b, kind, recorded) : NULL;
-}
-
-AD__INLINE ad_tensor *ad__binary_one(ad_tape *T, const char *op, ad_tensor *a, ad_tensor *b, int kind,
-                                     int record)
-{
-    int recorded = record && T->grad_enabled && (a->requires_grad || b->requires_grad);
-    unsigned char *block = (unsigned char *)ad__arena_alloc_here(&T->heads, AD__ONE_BLOCK_BYTES(recorded), 16);
-    if (!block) return ad__binary_one_next_chunk(T, op, a, b, kind, recorded);
-    return ad__binary_one_fill(T, block, a, b, kind, recorded);
 }
 
 /* y = kind(a, b) for operands of y's size, split over the tape's threads for large tensors */
@@ -6239,6 +6323,7 @@ AD__PRIVATE ad_tensor *ad__binary_tensors(ad_tape *T, const char *op, ad_tensor 
     if (!record) return y;
     n = ad__record2(T, op, y, ad__binary_backward, a, b);
     if (!n) return NULL;
+    n->reads_held = AD__GRAD_UNIFORM;
     n->st.binary.kind = kind;
     return y;
 }
@@ -12102,12 +12187,10 @@ AD__PRIVATE int ad__mark_param(ad_tape *T, ad_tensor *x, ad_params *P, int id)
 }
 
 /* An entry's op name. The one-element binary ops leave n->op unset, to keep the scalar path
-   short; their backward says which op they are. */
+   short; their kind says which op they are. */
 AD__PRIVATE const char *ad__op_name(const ad__node *n)
 {
-    int k;
-    for (k = 0; ad__binary_backward_one[k]; k++)
-        if (n->backward == ad__binary_backward_one[k]) return ad__binary_names[k];
+    if (n->backward == ad__binary_backward_one) return ad__binary_names[n->st.binary.kind];
     return n->op ? n->op : "(an op)";
 }
 

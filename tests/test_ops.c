@@ -168,7 +168,7 @@ static void test_elementwise(void)
     check1("abs then exp", f_abs_exp, NULL, kink);
     check1("clamp times x", f_clamp_sq, NULL, grouped);
     check1("shared gradient", f_shift_shared, NULL, x);
-    /* one element: the backward's path without a loop, for each kind of loop */
+    /* one element: the backward of a scalar tape's entries, for each kind of loop */
     check1("exp of a scalar", f_exp, NULL, S("", -1, 1, 0));
     check1("tanh of [1]", f_tanh, NULL, S("1", -1, 1, 0));
     check1("sigmoid of a scalar", f_sigmoid, NULL, S("", -3, 3, 0));
@@ -179,6 +179,10 @@ static void test_elementwise(void)
     check1("silu of a scalar", f_silu, NULL, S("", -2, 2, 0));
     check1("elu of a scalar", f_elu, NULL, S("", -2, 2, 0.05));
     check1("shared gradient, a scalar", f_shift_shared, NULL, S("", -2, 2, 0));
+    check1("sin of a scalar", f_sin, NULL, S("", -3, 3, 0));
+    check1("gelu of [1]", f_gelu, NULL, S("1", -3, 3, 0));
+    check1("pow 2.5 of a scalar", f_pow_frac, NULL, S("", 0.2, 3, 0));
+    check1("clamp of a scalar", f_clamp_sq, NULL, S("", -0.4, 0.4, 0));
 }
 
 /* ---- binary, with broadcasting ---------------------------------------------------------- */

@@ -849,11 +849,13 @@ static void test_threads_elementwise(void)
     free(more);
 }
 
-/* (j) scalar tapes: ops on one-element tensors take a path of their own (one block per entry,
-   gradients as values, output gradients reused during ad_backward). The same expressions on
-   two-element tensors take the general path; both must give the same values and gradients,
-   through leaves used several times, squares, sums that share one gradient, caller-owned
-   gradients that accumulate, ad_grad of intermediates, second derivatives and reused tapes. */
+/* (j) scalar tapes: ops on one-element tensors take a path of their own (one block per binary
+   entry; in plain sweeps gradients held as values in the sweep's table, not as tensors). The
+   same expressions on two-element tensors take the general path, and on a tape in anomaly mode
+   the sweep holds every gradient as a tensor; all must give the same values and gradients,
+   through leaves used several times, squares, unary functions, sums that share one gradient,
+   caller-owned gradients that accumulate, ad_grad of intermediates, second derivatives and
+   reused tapes. */
 enum { SCALAR_LEAVES = 3 };
 
 /* A fixed expression over three leaves of any one shape; returns its one-element result (a sum
@@ -867,7 +869,9 @@ static ad_tensor *scalar_expr(ad_tape *T, ad_tensor **x, ad_tensor **mid)
     ad_tensor *z = ad_mul(T, ad_sub(T, w, ad_mul(T, a, c)), ad_add(T, ad_div(T, c, a), b));
     ad_tensor *m = ad_maximum(T, z, ad_minimum(T, a, c)); /* the general backward */
     ad_tensor *r = w ? ad_reshape(T, w, w->ndim, w->shape) : NULL; /* w shares r's gradient */
-    ad_tensor *y = ad_add(T, ad_mul(T, m, ad_sub(T, a, r)), ad_add(T, z, ad_mul(T, b, b)));
+    ad_tensor *s = ad_add(T, ad_sin(T, u), ad_exp(T, ad_neg(T, ad_square(T, c))));
+    ad_tensor *l = ad_log(T, ad_add_scalar(T, ad_mul(T, b, b), 1)); /* a shift passes g on */
+    ad_tensor *y = ad_add(T, ad_mul(T, m, ad_sub(T, a, r)), ad_add(T, z, ad_mul(T, ad_tanh(T, s), l)));
     if (mid) *mid = u;
     return y && y->size > 1 ? ad_sum(T, y) : y;
 }
@@ -880,14 +884,15 @@ static int scalar_close(double got, double want)
 static void test_scalar_tape(void)
 {
     static const float vals[][SCALAR_LEAVES] = {{1.5f, 0.7f, -0.4f}, {-2.0f, 0.3f, 1.25f}, {0.9f, -1.1f, 2.5f}};
-    ad_tape *T = ad_tape_new(), *R = ad_tape_new();
+    ad_tape *T = ad_tape_new(), *R = ad_tape_new(), *A = ad_tape_new();
     int two[] = {2}, round, i, k;
     long settled = 0;
     size_t peak = 0;
     for (round = 0; round < 40; round++) {
         const float *v = vals[round % 3];
-        ad_tensor *x[SCALAR_LEAVES], *xr[SCALAR_LEAVES], *y, *yr, *u, *ur, *gu, *gur;
+        ad_tensor *x[SCALAR_LEAVES], *xr[SCALAR_LEAVES], *xa[SCALAR_LEAVES], *y, *yr, *u, *ur, *gu, *gur;
         float pair[2], held[SCALAR_LEAVES] = {0.5f, 0, 0}, ext_data = v[0];
+        ad_real plain_or_watched[2][SCALAR_LEAVES];
         for (i = 0; i < SCALAR_LEAVES; i++) {
             pair[0] = pair[1] = v[i];
             xr[i] = ad_tensor_new(R, 1, two, pair, 1);
@@ -917,6 +922,20 @@ static void test_scalar_tape(void)
         for (k = 1; k < SCALAR_LEAVES; k++)
             TH_CHECK(scalar_close(ad_grad_item(x[k]), xr[k]->grad[0]), "round %d: d y / d x%d %.9g, general %.9g",
                      round, k, (double)ad_grad_item(x[k]), (double)xr[k]->grad[0]);
+        /* one sweep holding one-element gradients as values, one (anomaly mode) holding them
+           as tensors: the same formulas in the same order, so bit for bit */
+        for (k = 0; k < 2; k++) {
+            ad_set_detect_anomaly(A, k);
+            for (i = 0; i < SCALAR_LEAVES; i++) xa[i] = ad_var(A, v[i]);
+            TH_CHECK(ad_backward(A, scalar_expr(A, xa, NULL)) == 0, "round %d, anomaly mode %d: %s", round, k,
+                     th_errs(A));
+            for (i = 0; i < SCALAR_LEAVES; i++) plain_or_watched[k][i] = ad_grad_item(xa[i]);
+            ad_tape_reset(A);
+        }
+        TH_CHECK(memcmp(plain_or_watched[0], plain_or_watched[1], sizeof plain_or_watched[0]) == 0,
+                 "round %d: gradients %.9g %.9g %.9g in a plain sweep, %.9g %.9g %.9g in anomaly mode", round,
+                 (double)plain_or_watched[0][0], (double)plain_or_watched[0][1], (double)plain_or_watched[0][2],
+                 (double)plain_or_watched[1][0], (double)plain_or_watched[1][1], (double)plain_or_watched[1][2]);
         ad_tape_reset(T);
         ad_tape_reset(R);
         /* the same rounds on a reused tape: no allocation, the same peak */
@@ -984,6 +1003,7 @@ static void test_scalar_tape(void)
     }
     ad_tape_free(T);
     ad_tape_free(R);
+    ad_tape_free(A);
 }
 
 /* (i) the optimizers in single precision against their formulas in double, on a store whose
