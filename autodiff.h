@@ -3040,6 +3040,20 @@ AD__INLINE void ad__grad_runs(ad__grad_run_fn run, const void *job, size_t lo, s
     }
 }
 
+/* Where a fused backward kernel reads the gradient gt of n's output: gt's values (*g_period 0),
+   or where the sweep holds it as one value (AD__GRAD_UNIFORM), period copies of it in run, a
+   short run that stays in cache, read again from its start (*g_period = period). */
+AD__INLINE const ad_real *ad__grad_source(const ad__sweep *S, const ad__node *n, const ad_tensor *gt, ad_real *run,
+                                          size_t period, size_t *g_period)
+{
+    size_t i;
+    *g_period = 0;
+    if (S->owned[n->out->id] != AD__GRAD_UNIFORM) return gt->data;
+    for (i = 0; i < period; i++) run[i] = gt->data[0];
+    *g_period = period;
+    return run;
+}
+
 /* Where a fused backward kernel writes x's gradient directly: the buffer that holds x's
    gradient so far, with *add set (add into it), or a new buffer, with *add clear (assign).
    Only for sweeps that do not record (create_graph off). NULL when memory runs out. */
@@ -5736,7 +5750,6 @@ AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *
     enum { PERIOD = 1024 };
     ad_real repeated[PERIOD];
     ad__unary_grad_job job;
-    size_t i;
     int uniform = S->owned[n->out->id] == AD__GRAD_UNIFORM;
     job.kind = n->st.unary.kind;
     job.p0 = n->st.unary.p0;
@@ -5751,13 +5764,7 @@ AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *
     if (!job.d) return;
     job.x = n->in[0]->data;
     job.y = n->out->data;
-    job.g = gt->data;
-    job.g_period = 0;
-    if (uniform) { /* one value read from a short run that stays in cache, not from a full buffer */
-        for (i = 0; i < PERIOD; i++) repeated[i] = gt->data[0];
-        job.g = repeated;
-        job.g_period = PERIOD;
-    }
+    job.g = ad__grad_source(S, n, gt, repeated, PERIOD, &job.g_period);
     ad__parallel_range(S->T, ad__unary_grad_range, &job, n->in[0]->size, ad__unary_split(job.kind),
                        AD__STORE_BLOCK);
 }
@@ -6157,19 +6164,12 @@ AD__PRIVATE void ad__binary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor 
     enum { PERIOD = 1024 };
     ad_real repeated[PERIOD];
     ad__binary_grad_job job;
-    size_t i;
     int uniform = S->owned[n->out->id] == AD__GRAD_UNIFORM;
     job.kind = n->st.binary.kind;
     job.a = n->in[0]->data;
     job.b = n->in[1]->data;
     job.y = n->out->data;
-    job.g = gt->data;
-    job.g_period = 0;
-    if (uniform) { /* see ad__unary_backward_fused */
-        for (i = 0; i < PERIOD; i++) repeated[i] = gt->data[0];
-        job.g = repeated;
-        job.g_period = PERIOD;
-    }
+    job.g = ad__grad_source(S, n, gt, repeated, PERIOD, &job.g_period);
     for (job.which = 0; job.which < 2; job.which++) {
         if (!(job.which ? wb : wa)) continue;
         if (ad__binary_passes_g(job.kind, job.which)) {
