@@ -1,4 +1,4 @@
-/* autodiff.h - v0.8.1 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.8.2 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
