@@ -238,7 +238,9 @@
    0.8.2  2026-11-27  speed, scalar tapes: a plain sweep holds the gradient of a one-element
                       tensor as a value in its own table rather than as a tensor, the seed
                       included; unary functions of one element are one block per entry, like
-                      binary ops, and both kinds' backward runs inside the sweep's loop.
+                      binary ops, and both kinds' backward runs inside the sweep's loop;
+                      names and parameters on a tape no longer keep its sweeps from holding
+                      gradients as one value (a sum's, a one-element tensor's).
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -3157,7 +3159,10 @@ AD__PRIVATE int ad__sweep_into_leaves(ad__sweep *S, const ad_tensor *y)
     return 0;
 }
 
-AD__COLD ad__node *ad__sweep_watched(ad__sweep *S, int into_leaves, const char *op); /* >>impl:hooks */
+/* Whether a sweep must run its entries with hooks or anomaly checks around them (then through
+   ad__sweep_watched, which does the whole sweep and returns NULL). */
+AD__PRIVATE int ad__sweep_is_watched(const ad_tape *T, int into_leaves); /* >>impl:hooks */
+AD__COLD ad__node *ad__sweep_watched(ad__sweep *S, int into_leaves, const char *op);
 AD__COLD void ad__sweep_watched_end(ad__sweep *S);
 AD__HOT void ad__binary_one_grads(ad__sweep *S, ad__node *n, ad_real g_value);
 AD__HOT void ad__unary_one_grad(ad__sweep *S, ad__node *n, ad_real g_value);
@@ -3179,7 +3184,7 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
 {
     ad__node *n;
     ad_tensor *seed;
-    int saved_enabled = T->grad_enabled;
+    int saved_enabled = T->grad_enabled, watched;
     char s[96];
     memset(S, 0, sizeof *S);
     S->T = T;
@@ -3192,7 +3197,8 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     }
     S->n = T->ntensors;
     S->create_graph = create_graph;
-    S->uniform_ok = !create_graph && !T->anomaly && !T->marks;
+    watched = (T->anomaly || T->marks) && ad__sweep_is_watched(T, into_leaves);
+    S->uniform_ok = !create_graph && !watched;
     /* one block for the three tables: values are only read where owned says so */
     S->gacc = (ad_tensor **)ad__alloc(T, (size_t)S->n * (sizeof(ad_tensor *) + sizeof(ad_real) + 1), op);
     if (!S->gacc) return -1;
@@ -3213,7 +3219,7 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     }
     T->grad_enabled = create_graph != 0;
     /* every entry visited was recorded before the sweep began, so its tensors' ids are below n */
-    n = T->anomaly || T->marks ? ad__sweep_watched(S, into_leaves, op) : T->last;
+    n = watched ? ad__sweep_watched(S, into_leaves, op) : T->last;
     for (; n && !S->failed; n = n->prev) {
         unsigned id = n->out->id;
         unsigned char held = S->owned[id];
@@ -12397,17 +12403,24 @@ AD__PRIVATE int ad__watch_params(ad__sweep *S, ad__watch *W)
    with each tensor's hooks before its entry, anomaly checks around each entry, and the store
    hooks after the last use of each parameter; then the leaves' hooks. Returns the entries left
    for the plain loop: all of them when there is nothing to watch, else none. */
+AD__PRIVATE int ad__sweep_is_watched(const ad_tape *T, int into_leaves)
+{
+    const ad__mark *m;
+    if (T->anomaly) return 1;
+    for (m = T->marks; m; m = m->next) /* names and parameters alone need nothing */
+        if (m->kind == AD__MARK_HOOK || (m->kind == AD__MARK_RETAIN && into_leaves) ||
+            (m->kind == AD__MARK_PARAM && into_leaves && m->store_hook && ((ad_params *)m->ctx)->grad_hook))
+            return 1;
+    return 0;
+}
+
 AD__COLD ad__node *ad__sweep_watched(ad__sweep *S, int into_leaves, const char *op)
 {
     ad_tape *T = S->T;
     ad__watch *W;
     ad__mark *m;
     ad__node *n;
-    int hooks = 0, work = T->anomaly != 0;
-    for (m = T->marks; m && !work; m = m->next) /* names and parameters alone: the plain loop */
-        work = m->kind == AD__MARK_HOOK || (m->kind == AD__MARK_RETAIN && into_leaves) ||
-               (m->kind == AD__MARK_PARAM && into_leaves && m->store_hook && ((ad_params *)m->ctx)->grad_hook);
-    if (!work) return T->last;
+    int hooks = 0;
     W = (ad__watch *)ad__alloc(T, sizeof(ad__watch) + (size_t)S->n * (sizeof(ad__mark *) + sizeof(int)), op);
     if (!W) { S->failed = 1; return NULL; }
     memset(W, 0, sizeof(ad__watch) + (size_t)S->n * (sizeof(ad__mark *) + sizeof(int)));

@@ -961,6 +961,57 @@ static void test_scalar_tape(void)
                  (double)ad_grad_item(B), da, db);
         ad_tape_reset(T);
     }
+    /* names and parameters do not make a sweep hold gradients as tensors: the sweep of the
+       tutorial function takes as many bytes of the tape with a named leaf as with plain leaves,
+       and with leaves from a parameter store as with leaves whose gradients are the caller's
+       (both get views of their gradient buffers), and all give the same gradients */
+    {
+        ad_params *P = ad_params_new(1);
+        int pa = ad_params_add(P, "a", 0, NULL, NULL), pb = ad_params_add(P, "b", 0, NULL, NULL), kind;
+        size_t sweep_bytes[4] = {0, 0, 0, 0};
+        ad_real grads[4][2], data[2], caller_grads[2];
+        memset(grads, 0, sizeof grads);
+        for (kind = 0; kind < 4 && P; kind++) {
+            ad_tensor *A, *B, *f;
+            size_t before;
+            if (kind < 2) {
+                A = ad_var(T, 1.5f);
+                B = ad_var(T, 0.7f);
+                if (kind == 1) ad_set_name(A, "a");
+            } else if (kind == 2) {
+                data[0] = 1.5f;
+                data[1] = 0.7f;
+                caller_grads[0] = caller_grads[1] = 0;
+                A = ad_tensor_view(T, 0, NULL, &data[0], &caller_grads[0], 1);
+                B = ad_tensor_view(T, 0, NULL, &data[1], &caller_grads[1], 1);
+            } else {
+                A = ad_param(T, P, pa);
+                B = ad_param(T, P, pb);
+                if (A && B) {
+                    A->data[0] = 1.5f;
+                    B->data[0] = 0.7f;
+                }
+            }
+            f = ad_mul(T, ad_mul(T, ad_sub(T, ad_div(T, A, B), A), ad_add(T, ad_add(T, ad_div(T, B, A), A), B)),
+                       ad_sub(T, A, B));
+            before = ad_tape_bytes_used(T);
+            TH_CHECK(f && ad_backward(T, f) == 0, "sweep %d: %s", kind, th_errs(T));
+            sweep_bytes[kind] = ad_tape_bytes_used(T) - before;
+            grads[kind][0] = A && A->grad ? A->grad[0] : 0;
+            grads[kind][1] = B && B->grad ? B->grad[0] : 0;
+            ad_tape_reset(T);
+        }
+        /* (the same up to the alignment of the sweep's table: a name moves the arena's offset) */
+        TH_CHECK(P && sweep_bytes[1] < sweep_bytes[0] + 64 && sweep_bytes[3] < sweep_bytes[2] + 64,
+                 "a sweep took %zu bytes with plain leaves and %zu with a named leaf; %zu with the "
+                 "caller's gradients and %zu with parameters",
+                 sweep_bytes[0], sweep_bytes[1], sweep_bytes[2], sweep_bytes[3]);
+        for (kind = 1; kind < 4; kind++)
+            TH_CHECK(memcmp(grads[kind], grads[0], sizeof grads[0]) == 0,
+                     "sweep %d: gradients %.9g %.9g, with plain leaves %.9g %.9g", kind, (double)grads[kind][0],
+                     (double)grads[kind][1], (double)grads[0][0], (double)grads[0][1]);
+        ad_params_free(P);
+    }
     /* second derivatives go through the general backward: d2 (x^3 / x2) / dx2 = 6 x / x2 */
     {
         ad_tensor *X = ad_var(T, 1.25f), *X2 = ad_var(T, 2.0f);
