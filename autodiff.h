@@ -2854,7 +2854,8 @@ AUTODIFF_API double ad_rng_normal(ad_rng *rng)
 /* >>impl:sweep ------------------------------------------------------------------------------- */
 struct ad__sweep {
     ad_tape *T;
-    ad_tensor **gacc;            /* gradient accumulated so far, by tensor id (NULL: none yet) */
+    ad_tensor **gacc;            /* gradient accumulated so far, by tensor id (NULL: none yet,
+                                    unless owned[id] is AD__GRAD_VALUE) */
     ad_real *value;              /* by tensor id: the gradient of a one-element tensor whose
                                     owned[id] is AD__GRAD_VALUE */
     unsigned char *owned;        /* 1 when gacc[id] is a buffer nobody else reads; AD__GRAD_UNIFORM
@@ -3124,13 +3125,6 @@ AD__INLINE void ad__accum_one(ad__sweep *S, ad_tensor *x, ad_real v)
     }
 }
 
-/* The incoming gradient of an entry with a one-element output: gt, or the value the sweep holds
-   (gt NULL: AD__GRAD_VALUE). */
-AD__INLINE const ad_real *ad__one_grad(ad__sweep *S, ad__node *n, const ad_tensor *gt)
-{
-    return gt ? gt->data : &S->value[n->out->id];
-}
-
 /* Sums or broadcasts g to x's shape, then accumulates it. */
 AD__PRIVATE void ad__accum_to(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
 {
@@ -3176,15 +3170,16 @@ AD__PRIVATE ad_tensor *ad__sweep_result(ad__sweep *S, ad_tensor *x)
     return S->gacc[x->id];
 }
 
-/* Runs the reverse sweep from y. On return S->gacc holds d y / d t for every tensor t that
-   existed before the sweep and that y depends on (added to the leaves' own gradient buffers
-   when into_leaves is set). Returns 0 on success. */
+/* Runs the reverse sweep from y. On return S holds d y / d t for every tensor t that existed
+   before the sweep and that y depends on, read through ad__sweep_result (added to the leaves'
+   own gradient buffers when into_leaves is set). Returns 0 on success. */
 AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create_graph, int into_leaves,
                               const char *op)
 {
     ad__node *n;
     ad_tensor *seed;
     int saved_enabled = T->grad_enabled, watched;
+    size_t value_bytes;
     char s[96];
     memset(S, 0, sizeof *S);
     S->T = T;
@@ -3199,13 +3194,14 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     S->create_graph = create_graph;
     watched = (T->anomaly || T->marks) && ad__sweep_is_watched(T, into_leaves);
     S->uniform_ok = !create_graph && !watched;
-    /* one block for the three tables: values are only read where owned says so */
-    S->gacc = (ad_tensor **)ad__alloc(T, (size_t)S->n * (sizeof(ad_tensor *) + sizeof(ad_real) + 1), op);
-    if (!S->gacc) return -1;
-    memset(S->gacc, 0, (size_t)S->n * sizeof(ad_tensor *));
-    S->value = (ad_real *)(S->gacc + S->n);
-    S->owned = (unsigned char *)(S->value + S->n);
-    memset(S->owned, 0, S->n);
+    /* one block for the three tables, each aligned for its type; values are only read where
+       owned says so */
+    value_bytes = ((size_t)S->n * sizeof(ad_real) + 15) & ~(size_t)15;
+    S->value = (ad_real *)ad__alloc(T, value_bytes + (size_t)S->n * (sizeof(ad_tensor *) + 1), op);
+    if (!S->value) return -1;
+    S->gacc = (ad_tensor **)((unsigned char *)S->value + value_bytes);
+    S->owned = (unsigned char *)(S->gacc + S->n);
+    memset(S->gacc, 0, (size_t)S->n * (sizeof(ad_tensor *) + 1));
     if (!y->requires_grad) return 0;
     if (into_leaves && ad__sweep_into_leaves(S, y) != 0) return -1;
     if (S->uniform_ok) {
@@ -3230,7 +3226,7 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
             continue;
         }
         if (held >= AD__GRAD_UNIFORM && held != n->reads_held && !(g = ad__grad_spread(S, n->out))) break;
-        if (g || held == AD__GRAD_VALUE) n->backward(S, n, g);
+        if (g) n->backward(S, n, g);
     }
     T->grad_enabled = saved_enabled;
     if (S->failed) {
@@ -5856,10 +5852,12 @@ AD__HOT void ad__unary_one_grad(ad__sweep *S, ad__node *n, ad_real g_value)
     ad__accum_one(S, n->in[0], d);
 }
 
+/* The entry's backward where its output's gradient is a tensor (sweeps that record or watch);
+   where it is a held value the sweep's loop calls ad__unary_one_grad itself. */
 AD__PRIVATE void ad__unary_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     if (S->create_graph) ad__unary_backward(S, n, g);
-    else ad__unary_one_grad(S, n, *ad__one_grad(S, n, g));
+    else ad__unary_one_grad(S, n, g->data[0]);
 }
 
 AUTODIFF_API ad_tensor *ad_neg(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_NEG, 0, 0); }
@@ -6143,10 +6141,11 @@ AD__HOT void ad__binary_one_grads(ad__sweep *S, ad__node *n, ad_real g_value)
     }
 }
 
+/* The same for the one-element binary ops (see ad__unary_backward_one). */
 AD__PRIVATE void ad__binary_backward_one(ad__sweep *S, ad__node *n, ad_tensor *gt)
 {
     if (S->create_graph) ad__binary_backward(S, n, gt);
-    else ad__binary_one_grads(S, n, *ad__one_grad(S, n, gt));
+    else ad__binary_one_grads(S, n, gt->data[0]);
 }
 
 #undef AD__DSL_MODE
@@ -12399,10 +12398,6 @@ AD__PRIVATE int ad__watch_params(ad__sweep *S, ad__watch *W)
     return 0;
 }
 
-/* The sweep of ad__sweep_run when the tape has marks or anomaly mode is on: the same loop,
-   with each tensor's hooks before its entry, anomaly checks around each entry, and the store
-   hooks after the last use of each parameter; then the leaves' hooks. Returns the entries left
-   for the plain loop: all of them when there is nothing to watch, else none. */
 AD__PRIVATE int ad__sweep_is_watched(const ad_tape *T, int into_leaves)
 {
     const ad__mark *m;
@@ -12414,6 +12409,10 @@ AD__PRIVATE int ad__sweep_is_watched(const ad_tape *T, int into_leaves)
     return 0;
 }
 
+/* The sweep of ad__sweep_run when ad__sweep_is_watched says so: the same loop, with each
+   tensor's hooks before its entry, anomaly checks around each entry, and the store hooks after
+   the last use of each parameter; then the leaves' hooks. Returns NULL: no entries are left
+   for the plain loop. */
 AD__COLD ad__node *ad__sweep_watched(ad__sweep *S, int into_leaves, const char *op)
 {
     ad_tape *T = S->T;
