@@ -3070,6 +3070,44 @@ AD__INLINE ad_real *ad__grad_target(ad__sweep *S, ad_tensor *x, int *add)
     return ad__grad_buffer(S, x, held);
 }
 
+/* A second or later contribution g to x's gradient: added with an op when the sweep records,
+   else in place (into a copy when the gradient so far is shared). */
+AD__PRIVATE void ad__accum_more(ad__sweep *S, ad_tensor *x, ad_tensor *g)
+{
+    ad_tensor **slot = &S->gacc[x->id];
+    ad_real *d;
+    int add;
+    AUTODIFF_ASSERT(g->size == x->size);
+    if (S->create_graph) {
+        *slot = ad_add(S->T, *slot, g);
+        if (!*slot) S->failed = 1;
+    } else if (S->owned[x->id] == AD__GRAD_VALUE) {
+        S->value[x->id] += g->data[0];
+    } else if ((d = ad__grad_target(S, x, &add)) != NULL) {
+        ad__add_into(d, g->data, x->size);
+    }
+}
+
+/* Adds g (x's shape) into x's gradient. fresh says g is a new buffer that nothing else reads,
+   so that a later contribution may be added into it in place. */
+AD__INLINE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
+{
+    if (!g) { S->failed = 1; return; }
+    if (!ad__wants(S, x)) return;
+    if (S->gacc[x->id] || S->owned[x->id] == AD__GRAD_VALUE) {
+        ad__accum_more(S, x, g);
+        return;
+    }
+    AUTODIFF_ASSERT(g->size == x->size);
+    if (x->size == 1 && S->uniform_ok) {
+        S->value[x->id] = g->data[0];
+        S->owned[x->id] = AD__GRAD_VALUE;
+        return;
+    }
+    S->gacc[x->id] = g;
+    S->owned[x->id] = (unsigned char)fresh;
+}
+
 /* Adds v to the gradient of x, a one-element tensor, for sweeps that do not record: held as a
    value where the sweep allows it (AD__GRAD_VALUE), else in a buffer of the sweep's own. */
 AD__INLINE void ad__accum_one(ad__sweep *S, ad_tensor *x, ad_real v)
@@ -3085,41 +3123,6 @@ AD__INLINE void ad__accum_one(ad__sweep *S, ad_tensor *x, ad_real v)
     } else if ((d = ad__grad_target(S, x, &add)) != NULL) {
         d[0] = add ? d[0] + v : v;
     }
-}
-
-/* A second or later contribution g to x's gradient: added with an op when the sweep records,
-   else in place (into a copy when the gradient so far is shared). */
-AD__PRIVATE void ad__accum_more(ad__sweep *S, ad_tensor *x, ad_tensor *g)
-{
-    ad_tensor **slot = &S->gacc[x->id];
-    ad_real *d;
-    int add;
-    AUTODIFF_ASSERT(g->size == x->size);
-    if (S->create_graph) {
-        *slot = ad_add(S->T, *slot, g);
-        if (!*slot) S->failed = 1;
-    } else if ((d = ad__grad_target(S, x, &add)) != NULL) {
-        ad__add_into(d, g->data, x->size);
-    }
-}
-
-/* Adds g (x's shape) into x's gradient. fresh says g is a new buffer that nothing else reads,
-   so that a later contribution may be added into it in place. */
-AD__INLINE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
-{
-    if (!g) { S->failed = 1; return; }
-    if (!ad__wants(S, x)) return;
-    AUTODIFF_ASSERT(g->size == x->size);
-    if (x->size == 1 && S->uniform_ok) { /* held as a value: see ad__accum_one */
-        ad__accum_one(S, x, g->data[0]);
-        return;
-    }
-    if (S->gacc[x->id]) {
-        ad__accum_more(S, x, g);
-        return;
-    }
-    S->gacc[x->id] = g;
-    S->owned[x->id] = (unsigned char)fresh;
 }
 
 /* Sums or broadcasts g to x's shape, then accumulates it. */
