@@ -526,6 +526,68 @@ static void test_float_gemm_narrow(void)
     ad_tape_free(T);
 }
 
+/* (h2b) an operand whose values of consecutive k lie a multiple of 256 bytes apart is packed
+   rather than read in place (ad__gemm_k_stride_ok): the same product with that operand's rows
+   padded by a few values, which is read in place, must give the same bits, and both must hold to
+   the bound of (h). Shapes that read A in place (transposed, few columns) and B in place (few
+   rows), with a K over one cache block. */
+static void test_float_gemm_stride_paths(void)
+{
+    static const int cases[][5] = {/* ta, tb, m, n, k */
+                                   {1, 0, 128, 96, 300}, {1, 0, 64, 100, 260}, {0, 0, 100, 128, 300},
+                                   {0, 0, 37, 64, 280}, {1, 0, 192, 64, 513}};
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    size_t ci;
+    ad_rng_seed(&rng, 31);
+    ad_set_threads(T, 1);
+    for (ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int ta = cases[ci][0], tb = cases[ci][1], m = cases[ci][2], n = cases[ci][3], k = cases[ci][4];
+        int rows_a = ta ? k : m, cols_a = ta ? m : k, rows_b = tb ? n : k, cols_b = tb ? k : n, pad = 5, r, c;
+        int lda = cols_a, ldb = cols_b, lda_p = cols_a + pad, ldb_p = cols_b + pad;
+        float *A = (float *)malloc((size_t)rows_a * lda * sizeof(float)), *B = (float *)malloc((size_t)rows_b * ldb * sizeof(float));
+        float *Ap = (float *)malloc((size_t)rows_a * lda_p * sizeof(float)), *Bp = (float *)malloc((size_t)rows_b * ldb_p * sizeof(float));
+        float *C = (float *)malloc((size_t)m * n * sizeof(float)), *Cp = (float *)malloc((size_t)m * n * sizeof(float));
+        int ok = A && B && Ap && Bp && C && Cp, same;
+        double worst = 0;
+        if (ok) {
+            for (r = 0; r < rows_a; r++)
+                for (c = 0; c < lda_p; c++) {
+                    float v = (float)(2 * ad_rng_uniform(&rng) - 1);
+                    Ap[r * lda_p + c] = v;
+                    if (c < lda) A[r * lda + c] = v;
+                }
+            for (r = 0; r < rows_b; r++)
+                for (c = 0; c < ldb_p; c++) {
+                    float v = (float)(2 * ad_rng_uniform(&rng) - 1);
+                    Bp[r * ldb_p + c] = v;
+                    if (c < ldb) B[r * ldb + c] = v;
+                }
+            TH_CHECK(!ad__gemm_k_stride_ok(ta ? lda : ldb) && ad__gemm_k_stride_ok(ta ? lda_p : ldb_p),
+                     "case %d does not take both paths", (int)ci);
+            ok = ad__gemm(T, ta, tb, m, n, k, A, lda, B, ldb, C, n, 0) == 0 &&
+                 ad__gemm(T, ta, tb, m, n, k, Ap, lda_p, Bp, ldb_p, Cp, n, 0) == 0;
+        }
+        same = ok && memcmp(C, Cp, (size_t)m * n * sizeof(float)) == 0;
+        for (r = 0; ok && r < m; r++)
+            for (c = 0; c < n; c++) {
+                double ref = 0, mag = 0, err;
+                int p;
+                for (p = 0; p < k; p++) {
+                    double u = ta ? A[p * lda + r] : A[r * lda + p], v = tb ? B[c * ldb + p] : B[p * ldb + c];
+                    ref += u * v;
+                    mag += fabs(u * v);
+                }
+                err = fabs(C[r * n + c] - ref) / (k * 6e-8 * mag + 1e-30);
+                if (err > worst) worst = err;
+            }
+        TH_CHECK(ok && same, "gemm ta=%d tb=%d m=%d n=%d k=%d: packed and in-place reads differ", ta, tb, m, n, k);
+        TH_CHECK(ok && worst <= 1, "gemm ta=%d tb=%d m=%d n=%d k=%d is off: %g of the bound", ta, tb, m, n, k, worst);
+        free(A); free(B); free(Ap); free(Bp); free(C); free(Cp);
+    }
+    ad_tape_free(T);
+}
+
 /* One product on one, two and three threads: each result held to the bound of (h), and the
    two- and three-thread results equal to the one-thread result bit for bit. */
 static void check_gemm_threads(ad_tape *T, uint64_t seed, int ta, int tb, int m, int n, int k, int acc)
@@ -2007,6 +2069,7 @@ int main(void)
     test_arena();
     test_float_matmul();
     test_float_gemm_narrow();
+    test_float_gemm_stride_paths();
     test_float_gemm_shared();
     test_float_gemm_ksplit();
     test_float_optim();
