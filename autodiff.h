@@ -4247,20 +4247,35 @@ AD__PRIVATE void ad__gemm_block(ad__gemm_kernel ker, const ad_real *pa, const ad
     }
 }
 
-/* Whether an operand whose values of consecutive k lie ld apart can be read in place along K.
-   L1 has 64 sets of 64-byte lines (on Intel's cores and on Zen 4 alike); a stride that is a
-   multiple of 256 bytes puts every value of a panel column into at most 16 of them, so the
-   panel's lines evict each other before the next register tile reads them again. Such an
-   operand is packed instead (a 768 x 512 x 128 product of a GPT runs 1.2x faster packed). */
-AD__INLINE int ad__gemm_k_stride_ok(ptrdiff_t ld) { return (ld * (ptrdiff_t)sizeof(ad_real)) % 256 != 0; }
+/* How many of L1's 64 sets (64-byte lines, 4 KiB a way, on Intel's cores and on Zen 4 alike)
+   the starts of rows ld values apart fall into: all of them, unless the stride in bytes is a
+   multiple of a power of two above 64. */
+AD__INLINE int ad__l1_sets_of_stride(ptrdiff_t ld)
+{
+    size_t bytes = (size_t)ld * sizeof(ad_real), way = 4096;
+    while (bytes % way) way >>= 1;
+    return way <= 64 ? 64 : (int)(4096 / way);
+}
+
+/* Whether an operand that the micro-kernels would read in place, kc rows ld values apart, is
+   better packed: when its panel is read again by at least four register tiles (reuse) and its
+   rows crowd into too few L1 sets to stay there until then (more than four rows a set: L1 has
+   8 ways on Zen 4, 12 on Intel's cores, and the other operand and C need room too). The weight
+   gradient x^T g of a GPT's layer, 128 x 512 from K = 768, runs 1.2x faster packed; with few
+   tiles, as in a small convolution's products, reading in place stays the faster. */
+AD__INLINE int ad__gemm_pack_strided(ptrdiff_t ld, int kc, int reuse)
+{
+    return reuse >= 4 && kc > 4 * ad__l1_sets_of_stride(ld);
+}
 
 /* Rows of a block of C whose A rows are read in place rather than packed: all whole register
    tiles when op(B) has at most four panels of columns, so each element of A is used at most
-   four times and packing would not pay; none otherwise, or when A is transposed with a stride
-   that would thrash L1. */
-AD__INLINE int ad__gemm_a_in_place(ad__gemm_kernel ker, int ta, ptrdiff_t lda, int mc, int nc)
+   four times and packing would not pay; none otherwise, or when a transposed A's rows crowd L1
+   (ad__gemm_pack_strided). */
+AD__INLINE int ad__gemm_a_in_place(ad__gemm_kernel ker, int ta, ptrdiff_t lda, int mc, int nc, int kc)
 {
-    if (!ker.fn_strided || nc > 4 * ker.nr || (ta && !ad__gemm_k_stride_ok(lda))) return 0;
+    if (!ker.fn_strided || nc > 4 * ker.nr) return 0;
+    if (ta && ad__gemm_pack_strided(lda, kc, (nc + ker.nr - 1) / ker.nr)) return 0;
     return mc / ker.mr * ker.mr;
 }
 
@@ -4275,8 +4290,8 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
                                  int K, const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
                                  ad_real *C, ptrdiff_t ldc, int accumulate)
 {
-    int jc, pc, ic, b_direct = !tb && M <= AD__MC && ad__gemm_k_stride_ok(ldb);
     const int kstep = ad__gemm_kc(K);
+    int jc, pc, ic, b_direct = !tb && M <= AD__MC && !ad__gemm_pack_strided(ldb, kstep, (M + ker.mr - 1) / ker.mr);
     const ad_real *b_end = ad__gemm_b_end(tb, B, ldb, N, K);
     if (ta && !tb && N <= ker.column_width && ker.columns) {
         ad__gemm_columns(ker, pa, pb, M, N, K, A, lda, B, ldb, b_end, C, ldc, accumulate);
@@ -4294,7 +4309,7 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
             int acc = accumulate || pc > 0;
             if (b_full < nc) ad__pack_b(tb, B, ldb, b_end, pc, kc, jc + b_full, nc - b_full, ker.nr, pb);
             for (ic = 0; ic < M; ic += AD__MC) {
-                int mc = M - ic < AD__MC ? M - ic : AD__MC, a_full = ad__gemm_a_in_place(ker, ta, lda, mc, nc);
+                int mc = M - ic < AD__MC ? M - ic : AD__MC, a_full = ad__gemm_a_in_place(ker, ta, lda, mc, nc, kc);
                 if (a_full < mc) ad__pack_a(ta, A, lda, ic + a_full, mc - a_full, pc, kc, ker.mr, pa);
                 ad__gemm_block(ker, pa, pb, ta, A, lda, B, ldb, ic, mc, jc, nc, pc, kc, a_full, b_full, C, ldc, acc);
             }
@@ -4828,7 +4843,7 @@ AD__PRIVATE void ad__gemm_rows_task(void *ctx, int task, int thread)
     const ad__gemm_job *j = s->j;
     ad_real *pa = j->pack + (size_t)thread * AD__PACK_PER_THREAD;
     int ic = task * s->rows_per_task, mc = j->M - ic < s->rows_per_task ? j->M - ic : s->rows_per_task;
-    int a_full = ad__gemm_a_in_place(j->ker, j->ta, j->lda, mc, s->nc);
+    int a_full = ad__gemm_a_in_place(j->ker, j->ta, j->lda, mc, s->nc, s->kc);
     if (a_full < mc) ad__pack_a(j->ta, j->A, j->lda, ic + a_full, mc - a_full, s->pc, s->kc, j->ker.mr, pa);
     ad__gemm_block(j->ker, pa, s->pb, j->ta, j->A, j->lda, j->B, j->ldb, ic, mc, s->jc, s->nc, s->pc, s->kc, a_full,
                    0, j->C, j->ldc, j->accumulate || s->pc > 0);

@@ -526,16 +526,16 @@ static void test_float_gemm_narrow(void)
     ad_tape_free(T);
 }
 
-/* (h2b) an operand whose values of consecutive k lie a multiple of 256 bytes apart is packed
-   rather than read in place (ad__gemm_k_stride_ok): the same product with that operand's rows
-   padded by a few values, which is read in place, must give the same bits, and both must hold to
-   the bound of (h). Shapes that read A in place (transposed, few columns) and B in place (few
-   rows), with a K over one cache block. */
+/* (h2b) an operand that would be read in place with its rows crowding a few L1 sets is packed
+   instead (ad__gemm_pack_strided): the same product with that operand's rows padded by a few
+   values, which is read in place, must give the same bits, and both must hold to the bound of
+   (h). Shapes that read A in place (transposed, at most four panels of columns) and B in place
+   (few rows), with K over one cache block. */
 static void test_float_gemm_stride_paths(void)
 {
     static const int cases[][5] = {/* ta, tb, m, n, k */
-                                   {1, 0, 128, 96, 300}, {1, 0, 64, 100, 260}, {0, 0, 100, 128, 300},
-                                   {0, 0, 37, 64, 280}, {1, 0, 192, 64, 513}};
+                                   {1, 0, 128, 128, 300}, {1, 0, 64, 100, 260}, {0, 0, 100, 128, 300},
+                                   {0, 0, 37, 64, 280}, {1, 0, 192, 100, 513}};
     ad_tape *T = ad_tape_new();
     ad_rng rng;
     size_t ci;
@@ -563,8 +563,13 @@ static void test_float_gemm_stride_paths(void)
                     Bp[r * ldb_p + c] = v;
                     if (c < ldb) B[r * ldb + c] = v;
                 }
-            TH_CHECK(!ad__gemm_k_stride_ok(ta ? lda : ldb) && ad__gemm_k_stride_ok(ta ? lda_p : ldb_p),
-                     "case %d does not take both paths", (int)ci);
+            {
+                ad__gemm_kernel ker = ad__gemm_pick(n);
+                int kc = ad__gemm_kc(k), reuse = ta ? (n + ker.nr - 1) / ker.nr : (m + ker.mr - 1) / ker.mr;
+                TH_CHECK(ad__gemm_pack_strided(ta ? lda : ldb, kc, reuse) &&
+                             !ad__gemm_pack_strided(ta ? lda_p : ldb_p, kc, reuse),
+                         "case %d does not take both paths", (int)ci);
+            }
             ok = ad__gemm(T, ta, tb, m, n, k, A, lda, B, ldb, C, n, 0) == 0 &&
                  ad__gemm(T, ta, tb, m, n, k, Ap, lda_p, Bp, ldb_p, Cp, n, 0) == 0;
         }
