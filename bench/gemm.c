@@ -48,16 +48,16 @@ static const gemm_shape shapes[] = {
     {"mlp2_hTg2", "h1^T . g[64,256]", 1, 0, 512, 256, 64},
     {"mlp2_xTg1", "x^T . g[64,512]", 1, 0, 784, 512, 64},
     /* the GPT of bench/gpt.c (batch 12 x context 64 = 768 rows, embedding 128): forward x.W of
-       the attention's input and output and of the MLP's two layers, their backward g.W^T and
-       x^T.g, and one head's scores q.k^T (64 x 32 each) */
+       the attention's input projection and of the MLP's two layers, the MLP layers' backward
+       g.W^T and x^T.g, and the attention's scores for one block of 32 queries and 32 keys */
     {"gpt_attn", "x[768,128] . W[128,384]", 0, 0, 768, 384, 128},
     {"gpt_fc", "x[768,128] . W[128,512]", 0, 0, 768, 512, 128},
     {"gpt_proj", "h[768,512] . W[512,128]", 0, 0, 768, 128, 512},
-    {"gpt_gWt_fc", "g[768,512] . W[128,512]^T", 0, 1, 768, 128, 512},
-    {"gpt_gWt_proj", "g[768,128] . W[512,128]^T", 0, 1, 768, 512, 128},
+    {"gpt_gWt_fc", "g[768,512] . W_fc[128,512]^T", 0, 1, 768, 128, 512},
+    {"gpt_gWt_proj", "g[768,128] . W_proj[512,128]^T", 0, 1, 768, 512, 128},
     {"gpt_xTg_fc", "x^T . g[768,512]", 1, 0, 128, 512, 768},
     {"gpt_xTg_proj", "h^T . g[768,128]", 1, 0, 512, 128, 768},
-    {"gpt_qkT", "q[64,32] . k[64,32]^T", 0, 1, 64, 64, 32},
+    {"gpt_qkT", "q[32,32] . k[32,32]^T", 0, 1, 32, 32, 32},
 };
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
 

@@ -236,7 +236,11 @@ ROWS=$OUT/rows.txt
              "mlp_xTg1 MLP bwd x^T.g 784x64.64x128" \
              "mlp2_fwd1 MLP2 fwd x.W1 64x784.784x512" "mlp2_fwd2 MLP2 fwd h1.W2 64x512.512x256" \
              "mlp2_gWt2 MLP2 bwd g.W2^T 64x256.256x512" "mlp2_hTg2 MLP2 bwd h1^T.g 512x64.64x256" \
-             "mlp2_xTg1 MLP2 bwd x^T.g 784x64.64x512"; do
+             "mlp2_xTg1 MLP2 bwd x^T.g 784x64.64x512" \
+             "gpt_attn GPT fwd x.W_attn 768x128.128x384" "gpt_fc GPT fwd x.W_fc 768x128.128x512" \
+             "gpt_proj GPT fwd h.W_proj 768x512.512x128" "gpt_gWt_fc GPT bwd g.W_fc^T 768x512.512x128" \
+             "gpt_gWt_proj GPT bwd g.W_proj^T 768x128.128x512" "gpt_xTg_fc GPT bwd x^T.g 128x768.768x512" \
+             "gpt_xTg_proj GPT bwd h^T.g 512x768.768x128" "gpt_qkT GPT attention block q.k^T 32x32.32x32"; do
         set -- $s
         key=$1; shift
         echo "GEMM $*, GFLOP/s|gemm.$key.ours|gemm.$key.openblas|OpenBLAS|hi"
@@ -247,7 +251,11 @@ ROWS=$OUT/rows.txt
              "mlp_xTg1 MLP bwd 784x64^T.64x128" \
              "mlp2_fwd1 MLP2 fwd 64x784.784x512" "mlp2_fwd2 MLP2 fwd 64x512.512x256" \
              "mlp2_gWt2 MLP2 bwd 64x256.256x512^T" "mlp2_hTg2 MLP2 bwd 512x64^T.64x256" \
-             "mlp2_xTg1 MLP2 bwd 784x64^T.64x512"; do
+             "mlp2_xTg1 MLP2 bwd 784x64^T.64x512" \
+             "gpt_attn GPT fwd 768x128.128x384" "gpt_fc GPT fwd 768x128.128x512" \
+             "gpt_proj GPT fwd 768x512.512x128" "gpt_gWt_fc GPT bwd 768x512.512x128^T" \
+             "gpt_gWt_proj GPT bwd 768x128.128x512^T" "gpt_xTg_fc GPT bwd 128x768^T.768x512" \
+             "gpt_xTg_proj GPT bwd 512x768^T.768x128" "gpt_qkT GPT attention block 32x32.32x32^T"; do
         set -- $s
         key=$1; shift
         echo "GEMM $*, GFLOP/s|gemm.$key.ours|gemm.$key.torch|torch.mm|hi"
