@@ -1,4 +1,4 @@
-/* autodiff.h - v0.8.2 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.8.3 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -241,6 +241,10 @@
                       binary ops, and both kinds' backward runs inside the sweep's loop;
                       names and parameters on a tape no longer keep its sweeps from holding
                       gradients as one value (a sum's, a one-element tensor's).
+   0.8.3  2026-11-27  speed, GEMM: an operand read in place whose rows crowd a few L1 sets
+                      (a stride of a multiple of 128 bytes or more) is packed when four or
+                      more register tiles read it: the MLPs' first products and the GPT's
+                      weight gradients.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -250,7 +254,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 8
-#define AUTODIFF_VERSION_PATCH 2
+#define AUTODIFF_VERSION_PATCH 3
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
