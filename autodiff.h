@@ -4217,7 +4217,8 @@ AD__PRIVATE void ad__gemm_narrow(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
    rows, each element of B is used only a few times: the micro-kernel then reads B's rows in place
    (when B is not transposed). When op(B) has at most four panels of columns, each element of A is
    used at most four times: the micro-kernel reads A in place, since packing it would cost
-   about as much as the reads it saves. Only a last, partial panel is packed then. Products with few columns and B not
+   about as much as the reads it saves. Only a last, partial panel is packed then. Either operand
+   is packed after all when its rows would crowd a few sets of L1 (ad__gemm_pack_strided). Products with few columns and B not
    transposed go to a column kernel (op(A) transposed) or a narrow one, which waste no lanes, or
    fewer, on columns C does not have. */
 /* The block of C at rows ic..ic+mc-1, columns jc..jc+nc-1, from columns pc..pc+kc-1 of op(A) and
