@@ -3196,7 +3196,7 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     }
     S->n = T->ntensors;
     S->create_graph = create_graph;
-    watched = (T->anomaly || T->marks) && ad__sweep_is_watched(T, into_leaves);
+    watched = ad__sweep_is_watched(T, into_leaves);
     S->uniform_ok = !create_graph && !watched;
     /* one block for the three tables, each aligned for its type; values are only read where
        owned says so */
@@ -4218,9 +4218,9 @@ AD__PRIVATE void ad__gemm_narrow(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
    (when B is not transposed). When op(B) has at most four panels of columns, each element of A is
    used at most four times: the micro-kernel reads A in place, since packing it would cost
    about as much as the reads it saves. Only a last, partial panel is packed then. Either operand
-   is packed after all when its rows would crowd a few sets of L1 (ad__gemm_pack_strided). Products with few columns and B not
-   transposed go to a column kernel (op(A) transposed) or a narrow one, which waste no lanes, or
-   fewer, on columns C does not have. */
+   is packed after all when its rows would crowd a few sets of L1 (ad__gemm_pack_strided).
+   Products with few columns and B not transposed go to a column kernel (op(A) transposed) or a
+   narrow one, which waste no lanes, or fewer, on columns C does not have. */
 /* The block of C at rows ic..ic+mc-1, columns jc..jc+nc-1, from columns pc..pc+kc-1 of op(A) and
    the same rows of op(B): register tiles in columns of the B panel, rows of the A panel. The first
    a_full rows of the block are read from A in place, the rest from the packed panel pa; the first

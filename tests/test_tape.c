@@ -395,6 +395,23 @@ static void test_arena(void)
     ad_tape_free(T);
 }
 
+/* Element (r, c) of op(A) op(B) in double, the K values of op(A) ta-transposed with rows lda
+   apart and of op(B) likewise; into *mag the sum of the products' magnitudes, for the bound
+   |c - ref| <= K u sum |a| |b|. */
+static double gemm_reference(int ta, int tb, int k, const float *A, int lda, const float *B, int ldb, int r, int c,
+                             double *mag)
+{
+    double ref = 0;
+    int p;
+    *mag = 0;
+    for (p = 0; p < k; p++) {
+        double u = ta ? A[p * lda + r] : A[r * lda + p], v = tb ? B[c * ldb + p] : B[p * ldb + c];
+        ref += u * v;
+        *mag += fabs(u * v);
+    }
+    return ref;
+}
+
 /* (h) the single-precision GEMM against a double-precision reference, within the classic
    error bound |c - ref| <= K u sum |a| |b| (u the unit roundoff), on both sides of the
    small-product threshold, the register tile, the cache blocks and the thread split. */
@@ -410,7 +427,7 @@ static void test_float_matmul(void)
     for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         for (ta = 0; ta <= 1; ta++)
             for (tb = 0; tb <= 1; tb++) {
-                int m = sizes[i][0], n = sizes[i][1], k = sizes[i][2], sa[2], sb[2], r, c, p, ok = 1;
+                int m = sizes[i][0], n = sizes[i][1], k = sizes[i][2], sa[2], sb[2], r, c, ok = 1;
                 ad_tape *T = ad_tape_new();
                 ad_tensor *a, *b, *y;
                 sa[0] = ta ? k : m; sa[1] = ta ? m : k;
@@ -420,13 +437,7 @@ static void test_float_matmul(void)
                 y = ad_matmul_t(T, a, b, ta, tb);
                 for (r = 0; ok && y && r < m; r++)
                     for (c = 0; c < n; c++) {
-                        double ref = 0, mag = 0;
-                        for (p = 0; p < k; p++) {
-                            double u = ta ? a->data[p * m + r] : a->data[r * k + p];
-                            double v = tb ? b->data[c * k + p] : b->data[p * n + c];
-                            ref += u * v;
-                            mag += fabs(u * v);
-                        }
+                        double mag, ref = gemm_reference(ta, tb, k, a->data, ta ? m : k, b->data, tb ? k : n, r, c, &mag);
                         if (fabs(y->data[r * n + c] - ref) > k * 6e-8 * mag + 1e-30) { ok = 0; break; }
                     }
                 TH_CHECK(y && ok, "float matmul_t m=%d n=%d k=%d ta=%d tb=%d is off", m, n, k, ta, tb);
@@ -444,7 +455,7 @@ static int gemm_case_ok(ad_tape *T, ad_rng *rng, int ta, int tb, int m, int n, i
                         int padded_ldb, float *out)
 {
     const float sentinel = 12345.0f;
-    int lda = ta ? m : k, ldb = (tb ? k : n) + padded_ldb, ldc = n + 3, rows_b = tb ? n : k, r, c, p, ok = 1;
+    int lda = ta ? m : k, ldb = (tb ? k : n) + padded_ldb, ldc = n + 3, rows_b = tb ? n : k, r, c, ok = 1;
     float *A = (float *)malloc((size_t)(ta ? k : m) * lda * sizeof(float));
     float *B = (float *)malloc(((size_t)(rows_b - 1) * ldb + (tb ? k : n)) * sizeof(float));
     float *C = (float *)malloc((size_t)m * ldc * sizeof(float)), *C0 = (float *)malloc((size_t)m * ldc * sizeof(float));
@@ -460,18 +471,13 @@ static int gemm_case_ok(ad_tape *T, ad_rng *rng, int ta, int tb, int m, int n, i
     if (ad__gemm(T, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate) != 0) ok = 0;
     for (r = 0; ok && r < m; r++)
         for (c = 0; c < ldc; c++) {
-            double ref = accumulate ? C0[r * ldc + c] : 0, mag = fabs(ref);
+            double start = accumulate ? C0[r * ldc + c] : 0, mag, ref;
             if (c >= n) {
                 if (C[r * ldc + c] != sentinel) { ok = 0; break; }
                 continue;
             }
-            for (p = 0; p < k; p++) {
-                double u = ta ? A[p * lda + r] : A[r * lda + p];
-                double v = tb ? B[c * ldb + p] : B[p * ldb + c];
-                ref += u * v;
-                mag += fabs(u * v);
-            }
-            if (fabs(C[r * ldc + c] - ref) > (k + 1) * 6e-8 * mag + 1e-30) { ok = 0; break; }
+            ref = start + gemm_reference(ta, tb, k, A, lda, B, ldb, r, c, &mag);
+            if (fabs(C[r * ldc + c] - ref) > (k + 1) * 6e-8 * (mag + fabs(start)) + 1e-30) { ok = 0; break; }
         }
     if (ok && out) memcpy(out, C, (size_t)m * ldc * sizeof(float));
     free(A); free(B); free(C); free(C0);
@@ -576,14 +582,8 @@ static void test_float_gemm_stride_paths(void)
         same = ok && memcmp(C, Cp, (size_t)m * n * sizeof(float)) == 0;
         for (r = 0; ok && r < m; r++)
             for (c = 0; c < n; c++) {
-                double ref = 0, mag = 0, err;
-                int p;
-                for (p = 0; p < k; p++) {
-                    double u = ta ? A[p * lda + r] : A[r * lda + p], v = tb ? B[c * ldb + p] : B[p * ldb + c];
-                    ref += u * v;
-                    mag += fabs(u * v);
-                }
-                err = fabs(C[r * n + c] - ref) / (k * 6e-8 * mag + 1e-30);
+                double mag, ref = gemm_reference(ta, tb, k, A, lda, B, ldb, r, c, &mag);
+                double err = fabs(C[r * n + c] - ref) / (k * 6e-8 * mag + 1e-30);
                 if (err > worst) worst = err;
             }
         TH_CHECK(ok && same, "gemm ta=%d tb=%d m=%d n=%d k=%d: packed and in-place reads differ", ta, tb, m, n, k);
