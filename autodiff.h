@@ -1865,7 +1865,7 @@ AD__INLINE void *ad__arena_alloc_here(ad__arena *A, size_t bytes, size_t align)
 {
     ad__chunk *c = A->cur;
     if (c) {
-        size_t start = (c->used + align - 1) & ~(align - 1);
+        size_t start = align <= 16 ? c->used : (c->used + align - 1) & ~(align - 1);
         if (bytes <= c->cap - start) {
             c->used = start + ((bytes + 15) & ~(size_t)15);
             return c->base + start;
@@ -2860,8 +2860,8 @@ struct ad__sweep {
     ad_tape *T;
     ad_tensor **gacc;            /* gradient accumulated so far, by tensor id (NULL: none yet,
                                     unless owned[id] is AD__GRAD_VALUE) */
-    ad_real *value;              /* by tensor id: the gradient of a one-element tensor whose
-                                    owned[id] is AD__GRAD_VALUE */
+    ad_real *value;              /* by tensor id, -0 at the start: the gradient of a one-element
+                                    tensor whose owned[id] is AD__GRAD_VALUE */
     unsigned char *owned;        /* 1 when gacc[id] is a buffer nobody else reads; AD__GRAD_UNIFORM
                                     when it is one value, the gradient of every element;
                                     AD__GRAD_VALUE when the gradient is value[id] */
@@ -2881,7 +2881,10 @@ struct ad__sweep {
    value (a sum of two tensors, a shift).
    AD__GRAD_VALUE, for a tensor of one element: its gradient is S->value[id] and gacc[id] is
    NULL, so a scalar tape's sweep makes no tensor for a gradient; read as it is by the
-   one-element ops' backward (reads_held).
+   one-element ops' backward (reads_held). In a plain sweep every one-element tensor's gradient
+   is held so until the entry that made the tensor reads it (leaves' to the end): contributions
+   are added into value[id], which starts at -0 (ad__fill_negative_zero), and owned[id] says
+   that one arrived.
    Both only in plain sweeps (uniform_ok); for any other reader the sweep makes the gradient a
    tensor first (ad__grad_spread). */
 enum { AD__GRAD_UNIFORM = 2, AD__GRAD_VALUE = 3 };
@@ -3067,6 +3070,11 @@ AD__INLINE const ad_real *ad__grad_source(const ad__sweep *S, const ad__node *n,
 AD__INLINE ad_real *ad__grad_target(ad__sweep *S, ad_tensor *x, int *add)
 {
     ad_tensor *held;
+    if (x->size == 1 && S->uniform_ok) { /* held as a value (AD__GRAD_VALUE), from -0 */
+        S->owned[x->id] = AD__GRAD_VALUE;
+        *add = 1;
+        return &S->value[x->id];
+    }
     if (S->owned[x->id] >= AD__GRAD_UNIFORM && !ad__grad_spread(S, x)) return NULL;
     held = S->gacc[x->id];
     *add = held != NULL;
@@ -3092,6 +3100,14 @@ AD__PRIVATE void ad__accum_more(ad__sweep *S, ad_tensor *x, ad_tensor *g)
     }
 }
 
+/* Adds v to the gradient of x, a one-element tensor, in a plain sweep (uniform_ok): it is held
+   as a value (AD__GRAD_VALUE). */
+AD__INLINE void ad__accum_value(ad__sweep *S, const ad_tensor *x, ad_real v)
+{
+    S->value[x->id] += v;
+    S->owned[x->id] = AD__GRAD_VALUE;
+}
+
 /* Adds g (x's shape) into x's gradient. fresh says g is a new buffer that nothing else reads,
    so that a later contribution may be added into it in place. */
 AD__INLINE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
@@ -3104,8 +3120,7 @@ AD__INLINE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
     }
     AUTODIFF_ASSERT(g->size == x->size);
     if (x->size == 1 && S->uniform_ok) {
-        S->value[x->id] = g->data[0];
-        S->owned[x->id] = AD__GRAD_VALUE;
+        ad__accum_value(S, x, g->data[0]);
         return;
     }
     S->gacc[x->id] = g;
@@ -3116,17 +3131,10 @@ AD__INLINE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
    value where the sweep allows it (AD__GRAD_VALUE), else in a buffer of the sweep's own. */
 AD__INLINE void ad__accum_one(ad__sweep *S, ad_tensor *x, ad_real v)
 {
-    unsigned id = x->id;
     ad_real *d;
     int add;
-    if (S->owned[id] == AD__GRAD_VALUE) {
-        S->value[id] += v;
-    } else if (!S->gacc[id] && S->uniform_ok) {
-        S->value[id] = v;
-        S->owned[id] = AD__GRAD_VALUE;
-    } else if ((d = ad__grad_target(S, x, &add)) != NULL) {
-        d[0] = add ? d[0] + v : v;
-    }
+    if (S->uniform_ok) ad__accum_value(S, x, v);
+    else if ((d = ad__grad_target(S, x, &add)) != NULL) d[0] = add ? d[0] + v : v;
 }
 
 /* Sums or broadcasts g to x's shape, then accumulates it. */
@@ -3148,6 +3156,7 @@ AD__PRIVATE int ad__sweep_into_leaves(ad__sweep *S, const ad_tensor *y)
     ad_tensor *leaf, *view;
     for (leaf = S->T->leaves; leaf; leaf = leaf->next_leaf) {
         if (!leaf->grad || leaf == y || leaf->id >= S->n) continue;
+        if (leaf->size == 1 && S->uniform_ok) continue; /* held as a value, added at the end */
         view = ad__tensor(S->T, "ad_backward", leaf->ndim, leaf->shape, 0);
         if (!view) return -1;
         view->data = leaf->grad;
@@ -3162,8 +3171,42 @@ AD__PRIVATE int ad__sweep_into_leaves(ad__sweep *S, const ad_tensor *y)
 AD__PRIVATE int ad__sweep_is_watched(const ad_tape *T, int into_leaves); /* >>impl:hooks */
 AD__COLD ad__node *ad__sweep_watched(ad__sweep *S, int into_leaves, const char *op);
 AD__COLD void ad__sweep_watched_end(ad__sweep *S);
-AD__HOT void ad__binary_one_grads(ad__sweep *S, ad__node *n, ad_real g_value);
-AD__HOT void ad__unary_one_grad(ad__sweep *S, ad__node *n, ad_real g_value);
+AD__HOT void ad__binary_one_derivs(const ad__node *n, ad_real g_value, ad_real *da, ad_real *db);
+AD__HOT ad_real ad__unary_one_deriv(const ad__node *n, ad_real g_value);
+
+/* The sweep over one-element entries that read their output's gradient as a value (scalar
+   tapes), from n back to the first entry that does not, which it returns (NULL: the tape's
+   start). Only in plain sweeps (uniform_ok), where a one-element tensor's gradient is held in
+   S->value until the entry that made it reads it. */
+AD__HOT ad__node *ad__sweep_values(ad__sweep *S, ad__node *n)
+{
+    ad_real *value = S->value;
+    unsigned char *owned = S->owned;
+    for (; n && n->reads_held == AD__GRAD_VALUE; n = n->prev) {
+        unsigned id = n->out->id;
+        ad_tensor *a = n->in[0], *b;
+        ad_real da, db;
+        if (owned[id] != AD__GRAD_VALUE) {
+            if (S->gacc[id]) break; /* a tensor after all: the general loop reads it */
+            continue;               /* no gradient reached it */
+        }
+        if (n->nin == 1) {
+            if (a->requires_grad) ad__accum_value(S, a, ad__unary_one_deriv(n, value[id]));
+            continue;
+        }
+        b = n->in[1];
+        ad__binary_one_derivs(n, value[id], &da, &db);
+        if (a->requires_grad) {
+            value[a->id] += da;
+            owned[a->id] = AD__GRAD_VALUE;
+        }
+        if (b->requires_grad) {
+            value[b->id] += db;
+            owned[b->id] = AD__GRAD_VALUE;
+        }
+    }
+    return n;
+}
 
 /* x's gradient after a sweep, as a tensor of x's shape; NULL when x got none or when memory
    runs out (S->failed says which). */
@@ -3172,6 +3215,15 @@ AD__PRIVATE ad_tensor *ad__sweep_result(ad__sweep *S, ad_tensor *x)
     if (x->id >= S->n || !(S->gacc[x->id] || S->owned[x->id] == AD__GRAD_VALUE)) return NULL;
     if (S->owned[x->id] >= AD__GRAD_UNIFORM) return ad__grad_spread(S, x);
     return S->gacc[x->id];
+}
+
+/* Fills v[0, n) with -0, the exact identity of addition: -0 + x is x for every x, -0 included,
+   so a gradient held as a value (AD__GRAD_VALUE) that one contribution reached is that
+   contribution bit for bit, as a buffer's first contribution is. */
+AD__PRIVATE void ad__fill_negative_zero(ad_real *v, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) v[i] = -(ad_real)0;
 }
 
 /* Runs the reverse sweep from y. On return S holds d y / d t for every tensor t that existed
@@ -3206,6 +3258,7 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     S->gacc = (ad_tensor **)((unsigned char *)S->value + value_bytes);
     S->owned = (unsigned char *)(S->gacc + S->n);
     memset(S->gacc, 0, (size_t)S->n * (sizeof(ad_tensor *) + 1));
+    ad__fill_negative_zero(S->value, S->n);
     if (!y->requires_grad) return 0;
     if (into_leaves && ad__sweep_into_leaves(S, y) != 0) return -1;
     if (S->uniform_ok) {
@@ -3224,10 +3277,11 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
         unsigned id = n->out->id;
         unsigned char held = S->owned[id];
         ad_tensor *g = S->gacc[id];
-        if (held == AD__GRAD_VALUE && n->reads_held == AD__GRAD_VALUE) { /* scalar tapes: no call */
-            if (n->nin == 2) ad__binary_one_grads(S, n, S->value[id]);
-            else ad__unary_one_grad(S, n, S->value[id]);
-            continue;
+        if (held == AD__GRAD_VALUE && n->reads_held == AD__GRAD_VALUE) { /* scalar tapes: no calls */
+            if (!(n = ad__sweep_values(S, n))) break;
+            id = n->out->id;
+            held = S->owned[id];
+            g = S->gacc[id];
         }
         if (held >= AD__GRAD_UNIFORM && held != n->reads_held && !(g = ad__grad_spread(S, n->out))) break;
         if (g) n->backward(S, n, g);
@@ -5861,13 +5915,12 @@ AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     ad__accum(S, x, ad_mul(S->T, g, ad__unary_derivative(S->T, kind, x, n->out, n->st.unary.p0, n->st.unary.p1)), 1);
 }
 
-/* The input's gradient of a one-element entry (scalar tapes), from g_value, its output's: the
-   fused backward's formula on one value. */
-AD__HOT void ad__unary_one_grad(ad__sweep *S, ad__node *n, ad_real g_value)
+/* What the input of a one-element entry (scalar tapes) receives from g_value, its output's
+   gradient: the fused backward's formula on one value. */
+AD__HOT ad_real ad__unary_one_deriv(const ad__node *n, ad_real g_value)
 {
     ad__unary_grad_job job;
     ad_real d;
-    if (!ad__wants(S, n->in[0])) return;
     job.kind = n->st.unary.kind;
     job.add = 0;
     job.x = n->in[0]->data;
@@ -5878,11 +5931,17 @@ AD__HOT void ad__unary_one_grad(ad__sweep *S, ad__node *n, ad_real g_value)
     job.p1 = n->st.unary.p1;
     job.g_period = 0;
     ad__unary_grad_run(&job, 0, 1, job.g);
-    ad__accum_one(S, n->in[0], d);
+    return d;
+}
+
+/* The input's gradient of a one-element entry, from g_value, its output's. */
+AD__PRIVATE void ad__unary_one_grad(ad__sweep *S, ad__node *n, ad_real g_value)
+{
+    if (ad__wants(S, n->in[0])) ad__accum_one(S, n->in[0], ad__unary_one_deriv(n, g_value));
 }
 
 /* The entry's backward where its output's gradient is a tensor (sweeps that record or watch);
-   where it is a held value the sweep's loop calls ad__unary_one_grad itself. */
+   where it is a held value ad__sweep_values reads it itself. */
 AD__PRIVATE void ad__unary_backward_one(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     if (S->create_graph) ad__unary_backward(S, n, g);
@@ -6142,17 +6201,9 @@ AD__PRIVATE void ad__binary_grad_range(const void *ctx, size_t lo, size_t hi)
    and the backward goes straight to the inputs' gradient values with the same formulas. */
 AD__PRIVATE void ad__binary_backward(ad__sweep *S, ad__node *n, ad_tensor *g);
 
-/* Adds da and db, the contributions of a one-element entry, to its inputs' gradients. */
-AD__HOT void ad__binary_one_accum(ad__sweep *S, ad__node *n, ad_real da, ad_real db)
-{
-    ad_tensor *a = n->in[0], *b = n->in[1];
-    /* (the inputs' ids are below S->n: the entry was recorded before the sweep began) */
-    if (a->requires_grad) ad__accum_one(S, a, da);
-    if (b->requires_grad) ad__accum_one(S, b, db);
-}
-
-/* The inputs' gradients of a one-element entry, from g_value, its output's. */
-AD__HOT void ad__binary_one_grads(ad__sweep *S, ad__node *n, ad_real g_value)
+/* What the inputs of a one-element entry receive (*da, *db) from g_value, its output's
+   gradient. */
+AD__HOT void ad__binary_one_derivs(const ad__node *n, ad_real g_value, ad_real *da, ad_real *db)
 {
     const ad_real *av = n->in[0]->data, *bv = n->in[1]->data, *yv = n->out->data, *g = &g_value;
     size_t i = 0;
@@ -6163,11 +6214,21 @@ AD__HOT void ad__binary_one_grads(ad__sweep *S, ad__node *n, ad_real g_value)
     (void)i;
     switch (n->st.binary.kind) {
 #define AD__BINARY_ONE(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B)                                     \
-    case AD__B_##ID: ad__binary_one_accum(S, n, (GRAD_A), (GRAD_B)); break;
+    case AD__B_##ID: *da = (GRAD_A); *db = (GRAD_B); break;
         AD__BINARY_OPS(AD__BINARY_ONE)
 #undef AD__BINARY_ONE
-    default: AUTODIFF_ASSERT(0);
+    default: AUTODIFF_ASSERT(0); *da = *db = 0;
     }
+}
+
+/* The inputs' gradients of a one-element entry, from g_value, its output's. (The inputs' ids
+   are below S->n: the entry was recorded before the sweep began.) */
+AD__PRIVATE void ad__binary_one_grads(ad__sweep *S, ad__node *n, ad_real g_value)
+{
+    ad_real da, db;
+    ad__binary_one_derivs(n, g_value, &da, &db);
+    if (n->in[0]->requires_grad) ad__accum_one(S, n->in[0], da);
+    if (n->in[1]->requires_grad) ad__accum_one(S, n->in[1], db);
 }
 
 /* The same for the one-element binary ops (see ad__unary_backward_one). */

@@ -1079,6 +1079,27 @@ static void test_scalar_tape(void)
                      (double)grads[kind][1], (double)grads[0][0], (double)grads[0][1]);
         ad_params_free(P);
     }
+    /* a gradient of -0 stays -0 whether the sweep holds it as a value or as a tensor (anomaly
+       mode): d (a c) / d a = c = -0, reached once; d (a c + a c) / d a = -0 + -0 */
+    for (k = 0; k < 2; k++) {
+        ad_tensor *A, *C, *f;
+        ad_set_detect_anomaly(T, k);
+        A = ad_var(T, 2.0f);
+        C = ad_var(T, -(ad_real)0);
+        f = ad_mul(T, A, C);
+        TH_CHECK(f && ad_backward(T, f) == 0 && signbit(A->grad[0]) && A->grad[0] == 0 && C->grad[0] == 2,
+                 "anomaly mode %d: d (a c) / d a = %g (sign %d), d / d c = %g", k, A->grad ? (double)A->grad[0] : 1.0,
+                 A->grad ? (int)(signbit(A->grad[0]) != 0) : -1, C->grad ? (double)C->grad[0] : 0.0);
+        ad_tape_reset(T);
+        A = ad_var(T, 2.0f);
+        C = ad_var(T, -(ad_real)0);
+        f = ad_add(T, ad_mul(T, A, C), ad_mul(T, C, A));
+        TH_CHECK(f && ad_backward(T, f) == 0 && signbit(A->grad[0]) && A->grad[0] == 0, "anomaly mode %d: two -0 "
+                 "contributions gave %g (sign %d)", k, A->grad ? (double)A->grad[0] : 1.0,
+                 A->grad ? (int)(signbit(A->grad[0]) != 0) : -1);
+        ad_tape_reset(T);
+    }
+    ad_set_detect_anomaly(T, 0);
     /* second derivatives go through the general backward: d2 (x^3 / x2) / dx2 = 6 x / x2 */
     {
         ad_tensor *X = ad_var(T, 1.25f), *X2 = ad_var(T, 2.0f);
