@@ -1,4 +1,4 @@
-/* autodiff.h - v0.8.3 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.8.4 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -245,6 +245,10 @@
                       (a stride of a multiple of 128 bytes or more) is packed when four or
                       more register tiles read it: the MLPs' first products and the GPT's
                       weight gradients.
+   0.8.4  2026-11-27  speed, scalar tapes: in a plain sweep the gradient of every one-element
+                      tensor stays a value, added from -0 (leaves with gradients of their own
+                      included), and the sweep runs the one-element entries that read it in a
+                      loop of their own, without the general loop's checks.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -254,7 +258,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 8
-#define AUTODIFF_VERSION_PATCH 3
+#define AUTODIFF_VERSION_PATCH 4
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
