@@ -3184,6 +3184,7 @@ AD__HOT ad_real ad__unary_one_deriv(const ad__node *n, ad_real g_value);
    S->value until the entry that made it reads it. */
 AD__HOT ad__node *ad__sweep_values(ad__sweep *S, ad__node *n)
 {
+    /* the tables in locals: to the compiler a store into owned might change S's fields */
     ad_real *value = S->value;
     unsigned char *owned = S->owned;
     for (; n && n->reads_held == AD__GRAD_VALUE; n = n->prev) {
@@ -3195,7 +3196,10 @@ AD__HOT ad__node *ad__sweep_values(ad__sweep *S, ad__node *n)
             continue;               /* no gradient reached it */
         }
         if (n->nin == 1) {
-            if (a->requires_grad) ad__accum_value(S, a, ad__unary_one_deriv(n, value[id]));
+            if (a->requires_grad) {
+                value[a->id] += ad__unary_one_deriv(n, value[id]);
+                owned[a->id] = AD__GRAD_VALUE;
+            }
             continue;
         }
         b = n->in[1];
