@@ -248,7 +248,8 @@
    0.8.4  2026-11-27  speed, scalar tapes: in a plain sweep the gradient of every one-element
                       tensor stays a value, added from -0 (leaves with gradients of their own
                       included), and the sweep runs the one-element entries that read it in a
-                      loop of their own, without the general loop's checks.
+                      loop of their own, without the general loop's checks. Layer norm's input
+                      gradient is a vector loop (it was scalar).
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -9973,6 +9974,26 @@ AD__PRIVATE void ad__norm_forward_range(const void *ctx, size_t lo, size_t hi)
     }
 }
 
+/* One row of x's gradient, dx (+)= rstd (h - a - (x - mean) rstd c) with h = g gamma (g without
+   gamma), a and c the row's means of h and of h (x - mean) rstd. Each case has a loop of its
+   own, which the compiler vectorises; one loop with the conditions inside stays scalar. */
+AD__INLINE void ad__norm_dx_row(ad_real *AD__RESTRICT dx, const ad_real *AD__RESTRICT x, const ad_real *AD__RESTRICT g,
+                                const ad_real *AD__RESTRICT gamma, size_t n, ad_real mean, ad_real rstd, ad_real a,
+                                ad_real c, int add)
+{
+    size_t i;
+#define AD__NORM_DX(H) (rstd * ((H) - a - (x[i] - mean) * rstd * c))
+    if (gamma && add)
+        for (i = 0; i < n; i++) dx[i] += AD__NORM_DX(g[i] * gamma[i]);
+    else if (gamma)
+        for (i = 0; i < n; i++) dx[i] = AD__NORM_DX(g[i] * gamma[i]);
+    else if (add)
+        for (i = 0; i < n; i++) dx[i] += AD__NORM_DX(g[i]);
+    else
+        for (i = 0; i < n; i++) dx[i] = AD__NORM_DX(g[i]);
+#undef AD__NORM_DX
+}
+
 /* Rows [lo, hi), whole blocks of AD__NORM_ROWS but for the last: dx (when wanted) and each
    block's sums for dgamma and dbeta (when part is set). */
 AD__PRIVATE void ad__norm_backward_range(const void *ctx, size_t lo, size_t hi)
@@ -10019,16 +10040,7 @@ AD__PRIVATE void ad__norm_backward_range(const void *ctx, size_t lo, size_t hi)
         }
         a = (ad_real)(ad__norm_lanes_total(lane_h) / (double)n);
         c = (ad_real)(ad__norm_lanes_total(lane_hx) / (double)n);
-        {
-            ad_real *AD__RESTRICT dx = j->dx + r * n;
-            const ad_real *AD__RESTRICT gamma = j->gamma;
-            int add = j->add_x;
-            for (i = 0; i < n; i++) {
-                ad_real h = gamma ? g[i] * gamma[i] : g[i];
-                ad_real d = rstd * (h - a - (x[i] - mean) * rstd * c);
-                dx[i] = add ? dx[i] + d : d;
-            }
-        }
+        ad__norm_dx_row(j->dx + r * n, x, g, j->gamma, n, mean, rstd, a, c, j->add_x);
     }
 }
 
