@@ -248,8 +248,10 @@
    0.8.4  2026-11-27  speed, scalar tapes: in a plain sweep the gradient of every one-element
                       tensor stays a value, added from -0 (leaves with gradients of their own
                       included), and the sweep runs the one-element entries that read it in a
-                      loop of their own, without the general loop's checks. Layer norm's input
-                      gradient is a vector loop (it was scalar).
+                      loop of their own, without the general loop's checks. Layer norm: the
+                      input gradient is a vector loop (it was scalar), and the forward and
+                      backward run at AVX2's width where the processor has it, without FMA,
+                      so with the same bits as before.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -9927,7 +9929,7 @@ typedef struct ad__norm_job {
    then added in order in double. */
 enum { AD__NORM_LANES = 16 };
 
-AD__INLINE double ad__norm_lanes_total(const ad_real *lane)
+AD__HOT double ad__norm_lanes_total(const ad_real *lane)
 {
     double total = 0;
     int l;
@@ -9937,7 +9939,7 @@ AD__INLINE double ad__norm_lanes_total(const ad_real *lane)
 
 /* The mean of one row of n values and 1 / sqrt(var + eps), from the two sums x and
    (x - mean)^2 */
-AD__INLINE void ad__norm_row_moments(const ad_real *AD__RESTRICT x, size_t n, ad_real *mean, ad_real *rstd,
+AD__HOT void ad__norm_row_moments(const ad_real *AD__RESTRICT x, size_t n, ad_real *mean, ad_real *rstd,
                                      ad_real eps)
 {
     ad_real lane[AD__NORM_LANES] = {0}, m;
@@ -9956,9 +9958,9 @@ AD__INLINE void ad__norm_row_moments(const ad_real *AD__RESTRICT x, size_t n, ad
     *rstd = (ad_real)(1 / sqrt(squares / (double)n + (double)eps));
 }
 
-AD__PRIVATE void ad__norm_forward_range(const void *ctx, size_t lo, size_t hi)
+/* Rows [lo, hi) of y, and their mean and 1 / sqrt(var + eps) in stats. */
+AD__HOT void ad__norm_forward_rows(const ad__norm_job *j, size_t lo, size_t hi)
 {
-    const ad__norm_job *j = (const ad__norm_job *)ctx;
     size_t r, i, n = j->inner;
     for (r = lo; r < hi; r++) {
         const ad_real *AD__RESTRICT x = j->x + r * n;
@@ -9977,7 +9979,7 @@ AD__PRIVATE void ad__norm_forward_range(const void *ctx, size_t lo, size_t hi)
 /* One row of x's gradient, dx (+)= rstd (h - a - (x - mean) rstd c) with h = g gamma (g without
    gamma), a and c the row's means of h and of h (x - mean) rstd. Each case has a loop of its
    own, which the compiler vectorises; one loop with the conditions inside stays scalar. */
-AD__INLINE void ad__norm_dx_row(ad_real *AD__RESTRICT dx, const ad_real *AD__RESTRICT x, const ad_real *AD__RESTRICT g,
+AD__HOT void ad__norm_dx_row(ad_real *AD__RESTRICT dx, const ad_real *AD__RESTRICT x, const ad_real *AD__RESTRICT g,
                                 const ad_real *AD__RESTRICT gamma, size_t n, ad_real mean, ad_real rstd, ad_real a,
                                 ad_real c, int add)
 {
@@ -9996,9 +9998,8 @@ AD__INLINE void ad__norm_dx_row(ad_real *AD__RESTRICT dx, const ad_real *AD__RES
 
 /* Rows [lo, hi), whole blocks of AD__NORM_ROWS but for the last: dx (when wanted) and each
    block's sums for dgamma and dbeta (when part is set). */
-AD__PRIVATE void ad__norm_backward_range(const void *ctx, size_t lo, size_t hi)
+AD__HOT void ad__norm_backward_rows(const ad__norm_job *j, size_t lo, size_t hi)
 {
-    const ad__norm_job *j = (const ad__norm_job *)ctx;
     size_t r, i, l, n = j->inner;
     for (r = lo; r < hi; r++) {
         const ad_real *AD__RESTRICT x = j->x + r * n, *AD__RESTRICT g = j->g + r * n;
@@ -10042,6 +10043,41 @@ AD__PRIVATE void ad__norm_backward_range(const void *ctx, size_t lo, size_t hi)
         c = (ad_real)(ad__norm_lanes_total(lane_hx) / (double)n);
         ad__norm_dx_row(j->dx + r * n, x, g, j->gamma, n, mean, rstd, a, c, j->add_x);
     }
+}
+
+AD__PRIVATE void ad__norm_forward_range(const void *ctx, size_t lo, size_t hi)
+{
+    ad__norm_forward_rows((const ad__norm_job *)ctx, lo, hi);
+}
+
+AD__PRIVATE void ad__norm_backward_range(const void *ctx, size_t lo, size_t hi)
+{
+    ad__norm_backward_rows((const ad__norm_job *)ctx, lo, hi);
+}
+
+#if AD__X86_DISPATCH
+/* The same loops at AVX2's width. Without FMA, which would round some products and sums once
+   instead of twice, they give the portable loops' bits (the lanes fix the order of the sums). */
+static __attribute__((target("avx2"))) AD__UNUSED void ad__norm_forward_range_avx2(const void *ctx, size_t lo,
+                                                                                 size_t hi)
+{
+    ad__norm_forward_rows((const ad__norm_job *)ctx, lo, hi);
+}
+
+static __attribute__((target("avx2"))) AD__UNUSED void ad__norm_backward_range_avx2(const void *ctx, size_t lo,
+                                                                                  size_t hi)
+{
+    ad__norm_backward_rows((const ad__norm_job *)ctx, lo, hi);
+}
+#endif
+
+/* The forward (backward 0) or backward rows' function for the machine's vectors. */
+AD__INLINE ad__range_fn ad__norm_kernel(int backward)
+{
+#if AD__X86_DISPATCH
+    if (ad__isa() >= AD__ISA_AVX2) return backward ? ad__norm_backward_range_avx2 : ad__norm_forward_range_avx2;
+#endif
+    return backward ? ad__norm_backward_range : ad__norm_forward_range;
 }
 
 /* The same derivative with recorded ops, for create_graph sweeps: x as [rows, inner]. */
@@ -10105,7 +10141,7 @@ AD__PRIVATE void ad__norm_backward(ad__sweep *S, ad__node *node, ad_tensor *g)
         S->failed = 1;
         return;
     }
-    ad__parallel_range(T, ad__norm_backward_range, &job, rows, (AD__SPLIT_HEAVY + n - 1) / n, AD__NORM_ROWS);
+    ad__parallel_range(T, ad__norm_kernel(1), &job, rows, (AD__SPLIT_HEAVY + n - 1) / n, AD__NORM_ROWS);
     if (want_gamma) ad__accum(S, gamma, ad__norm_param_grad(T, gamma, job.part, blocks, n, 0), 1);
     if (want_beta) ad__accum(S, beta, ad__norm_param_grad(T, beta, job.part, blocks, n, 1), 1);
 }
@@ -10127,7 +10163,7 @@ AD__PRIVATE ad_tensor *ad__layer_norm_fused(ad_tape *T, ad_tensor *x, size_t inn
     job.stats = stats;
     job.inner = inner;
     job.eps = eps;
-    ad__parallel_range(T, ad__norm_forward_range, &job, rows, (AD__SPLIT_HEAVY + inner - 1) / inner, 1);
+    ad__parallel_range(T, ad__norm_kernel(0), &job, rows, (AD__SPLIT_HEAVY + inner - 1) / inner, 1);
     ins[0] = x;
     ins[1] = gamma;
     ins[2] = beta;
