@@ -1,8 +1,9 @@
 /* The tape: a deep chain with shared subexpressions, allocation behaviour through a counting
    allocator, no-grad mode, reset, tensors of two tapes, caller-owned leaves, the arena, the
    single-precision matrix product and its bfloat16 form, the optimizers in single precision and
-   the accuracy of exp, log, sigmoid, tanh and softmax in single precision. Built in the default
-   precision (float), as most programs use it. */
+   the accuracy of exp, log, sigmoid, tanh and softmax in single precision, and layer norm's rows
+   at AVX2's width against the portable ones. Built in the default precision (float), as most
+   programs use it. */
 #include <float.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -1421,6 +1422,60 @@ static void test_float_unary_avx2(void)
 #endif
 }
 
+/* (j1b) layer norm's rows at AVX2's width give the portable loops' bits: the forward (y and
+   each row's statistics) and the backward (dx assigned and added, with and without a weight,
+   and each block's dgamma and dbeta), on rows of 131 values (no multiple of a vector) and a
+   last block of fewer than AD__NORM_ROWS rows. */
+static void test_float_norm_avx2(void)
+{
+#if AD__X86_DISPATCH
+    enum { ROWS = 37, N = 131, BLOCKS = (ROWS + AD__NORM_ROWS - 1) / AD__NORM_ROWS };
+    static ad_real x[ROWS * N], g[ROWS * N], gamma[N], beta[N];
+    static ad_real y[2][ROWS * N], stats[2][2 * ROWS], dx[2][ROWS * N], part[2][BLOCKS * 2 * N];
+    ad_rng rng;
+    ad__norm_job job;
+    int v, weighted, add;
+    size_t i;
+    if (ad__isa() < AD__ISA_AVX2) return;
+    ad_rng_seed(&rng, 77);
+    for (i = 0; i < ROWS * N; i++) {
+        x[i] = (ad_real)(3 * ad_rng_normal(&rng) + 0.5);
+        g[i] = (ad_real)ad_rng_normal(&rng);
+    }
+    for (i = 0; i < N; i++) {
+        gamma[i] = (ad_real)(1 + 0.2 * ad_rng_normal(&rng));
+        beta[i] = (ad_real)(0.1 * ad_rng_normal(&rng));
+    }
+    for (weighted = 0; weighted < 2; weighted++)
+        for (add = 0; add < 2; add++) {
+            for (v = 0; v < 2; v++) {
+                memset(&job, 0, sizeof job);
+                job.x = x;
+                job.gamma = weighted ? gamma : NULL;
+                job.beta = weighted ? beta : NULL;
+                job.y = y[v];
+                job.stats = stats[v];
+                job.inner = N;
+                job.eps = (ad_real)1e-5;
+                if (v) ad__norm_forward_range_avx2(&job, 0, ROWS);
+                else ad__norm_forward_range(&job, 0, ROWS);
+                job.g = g;
+                job.dx = dx[v];
+                job.part = part[v];
+                job.add_x = add;
+                for (i = 0; i < ROWS * N; i++) dx[v][i] = add ? g[i] : 0;
+                if (v) ad__norm_backward_range_avx2(&job, 0, ROWS);
+                else ad__norm_backward_range(&job, 0, ROWS);
+            }
+            TH_CHECK(memcmp(y[0], y[1], sizeof y[0]) == 0 && memcmp(stats[0], stats[1], sizeof stats[0]) == 0,
+                     "layer norm forward%s: AVX2 and portable rows differ", weighted ? " with a weight" : "");
+            TH_CHECK(memcmp(dx[0], dx[1], sizeof dx[0]) == 0 && memcmp(part[0], part[1], sizeof part[0]) == 0,
+                     "layer norm backward%s, dx %s: AVX2 and portable rows differ", weighted ? " with a weight" : "",
+                     add ? "added" : "assigned");
+        }
+#endif
+}
+
 /* (j2) the gradients of sin and cos in single precision, cos(x) and -sin(x), within the same
    bound of the exact values, on 1001 values (a last part vector) and on a one-element tensor */
 static void test_float_sincos_grad(void)
@@ -2101,6 +2156,7 @@ int main(void)
     test_float_optim();
     test_float_unary_accuracy();
     test_float_unary_avx2();
+    test_float_norm_avx2();
     test_float_sincos_grad();
     test_uniform_gradient();
     test_float_erf_gelu();
