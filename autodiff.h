@@ -3100,19 +3100,19 @@ AD__PRIVATE void ad__accum_more(ad__sweep *S, ad_tensor *x, ad_tensor *g)
     if (S->create_graph) {
         *slot = ad_add(S->T, *slot, g);
         if (!*slot) S->failed = 1;
-    } else if (S->owned[x->id] == AD__GRAD_VALUE) {
-        S->value[x->id] += g->data[0];
     } else if ((d = ad__grad_target(S, x, &add)) != NULL) {
         ad__add_into(d, g->data, x->size);
     }
 }
 
-/* Adds v to the gradient of x, a one-element tensor, in a plain sweep (uniform_ok): it is held
-   as a value (AD__GRAD_VALUE). */
-AD__INLINE void ad__accum_value(ad__sweep *S, const ad_tensor *x, ad_real v)
+/* Adds v to the gradient of x, a one-element tensor, for sweeps that do not record: held as a
+   value where the sweep allows it (AD__GRAD_VALUE, see ad__grad_target), else in a buffer of
+   the sweep's own. */
+AD__INLINE void ad__accum_one(ad__sweep *S, ad_tensor *x, ad_real v)
 {
-    S->value[x->id] += v;
-    S->owned[x->id] = AD__GRAD_VALUE;
+    int add;
+    ad_real *d = ad__grad_target(S, x, &add);
+    if (d) d[0] = add ? d[0] + v : v;
 }
 
 /* Adds g (x's shape) into x's gradient. fresh says g is a new buffer that nothing else reads,
@@ -3121,27 +3121,17 @@ AD__INLINE void ad__accum(ad__sweep *S, ad_tensor *x, ad_tensor *g, int fresh)
 {
     if (!g) { S->failed = 1; return; }
     if (!ad__wants(S, x)) return;
-    if (S->gacc[x->id] || S->owned[x->id] == AD__GRAD_VALUE) {
-        ad__accum_more(S, x, g);
-        return;
-    }
     AUTODIFF_ASSERT(g->size == x->size);
     if (x->size == 1 && S->uniform_ok) {
-        ad__accum_value(S, x, g->data[0]);
+        ad__accum_one(S, x, g->data[0]);
+        return;
+    }
+    if (S->gacc[x->id]) {
+        ad__accum_more(S, x, g);
         return;
     }
     S->gacc[x->id] = g;
     S->owned[x->id] = (unsigned char)fresh;
-}
-
-/* Adds v to the gradient of x, a one-element tensor, for sweeps that do not record: held as a
-   value where the sweep allows it (AD__GRAD_VALUE), else in a buffer of the sweep's own. */
-AD__INLINE void ad__accum_one(ad__sweep *S, ad_tensor *x, ad_real v)
-{
-    ad_real *d;
-    int add;
-    if (S->uniform_ok) ad__accum_value(S, x, v);
-    else if ((d = ad__grad_target(S, x, &add)) != NULL) d[0] = add ? d[0] + v : v;
 }
 
 /* Sums or broadcasts g to x's shape, then accumulates it. */
@@ -3181,6 +3171,14 @@ AD__COLD void ad__sweep_watched_end(ad__sweep *S);
 AD__HOT void ad__binary_one_derivs(const ad__node *n, ad_real g_value, ad_real *da, ad_real *db);
 AD__HOT ad_real ad__unary_one_deriv(const ad__node *n, ad_real g_value);
 
+/* Adds v to the gradient of tensor id, held as a value (AD__GRAD_VALUE) in the tables value and
+   owned of a plain sweep. */
+AD__HOT void ad__held_add(ad_real *value, unsigned char *owned, unsigned id, ad_real v)
+{
+    value[id] += v;
+    owned[id] = AD__GRAD_VALUE;
+}
+
 /* The sweep over one-element entries that read their output's gradient as a value (scalar
    tapes), from n back to the first entry that does not, which it returns (NULL: the tape's
    start). Only in plain sweeps (uniform_ok), where a one-element tensor's gradient is held in
@@ -3194,27 +3192,15 @@ AD__HOT ad__node *ad__sweep_values(ad__sweep *S, ad__node *n)
         unsigned id = n->out->id;
         ad_tensor *a = n->in[0], *b;
         ad_real da, db;
-        if (owned[id] != AD__GRAD_VALUE) {
-            if (S->gacc[id]) break; /* a tensor after all: the general loop reads it */
-            continue;               /* no gradient reached it */
-        }
+        if (owned[id] != AD__GRAD_VALUE) continue; /* no gradient reached it */
         if (n->nin == 1) {
-            if (a->requires_grad) {
-                value[a->id] += ad__unary_one_deriv(n, value[id]);
-                owned[a->id] = AD__GRAD_VALUE;
-            }
+            if (a->requires_grad) ad__held_add(value, owned, a->id, ad__unary_one_deriv(n, value[id]));
             continue;
         }
         b = n->in[1];
         ad__binary_one_derivs(n, value[id], &da, &db);
-        if (a->requires_grad) {
-            value[a->id] += da;
-            owned[a->id] = AD__GRAD_VALUE;
-        }
-        if (b->requires_grad) {
-            value[b->id] += db;
-            owned[b->id] = AD__GRAD_VALUE;
-        }
+        if (a->requires_grad) ad__held_add(value, owned, a->id, da);
+        if (b->requires_grad) ad__held_add(value, owned, b->id, db);
     }
     return n;
 }
@@ -3261,8 +3247,8 @@ AD__PRIVATE int ad__sweep_run(ad__sweep *S, ad_tape *T, ad_tensor *y, int create
     S->create_graph = create_graph;
     watched = ad__sweep_is_watched(T, into_leaves);
     S->uniform_ok = !create_graph && !watched;
-    /* one block for the three tables, each aligned for its type; values are only read where
-       owned says so */
+    /* one block for the three tables, each aligned for its type; gradients held as values are
+       added from -0 (ad__fill_negative_zero) */
     value_bytes = ((size_t)S->n * sizeof(ad_real) + 15) & ~(size_t)15;
     S->value = (ad_real *)ad__alloc(T, value_bytes + (size_t)S->n * (sizeof(ad_tensor *) + 1), op);
     if (!S->value) return -1;
@@ -9940,7 +9926,7 @@ AD__HOT double ad__norm_lanes_total(const ad_real *lane)
 /* The mean of one row of n values and 1 / sqrt(var + eps), from the two sums x and
    (x - mean)^2 */
 AD__HOT void ad__norm_row_moments(const ad_real *AD__RESTRICT x, size_t n, ad_real *mean, ad_real *rstd,
-                                     ad_real eps)
+                                  ad_real eps)
 {
     ad_real lane[AD__NORM_LANES] = {0}, m;
     size_t i, l;
@@ -9980,8 +9966,8 @@ AD__HOT void ad__norm_forward_rows(const ad__norm_job *j, size_t lo, size_t hi)
    gamma), a and c the row's means of h and of h (x - mean) rstd. Each case has a loop of its
    own, which the compiler vectorises; one loop with the conditions inside stays scalar. */
 AD__HOT void ad__norm_dx_row(ad_real *AD__RESTRICT dx, const ad_real *AD__RESTRICT x, const ad_real *AD__RESTRICT g,
-                                const ad_real *AD__RESTRICT gamma, size_t n, ad_real mean, ad_real rstd, ad_real a,
-                                ad_real c, int add)
+                             const ad_real *AD__RESTRICT gamma, size_t n, ad_real mean, ad_real rstd, ad_real a,
+                             ad_real c, int add)
 {
     size_t i;
 #define AD__NORM_DX(H) (rstd * ((H) - a - (x[i] - mean) * rstd * c))

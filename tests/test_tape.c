@@ -1088,14 +1088,15 @@ static void test_scalar_tape(void)
         A = ad_var(T, 2.0f);
         C = ad_var(T, -(ad_real)0);
         f = ad_mul(T, A, C);
-        TH_CHECK(f && ad_backward(T, f) == 0 && signbit(A->grad[0]) && A->grad[0] == 0 && C->grad[0] == 2,
+        TH_CHECK(f && ad_backward(T, f) == 0 && A->grad && C->grad && signbit(A->grad[0]) && A->grad[0] == 0 &&
+                     C->grad[0] == 2,
                  "anomaly mode %d: d (a c) / d a = %g (sign %d), d / d c = %g", k, A->grad ? (double)A->grad[0] : 1.0,
                  A->grad ? (int)(signbit(A->grad[0]) != 0) : -1, C->grad ? (double)C->grad[0] : 0.0);
         ad_tape_reset(T);
         A = ad_var(T, 2.0f);
         C = ad_var(T, -(ad_real)0);
         f = ad_add(T, ad_mul(T, A, C), ad_mul(T, C, A));
-        TH_CHECK(f && ad_backward(T, f) == 0 && signbit(A->grad[0]) && A->grad[0] == 0, "anomaly mode %d: two -0 "
+        TH_CHECK(f && ad_backward(T, f) == 0 && A->grad && signbit(A->grad[0]) && A->grad[0] == 0, "anomaly mode %d: two -0 "
                  "contributions gave %g (sign %d)", k, A->grad ? (double)A->grad[0] : 1.0,
                  A->grad ? (int)(signbit(A->grad[0]) != 0) : -1);
         ad_tape_reset(T);
