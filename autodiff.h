@@ -8974,15 +8974,16 @@ AD__PRIVATE void ad__window_row(ad_real *AD__RESTRICT d, const ad_real *AD__REST
     }
 }
 
-/* colT [oh * ow, ld] from one image's channels, the transpose of ad__im2col's matrix: row
-   (oy, ox) holds the window under output (oy, ox) in the order (c, ki, kj), 0 in the padding.
+/* colT [(oy1 - oy0) * ow, ld] from one image's channels for the band of output rows [oy0, oy1),
+   the transpose of ad__im2col's matrix: row (oy - oy0, ox) holds the window under output
+   (oy, ox) in the order (c, ki, kj), 0 in the padding.
    It is built one window row (c, ki) at a time across a row of outputs, so that the runs
    inside the input are copied by one tight loop. Such a run is copied as a block of eight
    values when the block stays inside x and what it writes past the run lands in the next
    run's slot (written after it) or in the row's last ld - K columns, which only reach columns
    of the weight gradient's product that are thrown away. */
 AD__PRIVATE void ad__im2row(const ad__win2d *G, int channels, const ad_real *AD__RESTRICT x,
-                            ad_real *AD__RESTRICT colT, size_t ld)
+                            ad_real *AD__RESTRICT colT, size_t ld, int oy0, int oy1)
 {
     const int kh = G->kh, kw = G->kw, dh = G->dh, dw = G->dw, h = G->h, w = G->w, ow = G->ow;
     const int sw = G->sw, pw = G->pw;
@@ -8995,12 +8996,12 @@ AD__PRIVATE void ad__im2row(const ad__win2d *G, int channels, const ad_real *AD_
     if (lo2 > lo) lo = lo2;
     if (hi2 < hi) hi = hi2;
     if (hi < lo) hi = lo;
-    for (oy = 0; oy < G->oh; oy++)
+    for (oy = oy0; oy < oy1; oy++)
         for (c = 0; c < channels; c++)
             for (ki = 0; ki < kh; ki++) {
                 int iy = oy * G->sh - G->ph + ki * dh, blocks = lo;
                 const ad_real *row = iy >= 0 && iy < h ? x + ((size_t)c * h + (size_t)iy) * w : NULL;
-                ad_real *d = colT + (size_t)oy * ow * ld + (size_t)(c * kh + ki) * kw;
+                ad_real *d = colT + (size_t)(oy - oy0) * ow * ld + (size_t)(c * kh + ki) * kw;
                 if (!row) {
                     for (ox = 0; ox < ow; ox++, d += ld) ad__window_row(d, NULL, 0, kw, dw, w);
                     continue;
@@ -9063,6 +9064,18 @@ AD__PRIVATE int ad__conv_by_images(const ad__win2d *G)
     return !ad__conv_direct(G) && G->n >= 2 && image_macs < AD__SPLIT_MACS && image_macs * G->n >= AD__SPLIT_MACS;
 }
 
+/* The output rows of a band: a weight gradient's im2row matrix, ld values an output, is built
+   and multiplied one band of an image's output rows at a time, so that it stays in the L1
+   cache between the two (16 KiB leaves room in the 32 KiB of Zen 4's L1 for the GEMM's other
+   operand; a MNIST CNN's step ran 1.07x faster than with whole images). */
+#define AD__CONV_BAND_BYTES 16384
+
+AD__PRIVATE int ad__conv_band_rows(const ad__win2d *G, size_t ld)
+{
+    size_t row_bytes = ld * (size_t)G->ow * sizeof(ad_real), rows = AD__CONV_BAND_BYTES / row_bytes;
+    return rows < 1 ? 1 : rows > (size_t)G->oh ? G->oh : (int)rows;
+}
+
 /* Scratch of one map on the tape: per thread, one image's im2col [K, L] or im2row [L, ld]
    (col, col_stride values apart) and packing buffers (pack, NULL when the images are not spread
    over threads); for a weight gradient, the partial sums [o, ld] of each part (sums). */
@@ -9078,7 +9091,7 @@ typedef struct ad__conv_scratch_t {
 AD__PRIVATE int ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op, int weight_grad,
                                  ad__conv_scratch_t *s)
 {
-    size_t K = (size_t)(G->c / G->groups) * G->kh * G->kw, L = (size_t)G->oh * G->ow, ld, col, sums;
+    size_t K = (size_t)(G->c / G->groups) * G->kh * G->kw, L = (size_t)G->oh * G->ow, ld, band, col, sums;
     int by_images = ad__conv_by_images(G);
     memset(s, 0, sizeof *s);
     s->threads = s->parts = 1;
@@ -9089,7 +9102,8 @@ AD__PRIVATE int ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op,
         s->parts = G->n < AD__CONV_SUM_PARTS ? G->n : AD__CONV_SUM_PARTS;
     }
     /* whole 64-byte lines per thread, so every thread's scratch stays aligned */
-    col = ((K * L > L * ld ? K * L : L * ld) + 15) / 16 * 16;
+    band = (size_t)ad__conv_band_rows(G, ld) * G->ow;
+    col = ((K * L > band * ld ? K * L : band * ld) + 15) / 16 * 16;
     sums = weight_grad ? (size_t)s->parts * G->o * ld : 0;
     s->col_stride = col;
     s->col = (ad_real *)ad__alloc(T, (col * (size_t)s->threads + sums) * sizeof(ad_real), op);
@@ -9124,7 +9138,8 @@ AD__PRIVATE int ad__conv_gemm(ad_tape *T, ad_real *pack, int ta, int tb, int M, 
     return 0;
 }
 
-/* Image n of the map, every group: one GEMM around im2col / col2im / im2row in col. A weight
+/* Image n of the map, every group: one GEMM around im2col / col2im in col, or for a weight
+   gradient one GEMM a band of output rows (ad__conv_band_rows) after im2row. A weight
    gradient's sums go into sums, rows ld long: stored for the first image of a part, added for
    the others. Returns 0, or -1 when packing buffers cannot be allocated. */
 AD__PRIVATE int ad__conv_image(const ad__conv_job *j, int n, ad_real *col, ad_real *pack, ad_real *sums, int first)
@@ -9160,9 +9175,13 @@ AD__PRIVATE int ad__conv_image(const ad__conv_job *j, int n, ad_real *col, ad_re
         } else if (col) {
             /* w[og, K] (+)= g[og, L] colT[L, K]: with im2row's layout the large operand is the
                GEMM's B, read in place */
-            ad__im2row(G, cg, j->a + xoff, col, ld);
-            rc = ad__conv_gemm(j->T, pack, 0, 0, og, (int)ld, L, j->b + yoff, L, col, (ptrdiff_t)ld,
-                               sums + (size_t)g * og * ld, (ptrdiff_t)ld, !first);
+            int oy0, oy1, rows = ad__conv_band_rows(G, ld);
+            for (oy0 = 0; oy0 < G->oh && rc == 0; oy0 = oy1) {
+                oy1 = oy0 + rows < G->oh ? oy0 + rows : G->oh;
+                ad__im2row(G, cg, j->a + xoff, col, ld, oy0, oy1);
+                rc = ad__conv_gemm(j->T, pack, 0, 0, og, (int)ld, (oy1 - oy0) * G->ow, j->b + yoff + (size_t)oy0 * G->ow, L,
+                                   col, (ptrdiff_t)ld, sums + (size_t)g * og * ld, (ptrdiff_t)ld, !first || oy0 > 0);
+            }
         } else {
             /* w[og, K] (+)= g[og, L] x[K, L]^T, summed over the images */
             rc = ad__conv_gemm(j->T, pack, 0, 1, og, K, L, j->b + yoff, L, j->a + xoff, L, j->out + woff, K,
@@ -9195,8 +9214,9 @@ AD__PRIVATE void ad__conv_task(void *ctx, int task, int thread)
 AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const ad_real *a, const ad_real *b,
                                 const ad_real *bias, ad_real *out, int add, const ad__conv_scratch_t *s)
 {
-    int L = G->oh * G->ow, K = (G->c / G->groups) * G->kh * G->kw, r, k, t, p, n;
+    int K = (G->c / G->groups) * G->kh * G->kw, r, k, t, p, n;
     size_t ld = s->col ? ad__conv_row_ld(G) : 0;
+    int band = s->col ? ad__conv_band_rows(G, ld) * G->ow : 0; /* im2row's rows */
     ad__conv_job job;
     job.T = T; job.G = G; job.kind = kind; job.add = add;
     job.a = a; job.b = b; job.bias = bias; job.out = out;
@@ -9206,7 +9226,7 @@ AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const 
         memset(out, 0, (size_t)G->n * G->c * G->h * G->w * sizeof(ad_real));
     if (kind == AD__CONV_WEIGHT_GRAD && s->col)
         for (t = 0; t < s->threads; t++) /* im2row's padding columns: defined values from the start */
-            for (r = 0; r < L; r++)
+            for (r = 0; r < band; r++)
                 memset(s->col + (size_t)t * s->col_stride + (size_t)r * ld + K, 0, (ld - (size_t)K) * sizeof(ad_real));
     if (s->pack) {
         ad__parallel(T, ad__conv_task, &job, kind == AD__CONV_WEIGHT_GRAD ? s->parts : G->n);
