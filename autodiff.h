@@ -1,4 +1,4 @@
-/* autodiff.h - v0.8.4 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.8.5 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -252,6 +252,12 @@
                       input gradient is a vector loop (it was scalar), and the forward and
                       backward run at AVX2's width where the processor has it, without FMA,
                       so with the same bits as before.
+   0.8.5  2026-11-27  ad_self_attention: multi-head attention over the heads of a fused
+                      projection [B, T, 3C], read and written where they lie (the GPT
+                      example's step, 1.06-1.17x); the attention kernels take any row stride.
+                      speed, convolution: a weight gradient's im2row matrix and its product
+                      go a band of output rows at a time, staying in L1 (its sums are split
+                      at the bands, so their last bits change).
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -261,7 +267,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 8
-#define AUTODIFF_VERSION_PATCH 4
+#define AUTODIFF_VERSION_PATCH 5
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -767,6 +773,15 @@ AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_t
    agree, or scale is not finite. q, k and v may be the same tensor. */
 AUTODIFF_API ad_tensor *ad_attention(ad_tape *T, ad_tensor *q, ad_tensor *k, ad_tensor *v, int causal,
                                      ad_real scale);
+/* Multi-head self-attention on a fused projection: qkv [B, T, 3 C] holds each position's
+   query, key and value side by side, each C = heads x D values of heads in order (x W_qkv with
+   W_qkv [E, 3 C] gives them so). Returns [B, T, C], the heads' outputs side by side: the values
+   of splitting qkv into q, k and v [B, heads, T, D], ad_attention and merging the heads back,
+   bit for bit, without the copies (the op reads and writes the heads where they lie). causal
+   and scale as ad_attention's (scale 0: 1 / sqrt(D)). Returns NULL (with the tape's error
+   naming ad_self_attention, the shape and heads) when qkv is not 3-D, heads < 1, the last
+   dimension is not a multiple of 3 heads, or scale is not finite. */
+AUTODIFF_API ad_tensor *ad_self_attention(ad_tape *T, ad_tensor *qkv, int heads, int causal, ad_real scale);
 
 /* >>api:loss: every loss returns a scalar, the mean over the batch ---------------------------- */
 /* Cross-entropy of logits [N, C] against labels[N] in 0..C-1 (fused with log-softmax). */
@@ -2176,6 +2191,7 @@ typedef struct ad__attention_state {
     const ad_real *lse;          /* on the tape, [B, H, Tq]: log of each query row's softmax sum */
     ad_real scale;
     int causal;
+    int heads;                   /* ad_self_attention's heads; 0 for ad_attention */
 } ad__attention_state;
 
 typedef struct ad__norm_state {
@@ -10736,8 +10752,18 @@ AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_t
    packing buffers, the softmax runs along its rows, and another GEMM takes the block to the
    output. Each pair is one task, computed by the same code on whichever thread claims it, so
    the bits do not depend on the thread count. */
+/* Where an operand of pair p = (batch b, head h) lies: its rows (positions) start at
+   b * batch + h * head and are row values apart. ad_attention's [B, H, T, D] operands are
+   contiguous per pair; ad_self_attention's lie side by side in the rows of [B, T, 3 C]. */
+typedef struct ad__attn_layout {
+    size_t batch, head;
+    ptrdiff_t row;
+} ad__attn_layout;
+
 typedef struct ad__attn_job {
     const ad_real *q, *k, *v;
+    ad__attn_layout lq, lk, lv, lo; /* q's also dq's, k's dk's, v's dv's; o's also g's */
+    int heads;                      /* H, to split a pair's index into (b, h) */
     ad_real *o, *lse;            /* forward: written; backward: o and lse read */
     const ad_real *g;            /* backward: the output's gradient */
     ad_real *gq, *gk, *gv;       /* backward: the inputs' gradients, NULL when not wanted */
@@ -10749,6 +10775,22 @@ typedef struct ad__attn_job {
     int bq, bk;                  /* query rows and keys of a block */
     ad_real scale;
 } ad__attn_job;
+
+/* The offset of pair p's first row in an operand of layout L. */
+AD__INLINE size_t ad__attn_at(const ad__attn_job *j, const ad__attn_layout *L, int p)
+{
+    return (size_t)(p / j->heads) * L->batch + (size_t)(p % j->heads) * L->head;
+}
+
+/* The layout of [B, H, T, D] (contiguous) with t rows of d values a pair. */
+AD__INLINE ad__attn_layout ad__attn_dense(int heads, int t, int d)
+{
+    ad__attn_layout L;
+    L.head = (size_t)t * d;
+    L.batch = L.head * (size_t)heads;
+    L.row = d;
+    return L;
+}
 
 /* Keys of the block starting at key j0 (nk of them) that query row i sees. */
 AD__INLINE int ad__attn_valid(const ad__attn_job *j, int i, int j0, int nk)
@@ -10777,9 +10819,10 @@ AD__PRIVATE void ad__attn_forward_task(void *ctx, int p, int thread)
 {
     const ad__attn_job *j = (const ad__attn_job *)ctx;
     int d = j->d, dv = j->dv, bq = j->bq, bk = j->bk, i0, j0, r, c;
-    const ad_real *q = j->q + (size_t)p * j->tq * d, *k = j->k + (size_t)p * j->tk * d;
-    const ad_real *v = j->v + (size_t)p * j->tk * dv;
-    ad_real *o = j->o + (size_t)p * j->tq * dv, *lse = j->lse + (size_t)p * j->tq;
+    ptrdiff_t sq = j->lq.row, sk = j->lk.row, sv = j->lv.row, so = j->lo.row;
+    const ad_real *q = j->q + ad__attn_at(j, &j->lq, p), *k = j->k + ad__attn_at(j, &j->lk, p);
+    const ad_real *v = j->v + ad__attn_at(j, &j->lv, p);
+    ad_real *o = j->o + ad__attn_at(j, &j->lo, p), *lse = j->lse + (size_t)p * j->tq;
     ad_real *pack = j->pack + (size_t)thread * AD__PACK_PER_THREAD;
     ad_real *s = j->scratch + (size_t)thread * j->scratch_len;
     ad_real *m = s + bq * bk, *l = m + bq, *alpha = l + bq;
@@ -10789,7 +10832,7 @@ AD__PRIVATE void ad__attn_forward_task(void *ctx, int p, int thread)
             int nk = kend - j0 < bk ? kend - j0 : bk;
             /* s = q_i k_j^T scale, less each row's running maximum; keys a row does not see are
                0 before the exp and after it */
-            ad__gemm_alone(j->bf16, pack, 0, 1, nq, nk, d, q + (size_t)i0 * d, d, k + (size_t)j0 * d, d, s, nk, 0);
+            ad__gemm_alone(j->bf16, pack, 0, 1, nq, nk, d, q + i0 * sq, sq, k + j0 * sk, sk, s, nk, 0);
             for (r = 0; r < nq; r++) {
                 ad_real *row = s + (size_t)r * nk, mx;
                 int valid = ad__attn_valid(j, i0 + r, j0, nk);
@@ -10818,14 +10861,14 @@ AD__PRIVATE void ad__attn_forward_task(void *ctx, int p, int thread)
                 for (c = valid; c < nk; c++) row[c] = 0;
                 l[r] = l[r] * alpha[r] + ad__sum8(row, (size_t)valid);
                 if (j0 > 0 && alpha[r] != 1) {
-                    ad_real *orow = o + (size_t)(i0 + r) * dv;
+                    ad_real *orow = o + (i0 + r) * so;
                     for (c = 0; c < dv; c++) orow[c] *= alpha[r];
                 }
             }
-            ad__gemm_alone(j->bf16, pack, 0, 0, nq, dv, nk, s, nk, v + (size_t)j0 * dv, dv, o + (size_t)i0 * dv, dv, j0 > 0);
+            ad__gemm_alone(j->bf16, pack, 0, 0, nq, dv, nk, s, nk, v + j0 * sv, sv, o + i0 * so, so, j0 > 0);
         }
         for (r = 0; r < nq; r++) {
-            ad_real *orow = o + (size_t)(i0 + r) * dv, inv = 1 / l[r];
+            ad_real *orow = o + (i0 + r) * so, inv = 1 / l[r];
             for (c = 0; c < dv; c++) orow[c] *= inv;
             lse[i0 + r] = m[r] + AD__F(log)(l[r]);
         }
@@ -10839,8 +10882,9 @@ AD__PRIVATE void ad__attn_backward_task(void *ctx, int p, int thread)
 {
     const ad__attn_job *j = (const ad__attn_job *)ctx;
     int d = j->d, dv = j->dv, bq = j->bq, bk = j->bk, i0, j0, r, c;
-    size_t qo = (size_t)p * j->tq * d, ko = (size_t)p * j->tk * d, vo = (size_t)p * j->tk * dv;
-    size_t oo = (size_t)p * j->tq * dv;
+    ptrdiff_t sq = j->lq.row, sk = j->lk.row, sv = j->lv.row, so = j->lo.row;
+    size_t qo = ad__attn_at(j, &j->lq, p), ko = ad__attn_at(j, &j->lk, p), vo = ad__attn_at(j, &j->lv, p);
+    size_t oo = ad__attn_at(j, &j->lo, p);
     const ad_real *q = j->q + qo, *k = j->k + ko, *v = j->v + vo, *o = j->o + oo, *g = j->g + oo;
     const ad_real *lse = j->lse + (size_t)p * j->tq;
     ad_real *dq = j->gq ? j->gq + qo : NULL, *dk = j->gk ? j->gk + ko : NULL, *dvp = j->gv ? j->gv + vo : NULL;
@@ -10848,15 +10892,15 @@ AD__PRIVATE void ad__attn_backward_task(void *ctx, int p, int thread)
     ad_real *s = j->scratch + (size_t)thread * j->scratch_len, *ds = s + bq * bk;
     ad_real *dsum = ds + bq * bk;
     /* fresh buffers first: where two of q, k and v are one tensor, the later target adds */
-    if (dq && !j->add_q) memset(dq, 0, (size_t)j->tq * d * sizeof(ad_real));
-    if (dk && !j->add_k) memset(dk, 0, (size_t)j->tk * d * sizeof(ad_real));
-    if (dvp && !j->add_v) memset(dvp, 0, (size_t)j->tk * dv * sizeof(ad_real));
-    for (r = 0; r < j->tq; r++) dsum[r] = ad__dot8(g + (size_t)r * dv, o + (size_t)r * dv, (size_t)dv);
+    for (r = 0; dq && !j->add_q && r < j->tq; r++) memset(dq + r * sq, 0, (size_t)d * sizeof(ad_real));
+    for (r = 0; dk && !j->add_k && r < j->tk; r++) memset(dk + r * sk, 0, (size_t)d * sizeof(ad_real));
+    for (r = 0; dvp && !j->add_v && r < j->tk; r++) memset(dvp + r * sv, 0, (size_t)dv * sizeof(ad_real));
+    for (r = 0; r < j->tq; r++) dsum[r] = ad__dot8(g + r * so, o + r * so, (size_t)dv);
     for (j0 = 0; j0 < j->tk; j0 += bk) {
         int nk = j->tk - j0 < bk ? j->tk - j0 : bk;
         for (i0 = j->causal ? j0 / bq * bq : 0; i0 < j->tq; i0 += bq) {
             int nq = j->tq - i0 < bq ? j->tq - i0 : bq;
-            ad__gemm_alone(j->bf16, pack, 0, 1, nq, nk, d, q + (size_t)i0 * d, d, k + (size_t)j0 * d, d, s, nk, 0);
+            ad__gemm_alone(j->bf16, pack, 0, 1, nq, nk, d, q + i0 * sq, sq, k + j0 * sk, sk, s, nk, 0);
             for (r = 0; r < nq; r++) {
                 ad_real *row = s + (size_t)r * nk, sub = lse[i0 + r];
                 int valid = ad__attn_valid(j, i0 + r, j0, nk);
@@ -10869,18 +10913,18 @@ AD__PRIVATE void ad__attn_backward_task(void *ctx, int p, int thread)
                 for (c = valid; c < nk; c++) s[(size_t)r * nk + c] = 0;
             }
             if (dvp)
-                ad__gemm_alone(j->bf16, pack, 1, 0, nk, dv, nq, s, nk, g + (size_t)i0 * dv, dv, dvp + (size_t)j0 * dv, dv, 1);
+                ad__gemm_alone(j->bf16, pack, 1, 0, nk, dv, nq, s, nk, g + i0 * so, so, dvp + j0 * sv, sv, 1);
             if (!dq && !dk) continue;
-            ad__gemm_alone(j->bf16, pack, 0, 1, nq, nk, dv, g + (size_t)i0 * dv, dv, v + (size_t)j0 * dv, dv, ds, nk, 0);
+            ad__gemm_alone(j->bf16, pack, 0, 1, nq, nk, dv, g + i0 * so, so, v + j0 * sv, sv, ds, nk, 0);
             for (r = 0; r < nq; r++) {
                 const ad_real *prow = s + (size_t)r * nk;
                 ad_real *row = ds + (size_t)r * nk, sub = dsum[i0 + r];
                 for (c = 0; c < nk; c++) row[c] = prow[c] * (row[c] - sub) * j->scale;
             }
             if (dq)
-                ad__gemm_alone(j->bf16, pack, 0, 0, nq, d, nk, ds, nk, k + (size_t)j0 * d, d, dq + (size_t)i0 * d, d, 1);
+                ad__gemm_alone(j->bf16, pack, 0, 0, nq, d, nk, ds, nk, k + j0 * sk, sk, dq + i0 * sq, sq, 1);
             if (dk)
-                ad__gemm_alone(j->bf16, pack, 1, 0, nk, d, nq, ds, nk, q + (size_t)i0 * d, d, dk + (size_t)j0 * d, d, 1);
+                ad__gemm_alone(j->bf16, pack, 1, 0, nk, d, nq, ds, nk, q + i0 * sq, sq, dk + j0 * sk, sk, 1);
         }
     }
 }
@@ -10933,52 +10977,177 @@ AD__PRIVATE ad_tensor *ad__attn_probs(ad_tape *T, ad_tensor *q, ad_tensor *k, co
     return ad_softmax(T, s, -1);
 }
 
-AD__PRIVATE void ad__attention_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+/* The job's operands, shapes and layouts: ad_attention's q, k and v [B, H, T, D] (heads 0),
+   or ad_self_attention's qkv [B, T, 3 C] split into heads of D = C / heads (q, k and v all
+   qkv). The outputs o and lse, the gradients and the settings are left to the caller. */
+AD__PRIVATE void ad__attn_geometry(ad__attn_job *job, const ad_tensor *q, const ad_tensor *k, const ad_tensor *v,
+                                   int heads)
 {
-    ad_tape *T = S->T;
-    ad_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2], *p, *dp, *ds;
-    const ad__attention_state *st = &n->st.attention;
-    int wq = ad__wants(S, q), wk = ad__wants(S, k), wv = ad__wants(S, v);
-    if (!S->create_graph) {
-        ad__attn_job job;
-        memset(&job, 0, sizeof job);
-        job.q = q->data;
-        job.k = k->data;
-        job.v = v->data;
-        job.o = n->out->data;
-        job.lse = (ad_real *)st->lse;
-        job.g = g->data;
-        job.tq = q->shape[2];
-        job.tk = k->shape[2];
-        job.d = q->shape[3];
-        job.dv = v->shape[3];
-        job.causal = st->causal;
-        job.scale = st->scale;
-        if ((wq && !(job.gq = ad__grad_target(S, q, &job.add_q))) ||
-            (wk && !(job.gk = ad__grad_target(S, k, &job.add_k))) ||
-            (wv && !(job.gv = ad__grad_target(S, v, &job.add_v))) ||
-            ad__attn_run(T, &job, 1, q->shape[0] * q->shape[1]) != 0) {
-            S->failed = 1;
-            if (!T->has_error) ad__fail(T, "ad_attention: out of memory in the backward sweep");
-        }
+    memset(job, 0, sizeof *job);
+    if (heads == 0) {
+        job->heads = q->shape[1];
+        job->tq = q->shape[2];
+        job->tk = k->shape[2];
+        job->d = q->shape[3];
+        job->dv = v->shape[3];
+        job->q = q->data;
+        job->k = k->data;
+        job->v = v->data;
+        job->lq = ad__attn_dense(job->heads, job->tq, job->d);
+        job->lk = ad__attn_dense(job->heads, job->tk, job->d);
+        job->lv = ad__attn_dense(job->heads, job->tk, job->dv);
+        job->lo = ad__attn_dense(job->heads, job->tq, job->dv);
         return;
     }
-    p = ad__attn_probs(T, q, k, st);
-    if (wv) ad__accum(S, v, ad_matmul_t(T, p, g, 1, 0), 1);
-    if (!wq && !wk) return;
+    job->heads = heads;
+    job->tq = job->tk = q->shape[1];
+    job->d = job->dv = q->shape[2] / 3 / heads;
+    job->q = q->data;
+    job->k = q->data + (size_t)heads * job->d;
+    job->v = q->data + 2 * (size_t)heads * job->d;
+    job->lq.batch = (size_t)job->tq * q->shape[2];
+    job->lq.head = (size_t)job->d;
+    job->lq.row = q->shape[2];
+    job->lk = job->lv = job->lq;
+    job->lo.batch = (size_t)job->tq * heads * job->d;
+    job->lo.head = (size_t)job->d;
+    job->lo.row = (ptrdiff_t)heads * job->d;
+}
+
+/* dq, dk and dv recorded with ops (create_graph sweeps), from q, k and v [B, H, T, D] and the
+   output's gradient g of their shape; each NULL when not wanted (want_*). */
+AD__PRIVATE void ad__attn_recorded(ad_tape *T, ad_tensor *q, ad_tensor *k, ad_tensor *v, ad_tensor *g,
+                                   const ad__attention_state *st, int want_q, int want_k, int want_v,
+                                   ad_tensor **dq, ad_tensor **dk, ad_tensor **dv)
+{
+    ad_tensor *p = ad__attn_probs(T, q, k, st), *dp, *ds;
+    *dq = *dk = *dv = NULL;
+    if (want_v) *dv = ad_matmul_t(T, p, g, 1, 0);
+    if (!want_q && !want_k) return;
     /* the softmax's derivative, then the scale: dS = P (dP - sum(dP P)) scale */
     dp = ad_matmul_t(T, g, v, 0, 1);
     ds = ad_mul_scalar(T, ad_mul(T, p, ad_sub(T, dp, ad_sum_axis(T, ad_mul(T, dp, p), -1, 1))), st->scale);
-    if (wq) ad__accum(S, q, ad_matmul(T, ds, k), 1);
-    if (wk) ad__accum(S, k, ad_matmul_t(T, ds, q, 1, 0), 1);
+    if (want_q) *dq = ad_matmul(T, ds, k);
+    if (want_k) *dk = ad_matmul_t(T, ds, q, 1, 0);
+}
+
+/* ad_self_attention's qkv [B, T, 3 C] as q, k and v [B, H, T, D], with recorded ops. */
+AD__PRIVATE void ad__attn_split_heads(ad_tape *T, ad_tensor *qkv, int heads, ad_tensor **parts)
+{
+    static const int to_heads[5] = {2, 0, 3, 1, 4};
+    int split[5], shape[4], i;
+    ad_tensor *x;
+    split[0] = shape[0] = qkv->shape[0];
+    split[1] = shape[2] = qkv->shape[1];
+    split[2] = 3;
+    split[3] = shape[1] = heads;
+    split[4] = shape[3] = qkv->shape[2] / 3 / heads;
+    x = ad_permute(T, ad_reshape(T, qkv, 5, split), to_heads); /* [3, B, H, T, D] */
+    for (i = 0; i < 3; i++) parts[i] = ad_reshape(T, ad_slice(T, x, 0, i, i + 1), 4, shape);
+}
+
+/* The fused backward of a plain sweep: the gradients added straight into their buffers. A
+   self-attention's q, k and v share qkv's buffer, which is cleared once (when fresh) and then
+   added into by every pair. Returns 0, or -1 when memory runs out. */
+AD__PRIVATE int ad__attn_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tensor *q = n->in[0], *k = n->nin > 1 ? n->in[1] : q, *v = n->nin > 2 ? n->in[2] : q;
+    const ad__attention_state *st = &n->st.attention;
+    ad__attn_job job;
+    ad__attn_geometry(&job, q, k, v, st->heads);
+    job.o = n->out->data;
+    job.lse = (ad_real *)st->lse;
+    job.g = g->data;
+    job.causal = st->causal;
+    job.scale = st->scale;
+    if (st->heads) {
+        int add;
+        ad_real *d;
+        if (!ad__wants(S, q)) return 0;
+        if (!(d = ad__grad_target(S, q, &add))) return -1;
+        if (!add) memset(d, 0, q->size * sizeof(ad_real));
+        job.gq = d;
+        job.gk = d + (job.k - job.q);
+        job.gv = d + (job.v - job.q);
+        job.add_q = job.add_k = job.add_v = 1;
+    } else if ((ad__wants(S, q) && !(job.gq = ad__grad_target(S, q, &job.add_q))) ||
+               (ad__wants(S, k) && !(job.gk = ad__grad_target(S, k, &job.add_k))) ||
+               (ad__wants(S, v) && !(job.gv = ad__grad_target(S, v, &job.add_v)))) {
+        return -1;
+    }
+    return ad__attn_run(S->T, &job, 1, q->shape[0] * job.heads);
+}
+
+AD__PRIVATE void ad__attention_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    const ad__attention_state *st = &n->st.attention;
+    ad_tensor *parts[3], *grads[3], *gh;
+    int i;
+    if (!S->create_graph) {
+        if (ad__attn_backward_fused(S, n, g) != 0) {
+            S->failed = 1;
+            if (!T->has_error) ad__fail(T, "%s: out of memory in the backward sweep", n->op);
+        }
+        return;
+    }
+    if (!st->heads) {
+        ad__attn_recorded(T, n->in[0], n->in[1], n->in[2], g, st, ad__wants(S, n->in[0]), ad__wants(S, n->in[1]),
+                          ad__wants(S, n->in[2]), &grads[0], &grads[1], &grads[2]);
+        for (i = 0; i < 3; i++)
+            if (ad__wants(S, n->in[i])) ad__accum(S, n->in[i], grads[i], 1);
+        return;
+    }
+    {
+        /* qkv: the heads' gradients of q, k and v stacked, then put back in qkv's layout */
+        static const int merge_g[4] = {0, 2, 1, 3}, from_heads[5] = {1, 3, 0, 2, 4};
+        ad_tensor *qkv = n->in[0];
+        int shape[4];
+        ad__attn_split_heads(T, qkv, st->heads, parts);
+        shape[0] = qkv->shape[0];
+        shape[1] = qkv->shape[1];
+        shape[2] = st->heads;
+        shape[3] = qkv->shape[2] / 3 / st->heads;
+        gh = ad_permute(T, ad_reshape(T, g, 4, shape), merge_g); /* [B, H, T, D] */
+        ad__attn_recorded(T, parts[0], parts[1], parts[2], gh, st, 1, 1, 1, &grads[0], &grads[1], &grads[2]);
+        ad__accum(S, qkv, ad_reshape(T, ad_permute(T, ad_stack(T, grads, 3, 0), from_heads), 3, qkv->shape), 1);
+    }
+}
+
+/* The checks both attention ops share past their own: a finite scale. Returns the scale to use
+   (1 / sqrt(D) for 0). */
+AD__INLINE ad_real ad__attn_scale(ad_real scale, int d)
+{
+    return scale == 0 ? 1 / AD__F(sqrt)((ad_real)d) : scale;
+}
+
+/* Runs the forward of job (its geometry set) into a new output of the given shape and records
+   it with inputs ins; lse gets B H T values. Returns the output, or NULL. */
+AD__PRIVATE ad_tensor *ad__attn_forward(ad_tape *T, const char *op, ad__attn_job *job, int ndim, const int *shape,
+                                        ad_tensor **ins, int nin, int heads)
+{
+    int pairs = shape[0] * job->heads;
+    ad_tensor *y = ad__tensor(T, op, ndim, shape, 1);
+    ad_real *lse = (ad_real *)ad__alloc(T, (size_t)pairs * job->tq * sizeof(ad_real), op);
+    ad__node *node;
+    if (!y || !lse) return NULL;
+    job->o = y->data;
+    job->lse = lse;
+    if (ad__attn_run(T, job, 0, pairs) != 0) return NULL;
+    node = ad__record(T, op, y, ad__attention_backward, ins, nin);
+    if (!node) return NULL;
+    node->st.attention.lse = lse;
+    node->st.attention.scale = job->scale;
+    node->st.attention.causal = job->causal;
+    node->st.attention.heads = heads;
+    return y;
 }
 
 AUTODIFF_API ad_tensor *ad_attention(ad_tape *T, ad_tensor *q, ad_tensor *k, ad_tensor *v, int causal,
                                      ad_real scale)
 {
-    int shape[4], pairs;
-    ad_tensor *y, *lse, *ins[3];
-    ad__node *node;
+    int shape[4];
+    ad_tensor *ins[3];
     ad__attn_job job;
     char sq[96], sk[96], sv[96];
     const char *why = NULL;
@@ -10998,38 +11167,42 @@ AUTODIFF_API ad_tensor *ad_attention(ad_tape *T, ad_tensor *q, ad_tensor *k, ad_
                  ad_shape_str(k, sk, sizeof sk), ad_shape_str(v, sv, sizeof sv), why);
         return NULL;
     }
-    if (scale == 0) scale = 1 / AD__F(sqrt)((ad_real)q->shape[3]);
+    ad__attn_geometry(&job, q, k, v, 0);
+    job.causal = causal != 0;
+    job.scale = ad__attn_scale(scale, q->shape[3]);
     shape[0] = q->shape[0];
     shape[1] = q->shape[1];
     shape[2] = q->shape[2];
     shape[3] = v->shape[3];
-    pairs = shape[0] * shape[1];
-    y = ad__tensor(T, "ad_attention", 4, shape, 1);
-    lse = ad__tensor(T, "ad_attention", 3, shape, 1);
-    if (!y || !lse) return NULL;
-    memset(&job, 0, sizeof job);
-    job.q = q->data;
-    job.k = k->data;
-    job.v = v->data;
-    job.o = y->data;
-    job.lse = lse->data;
-    job.tq = q->shape[2];
-    job.tk = k->shape[2];
-    job.d = q->shape[3];
-    job.dv = v->shape[3];
-    job.causal = causal != 0;
-    job.scale = scale;
-    if (ad__attn_run(T, &job, 0, pairs) != 0)
-        return NULL;
     ins[0] = q;
     ins[1] = k;
     ins[2] = v;
-    node = ad__record(T, "ad_attention", y, ad__attention_backward, ins, 3);
-    if (!node) return NULL;
-    node->st.attention.lse = lse->data;
-    node->st.attention.scale = scale;
-    node->st.attention.causal = causal != 0;
-    return y;
+    return ad__attn_forward(T, "ad_attention", &job, 4, shape, ins, 3, 0);
+}
+
+AUTODIFF_API ad_tensor *ad_self_attention(ad_tape *T, ad_tensor *qkv, int heads, int causal, ad_real scale)
+{
+    int shape[3];
+    ad__attn_job job;
+    char s[96];
+    const char *why = NULL;
+    if (!T || !qkv) return NULL;
+    if (!ad__on_tape(T, "ad_self_attention", "qkv", qkv)) return NULL;
+    if (qkv->ndim != 3) why = "must be [B, T, 3 C]";
+    else if (heads < 1) why = "heads must be at least 1";
+    else if (qkv->shape[2] % (3 * heads) != 0) why = "the last dimension must be a multiple of 3 heads";
+    else if (!(scale - scale == 0)) why = "scale must be finite";
+    if (why) {
+        ad__fail(T, "ad_self_attention: qkv %s, heads %d: %s", ad_shape_str(qkv, s, sizeof s), heads, why);
+        return NULL;
+    }
+    ad__attn_geometry(&job, qkv, qkv, qkv, heads);
+    job.causal = causal != 0;
+    job.scale = ad__attn_scale(scale, job.d);
+    shape[0] = qkv->shape[0];
+    shape[1] = qkv->shape[1];
+    shape[2] = qkv->shape[2] / 3;
+    return ad__attn_forward(T, "ad_self_attention", &job, 3, shape, &qkv, 1, heads);
 }
 
 /* >>ops:embedding ---------------------------------------------------------------------------- */

@@ -267,24 +267,18 @@ static inline void char_model_free(char_model *m)
 
 static inline ad_tensor *char_use(ad_tape *T, const char_model *m, int id) { return ad_param(T, m->P, id); }
 
-/* Causal self-attention of x [B*L, C]: qkv = x W_attn, split into heads [B, H, L, D], fused
-   attention, heads merged back and projected. */
+/* Causal self-attention of x [B*L, C]: qkv = x W_attn [B, L, 3C], attention over H heads of
+   C / H read where they lie in qkv (ad_self_attention), the heads' outputs side by side
+   [B*L, C], projected. */
 static inline ad_tensor *char_attention(ad_tape *T, const char_model *m, const char_block *b, ad_tensor *x, int B,
                                         int L)
 {
-    int C = m->cfg.embd, H = m->cfg.heads, D = C / H;
-    int split[5], to_heads[5] = {2, 0, 3, 1, 4}, heads[4], merge[4] = {0, 2, 1, 3}, flat[2];
-    ad_tensor *qkv, *q, *k, *v, *y;
-    split[0] = B, split[1] = L, split[2] = 3, split[3] = H, split[4] = D;
-    heads[0] = B, heads[1] = H, heads[2] = L, heads[3] = D;
+    int C = m->cfg.embd, rows[3], flat[2];
+    ad_tensor *y;
+    rows[0] = B, rows[1] = L, rows[2] = 3 * C;
     flat[0] = B * L, flat[1] = C;
-    qkv = ad_permute(T, ad_reshape(T, ad_matmul(T, x, char_use(T, m, b->attn)), 5, split), to_heads);
-    q = ad_reshape(T, ad_slice(T, qkv, 0, 0, 1), 4, heads);
-    k = ad_reshape(T, ad_slice(T, qkv, 0, 1, 2), 4, heads);
-    v = ad_reshape(T, ad_slice(T, qkv, 0, 2, 3), 4, heads);
-    y = ad_attention(T, q, k, v, 1, 0);
-    y = ad_reshape(T, ad_permute(T, y, merge), 2, flat);
-    return ad_matmul(T, y, char_use(T, m, b->attn_proj));
+    y = ad_self_attention(T, ad_reshape(T, ad_matmul(T, x, char_use(T, m, b->attn)), 3, rows), m->cfg.heads, 1, 0);
+    return ad_matmul(T, ad_reshape(T, y, 2, flat), char_use(T, m, b->attn_proj));
 }
 
 /* Logits [B*L, V] for ids [B, L] (row-major), L <= ctx. */

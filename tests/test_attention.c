@@ -8,7 +8,10 @@
    gradients against the composition's; q, k and v as one tensor; values and gradients on two
    and three threads equal to one thread's bit for bit; large logits that stay finite; no
    [T, T] matrix kept on the tape; bad arguments, whose messages name the op and the shapes, and
-   NULL inputs. Each family prints the number of its checks. */
+   NULL inputs. ad_self_attention, which reads q, k and v from one [B, T, 3 C] tensor and merges
+   the heads: its values and gradients against splitting, ad_attention and merging, bit for
+   bit; its derivatives against finite differences; its recorded derivative against the fused
+   one; its threads; its errors. Each family prints the number of its checks. */
 #define AUTODIFF_DOUBLE
 #define AUTODIFF_IMPLEMENTATION
 #include "autodiff.h"
@@ -447,6 +450,188 @@ static void test_errors(void)
     th_family("errors");
 }
 
+/* ---- ad_self_attention -------------------------------------------------------------------- */
+/* One case of the fused projection: qkv [b, t, 3 heads d]. */
+typedef struct self_case {
+    int b, t, heads, d, causal;
+    double scale;
+} self_case;
+
+/* The same attention through the ops a model would write without ad_self_attention. */
+static ad_tensor *self_composed(ad_tape *T, ad_tensor *qkv, const self_case *c)
+{
+    static const int to_heads[5] = {2, 0, 3, 1, 4}, merge[4] = {0, 2, 1, 3};
+    int split[5] = {c->b, c->t, 3, c->heads, c->d}, heads[4] = {c->b, c->heads, c->t, c->d};
+    int flat[3] = {c->b, c->t, c->heads * c->d};
+    ad_tensor *x = ad_permute(T, ad_reshape(T, qkv, 5, split), to_heads), *q, *k, *v;
+    q = ad_reshape(T, ad_slice(T, x, 0, 0, 1), 4, heads);
+    k = ad_reshape(T, ad_slice(T, x, 0, 1, 2), 4, heads);
+    v = ad_reshape(T, ad_slice(T, x, 0, 2, 3), 4, heads);
+    return ad_reshape(T, ad_permute(T, ad_attention(T, q, k, v, c->causal, c->scale), merge), 3, flat);
+}
+
+static ad_tensor *f_fused(ad_tape *T, ad_tensor **x, void *ctx)
+{
+    const self_case *c = (const self_case *)ctx;
+    return ad_self_attention(T, x[0], c->heads, c->causal, c->scale);
+}
+
+/* qkv reaches the loss twice, and the other route first in the sweep, so the attention's
+   gradient is added into a buffer that holds one already */
+static ad_tensor *f_fused_twice(ad_tape *T, ad_tensor **x, void *ctx)
+{
+    ad_tensor *y = ad_square(T, f_fused(T, x, ctx));
+    return ad_add(T, y, ad_mul_scalar(T, ad_sum(T, ad_square(T, x[0])), 0.25));
+}
+
+static const self_case self_cases[] = {
+    {1, 1, 1, 1, 0, 0}, {1, 1, 1, 1, 1, 0},  {2, 7, 3, 5, 0, 0},   {2, 7, 3, 5, 1, 0},    {1, 9, 2, 4, 1, 0.7},
+    {2, 5, 1, 3, 0, -0.3}, {1, 70, 2, 8, 1, 0}, {2, 67, 3, 6, 0, 0}, {3, 64, 4, 32, 1, 0},
+};
+#define NSELF (int)(sizeof self_cases / sizeof self_cases[0])
+
+static void self_input(const self_case *c, th_input *s)
+{
+    int sh[3];
+    sh[0] = c->b;
+    sh[1] = c->t;
+    sh[2] = 3 * c->heads * c->d;
+    *s = th_in(3, sh, -1.5, 1.5, 0);
+}
+
+/* Values and the gradient of sum(w y) against the composition: the same bits. */
+static void test_self_against_ops(void)
+{
+    int ci;
+    for (ci = 0; ci < NSELF; ci++) {
+        const self_case *c = &self_cases[ci];
+        ad_tape *T = ad_tape_new();
+        ad_rng rng;
+        int sh[3] = {c->b, c->t, 3 * c->heads * c->d};
+        ad_tensor *qkv, *a, *b, *w, *ga, *gb;
+        double dy = HUGE_VAL, dg = HUGE_VAL;
+        ad_rng_seed(&rng, 700 + (uint64_t)ci);
+        qkv = ad_rand(T, 3, sh, -2, 2, &rng);
+        ad_set_requires_grad(qkv, 1);
+        a = ad_self_attention(T, qkv, c->heads, c->causal, c->scale);
+        b = self_composed(T, qkv, c);
+        if (a && b && a->size == b->size) {
+            TH_CHECK(a->ndim == 3 && a->shape[0] == c->b && a->shape[1] == c->t && a->shape[2] == c->heads * c->d,
+                     "case %d: shape [%d,%d,%d]", ci, a->shape[0], a->shape[1], a->shape[2]);
+            dy = max_diff(a->data, b->data, a->size);
+            w = ad_rand(T, 3, a->shape, -1, 1, &rng);
+            ga = ad_grad(T, ad_sum(T, ad_mul(T, a, w)), qkv, 0);
+            gb = ad_grad(T, ad_sum(T, ad_mul(T, b, w)), qkv, 0);
+            if (ga && gb) dg = max_diff(ga->data, gb->data, ga->size);
+        }
+        TH_CHECK(dy == 0 && dg == 0, "case %d (causal %d): values %g, gradients %g from the composed ops: %s", ci,
+                 c->causal, dy, dg, th_errs(T));
+        ad_tape_free(T);
+    }
+    th_family("self-attention against split, attention, merge");
+}
+
+static void test_self_derivatives(void)
+{
+    th_input s;
+    char name[96];
+    int i;
+    for (i = 0; i < 6; i++) { /* the small cases */
+        const self_case *c = &self_cases[i];
+        self_input(c, &s);
+        snprintf(name, sizeof name, "self-attention [%d,%d] heads %d of %d causal %d", c->b, c->t, c->heads, c->d,
+                 c->causal);
+        th_gradcheck(name, f_fused, (void *)c, 1, &s);
+        th_gradgradcheck(name, f_fused, (void *)c, 1, &s);
+        th_gradcheck(name, f_fused_twice, (void *)c, 1, &s);
+        th_gradgradcheck(name, f_fused_twice, (void *)c, 1, &s);
+        check_paths(name, f_fused, (void *)c, 1, &s);
+        check_paths(name, f_fused_twice, (void *)c, 1, &s);
+    }
+    self_input(&self_cases[6], &s);
+    th_gradcheck("self-attention over blocks", f_fused, (void *)&self_cases[6], 1, &s);
+    check_paths("self-attention over blocks", f_fused, (void *)&self_cases[6], 1, &s);
+    th_family("self-attention: first and second derivatives");
+}
+
+/* y and qkv's gradient on t threads, into out. */
+static int run_self_threads(const self_case *c, int t, double *out)
+{
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    int sh[3] = {c->b, c->t, 3 * c->heads * c->d}, ok;
+    ad_tensor *qkv, *y, *loss;
+    ad_set_threads(T, t);
+    ad_rng_seed(&rng, 9);
+    qkv = ad_rand(T, 3, sh, -2, 2, &rng);
+    ad_set_requires_grad(qkv, 1);
+    y = ad_self_attention(T, qkv, c->heads, c->causal, c->scale);
+    loss = y ? ad_sum(T, ad_mul(T, y, ad_rand(T, 3, y->shape, -1, 1, &rng))) : NULL;
+    ok = loss && ad_backward(T, loss) == 0;
+    if (ok) {
+        memcpy(out, y->data, y->size * sizeof(double));
+        memcpy(out + y->size, qkv->grad, qkv->size * sizeof(double));
+    } else {
+        printf("run_self_threads on %d threads: %s\n", t, th_errs(T));
+    }
+    ad_tape_free(T);
+    return ok;
+}
+
+static void test_self_threads(void)
+{
+    static const self_case split[] = {{3, 64, 4, 32, 1, 0}, {2, 130, 3, 16, 0, 0}};
+    int i, t;
+    for (i = 0; i < 2; i++) {
+        const self_case *c = &split[i];
+        size_t n = (size_t)c->b * c->t * 4 * c->heads * c->d;
+        double *one = (double *)calloc(n, sizeof(double)), *more = (double *)calloc(n, sizeof(double));
+        int ok1 = run_self_threads(c, 1, one);
+        TH_CHECK(ok1, "self case %d on one thread failed", i);
+        for (t = 2; ok1 && t <= 3; t++) {
+            int ok = run_self_threads(c, t, more);
+            TH_CHECK(ok && memcmp(one, more, n * sizeof(double)) == 0,
+                     "self case %d on %d threads: values or gradients differ", i, t);
+        }
+        free(one);
+        free(more);
+    }
+    th_family("self-attention: 1, 2 and 3 threads");
+}
+
+#define BAD_SELF(T, call, needle)                                                              \
+    do {                                                                                       \
+        ad_tensor *bad_;                                                                       \
+        ad_tape_clear_error(T);                                                                \
+        bad_ = (call);                                                                         \
+        TH_CHECK(bad_ == NULL, "%s did not fail", #call);                                     \
+        TH_CHECK(ad_tape_error(T) && strstr(ad_tape_error(T), "ad_self_attention: ") == ad_tape_error(T) && \
+                     strstr(ad_tape_error(T), needle),                                         \
+                 "%s: expected \"ad_self_attention: ...%s...\", got \"%s\"", #call, needle, th_errs(T)); \
+    } while (0)
+
+static void test_self_errors(void)
+{
+    ad_tape *T = ad_tape_new(), *other = ad_tape_new();
+    int s3[3] = {2, 7, 30}, s4[4] = {2, 7, 3, 10}, s5[3] = {2, 7, 20};
+    ad_tensor *qkv = ad_zeros(T, 3, s3), *four = ad_zeros(T, 4, s4), *odd = ad_zeros(T, 3, s5);
+    ad_tensor *elsewhere = ad_zeros(other, 3, s3);
+    BAD_SELF(T, ad_self_attention(T, four, 2, 1, 0), "qkv [2,7,3,10], heads 2: must be [B, T, 3 C]");
+    BAD_SELF(T, ad_self_attention(T, qkv, 0, 1, 0), "qkv [2,7,30], heads 0: heads must be at least 1");
+    BAD_SELF(T, ad_self_attention(T, qkv, 4, 1, 0), "heads 4: the last dimension must be a multiple of 3 heads");
+    BAD_SELF(T, ad_self_attention(T, odd, 1, 1, 0), "qkv [2,7,20], heads 1: the last dimension must be a multiple");
+    BAD_SELF(T, ad_self_attention(T, qkv, 2, 0, (ad_real)NAN), "scale must be finite");
+    BAD_SELF(T, ad_self_attention(T, elsewhere, 2, 0, 0), "qkv belongs to another tape");
+    ad_tape_clear_error(T);
+    TH_CHECK(ad_self_attention(T, NULL, 2, 1, 0) == NULL && ad_self_attention(NULL, qkv, 2, 1, 0) == NULL,
+             "a NULL input gave a tensor");
+    TH_CHECK(ad_tape_error(T) == NULL, "a NULL input set \"%s\"", th_errs(T));
+    TH_CHECK(ad_self_attention(T, qkv, 5, 1, 0) != NULL, "qkv [2,7,30] with 5 heads of 2: %s", th_errs(T));
+    ad_tape_free(T);
+    ad_tape_free(other);
+    th_family("self-attention: errors");
+}
+
 int main(void)
 {
     printf("test_attention\n");
@@ -456,5 +641,9 @@ int main(void)
     test_threads();
     test_extremes();
     test_errors();
+    test_self_against_ops();
+    test_self_derivatives();
+    test_self_threads();
+    test_self_errors();
     return th_summary();
 }
