@@ -10763,6 +10763,7 @@ typedef struct ad__attn_layout {
 typedef struct ad__attn_job {
     const ad_real *q, *k, *v;
     ad__attn_layout lq, lk, lv, lo; /* q's also dq's, k's dk's, v's dv's; o's also g's */
+    const char *op;                 /* the public op, for messages */
     int heads;                      /* H, to split a pair's index into (b, h) */
     ad_real *o, *lse;            /* forward: written; backward: o and lse read */
     const ad_real *g;            /* backward: the output's gradient */
@@ -10943,12 +10944,12 @@ AD__PRIVATE int ad__attn_run(ad_tape *T, ad__attn_job *job, int backward, int pa
     /* forward: the block and three values per row; backward: two blocks and D_i of every row */
     job->scratch_len = backward ? 2 * block + (size_t)job->tq : block + 3 * (size_t)job->bq;
     job->scratch_len = (job->scratch_len + 15) / 16 * 16; /* whole lines: each thread's stays aligned */
-    job->scratch = (ad_real *)ad__alloc(T, job->scratch_len * (size_t)threads * sizeof(ad_real), "ad_attention");
+    job->scratch = (ad_real *)ad__alloc(T, job->scratch_len * (size_t)threads * sizeof(ad_real), job->op);
     if (!job->scratch) return -1;
     job->pack = ad__gemm_buffers(T, threads, 0);
     job->bf16 = T->bf16;
     if (!job->pack) {
-        ad__fail(T, "ad_attention: out of memory for the packing buffer");
+        ad__fail(T, "%s: out of memory for the packing buffer", job->op);
         return -1;
     }
     if (threads > 1) ad__parallel(T, fn, job, pairs);
@@ -10967,7 +10968,7 @@ AD__PRIVATE ad_tensor *ad__attn_probs(ad_tape *T, ad_tensor *q, ad_tensor *k, co
         ad_tensor *mask;
         shape[0] = q->shape[2];
         shape[1] = k->shape[2];
-        mask = ad__tensor(T, "ad_attention", 2, shape, 1);
+        mask = ad__tensor(T, st->heads ? "ad_self_attention" : "ad_attention", 2, shape, 1);
         if (!mask) return NULL;
         for (i = 0; i < shape[0]; i++)
             for (c = 0; c < shape[1]; c++) mask->data[(size_t)i * shape[1] + c] = c > i;
@@ -10984,6 +10985,7 @@ AD__PRIVATE void ad__attn_geometry(ad__attn_job *job, const ad_tensor *q, const 
                                    int heads)
 {
     memset(job, 0, sizeof *job);
+    job->op = heads ? "ad_self_attention" : "ad_attention";
     if (heads == 0) {
         job->heads = q->shape[1];
         job->tq = q->shape[2];
