@@ -257,7 +257,8 @@
                       example's step, 1.06-1.17x); the attention kernels take any row stride.
                       speed, convolution: a weight gradient's im2row matrix and its product
                       go a band of output rows at a time, staying in L1 (its sums are split
-                      at the bands, so their last bits change).
+                      at the bands, so their last bits change). GEMM: full panels of an
+                      untransposed A are packed with 8 x 8 register transposes (AVX2).
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -4061,6 +4062,57 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
     return k;
 }
 
+#if AD__X86_DISPATCH && AD__HAS_SHUFFLE && !defined(AUTODIFF_DOUBLE)
+#define AD__PACK_BT_FAST 1
+typedef float ad__v8 __attribute__((vector_size(32)));
+typedef float ad__v8_unaligned __attribute__((vector_size(32), aligned(4)));
+
+/* Transposes the 8 x 8 block of floats at src (rows ld apart) into dst (rows dst_ld apart), in
+   three rounds of shuffles: pairs, then quads, then halves of rows are interleaved. */
+AD__INLINE AD__ALWAYS_INLINE __attribute__((target("avx2"))) void ad__transpose8(const float *src, ptrdiff_t ld,
+                                                                                 float *dst, ptrdiff_t dst_ld)
+{
+    ad__v8 r[8], t[8], u[8], o[8];
+    int i;
+    _Pragma("GCC unroll 8") for (i = 0; i < 8; i++) r[i] = *(const ad__v8_unaligned *)(src + i * ld);
+    _Pragma("GCC unroll 4") for (i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    }
+    _Pragma("GCC unroll 2") for (i = 0; i < 8; i += 4) {
+        u[i] = __builtin_shufflevector(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+        u[i + 1] = __builtin_shufflevector(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+        u[i + 2] = __builtin_shufflevector(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+        u[i + 3] = __builtin_shufflevector(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+    _Pragma("GCC unroll 4") for (i = 0; i < 4; i++) {
+        o[i] = __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        o[i + 4] = __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    _Pragma("GCC unroll 8") for (i = 0; i < 8; i++) *(ad__v8_unaligned *)(dst + i * dst_ld) = o[i];
+}
+
+/* A panel that transposes what it packs, in 8 x 8 blocks: nr rows (nr a multiple of 8), kc values
+   of each from src on, rows ldb apart, into dst[k * nr + c]. Whole panels of a transposed B and
+   of an untransposed A are packed so. A copy one value at a time would do one store per value,
+   which took a quarter of a g . W^T product's time. */
+AD__PRIVATE __attribute__((target("avx2"))) void ad__pack_bt_panel(const float *src, ptrdiff_t ldb, int kc,
+                                                                   int nr, float *AD__RESTRICT dst)
+{
+    int c, k;
+    for (c = 0; c < nr; c += 8) {
+        const float *s = src + (ptrdiff_t)c * ldb;
+        for (k = 0; k + 8 <= kc; k += 8) ad__transpose8(s + k, ldb, dst + (size_t)k * nr + c, nr);
+        for (; k < kc; k++) {
+            int i;
+            for (i = 0; i < 8; i++) dst[(size_t)k * nr + c + i] = s[(ptrdiff_t)i * ldb + k];
+        }
+    }
+}
+#else
+#define AD__PACK_BT_FAST 0
+#endif
+
 /* Packs rows i0..i0+mc-1, columns k0..k0+kc-1 of op(A) into panels of mr rows (zero-padded). */
 AD__PRIVATE AD__CODE_ALIGN void ad__pack_a(int ta, const ad_real *A, ptrdiff_t lda, int i0, int mc, int k0,
                                            int kc, int mr, ad_real *AD__RESTRICT dst)
@@ -4069,11 +4121,18 @@ AD__PRIVATE AD__CODE_ALIGN void ad__pack_a(int ta, const ad_real *A, ptrdiff_t l
     for (p = 0; p < mc; p += mr, dst += (size_t)mr * kc) {
         int rows = mc - p < mr ? mc - p : mr;
         if (mr == 8 && rows == 8) {
-            /* a full panel of eight rows, with constant trip counts the compiler turns into
-               straight-line code: not transposed, eight read streams and one contiguous write;
-               transposed, one copy of eight values per k */
+            /* a full panel of eight rows: not transposed, 8 x 8 register transposes where the
+               processor has AVX2, else eight read streams and one contiguous write, with
+               constant trip counts the compiler turns into straight-line code; transposed, one
+               copy of eight values per k */
             if (!ta) {
                 const ad_real *s = A + (ptrdiff_t)(i0 + p) * lda + k0;
+#if AD__PACK_BT_FAST
+                if (ad__isa() >= AD__ISA_AVX2) {
+                    ad__pack_bt_panel(s, lda, kc, 8, dst);
+                    continue;
+                }
+#endif
                 for (k = 0; k < kc; k++) {
                     ad_real *d = dst + (size_t)k * 8;
                     d[0] = s[k];
@@ -4107,55 +4166,6 @@ AD__PRIVATE AD__CODE_ALIGN void ad__pack_a(int ta, const ad_real *A, ptrdiff_t l
     }
 }
 
-#if AD__X86_DISPATCH && AD__HAS_SHUFFLE && !defined(AUTODIFF_DOUBLE)
-#define AD__PACK_BT_FAST 1
-typedef float ad__v8 __attribute__((vector_size(32)));
-typedef float ad__v8_unaligned __attribute__((vector_size(32), aligned(4)));
-
-/* Transposes the 8 x 8 block of floats at src (rows ld apart) into dst (rows dst_ld apart), in
-   three rounds of shuffles: pairs, then quads, then halves of rows are interleaved. */
-AD__INLINE AD__ALWAYS_INLINE __attribute__((target("avx2"))) void ad__transpose8(const float *src, ptrdiff_t ld,
-                                                                                 float *dst, ptrdiff_t dst_ld)
-{
-    ad__v8 r[8], t[8], u[8], o[8];
-    int i;
-    _Pragma("GCC unroll 8") for (i = 0; i < 8; i++) r[i] = *(const ad__v8_unaligned *)(src + i * ld);
-    _Pragma("GCC unroll 4") for (i = 0; i < 8; i += 2) {
-        t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-        t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
-    }
-    _Pragma("GCC unroll 2") for (i = 0; i < 8; i += 4) {
-        u[i] = __builtin_shufflevector(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-        u[i + 1] = __builtin_shufflevector(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
-        u[i + 2] = __builtin_shufflevector(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
-        u[i + 3] = __builtin_shufflevector(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
-    }
-    _Pragma("GCC unroll 4") for (i = 0; i < 4; i++) {
-        o[i] = __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-        o[i + 4] = __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
-    }
-    _Pragma("GCC unroll 8") for (i = 0; i < 8; i++) *(ad__v8_unaligned *)(dst + i * dst_ld) = o[i];
-}
-
-/* A whole panel of op(B) for transposed B: nr rows of B (nr a multiple of 8), kc values of each
-   from src on, into dst[k * nr + c], in 8 x 8 blocks. A copy one value at a time would do one
-   store per value, which took a quarter of a g . W^T product's time. */
-AD__PRIVATE __attribute__((target("avx2"))) void ad__pack_bt_panel(const float *src, ptrdiff_t ldb, int kc,
-                                                                   int nr, float *AD__RESTRICT dst)
-{
-    int c, k;
-    for (c = 0; c < nr; c += 8) {
-        const float *s = src + (ptrdiff_t)c * ldb;
-        for (k = 0; k + 8 <= kc; k += 8) ad__transpose8(s + k, ldb, dst + (size_t)k * nr + c, nr);
-        for (; k < kc; k++) {
-            int i;
-            for (i = 0; i < 8; i++) dst[(size_t)k * nr + c + i] = s[(ptrdiff_t)i * ldb + k];
-        }
-    }
-}
-#else
-#define AD__PACK_BT_FAST 0
-#endif
 
 /* Packs rows k0..k0+kc-1, columns j0..j0+nc-1 of op(B) into panels of nr columns. B's values
    end at b_end. A last, partial panel of an untransposed B is copied in whole blocks of 16 where

@@ -594,6 +594,50 @@ static void test_float_gemm_stride_paths(void)
     ad_tape_free(T);
 }
 
+/* (h2c) A's packing into panels of eight rows, untransposed (8 x 8 register transposes where the
+   processor has AVX2, one value at a time in the AUTODIFF_NO_DISPATCH build) and transposed: every
+   value where the micro-kernel reads it, dst[panel][k][row], and zeros below the last row of a
+   ragged panel. Blocks that start inside A, with kc not a multiple of 8 and panels of 8 and
+   fewer rows. */
+static void test_float_pack_a(void)
+{
+    static const int cases[][5] = {/* rows, cols, i0, mc, kc; k0 = 3 */
+                                   {8, 11, 0, 8, 8},     {12, 20, 2, 8, 13},   {40, 140, 5, 19, 131},
+                                   {30, 300, 1, 24, 256}, {9, 9, 1, 8, 1},     {64, 784, 0, 64, 261}};
+    size_t ci;
+    int ta;
+    for (ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (ta = 0; ta <= 1; ta++) {
+            int rows = cases[ci][0], cols = cases[ci][1], i0 = cases[ci][2], mc = cases[ci][3], kc = cases[ci][4];
+            int k0 = 3, panels = (mc + 7) / 8, bad = 0, p, k, r;
+            /* op(A) is rows x cols: stored as is, or as its transpose */
+            int lda = ta ? rows : cols;
+            float *A = (float *)malloc((size_t)rows * cols * sizeof(float));
+            float *dst = (float *)malloc((size_t)panels * 8 * kc * sizeof(float));
+            if (!A || !dst) {
+                TH_CHECK(0, "out of memory");
+                free(A);
+                free(dst);
+                return;
+            }
+            for (r = 0; r < rows * cols; r++) A[r] = (float)(r + 1);
+            memset(dst, 0xff, (size_t)panels * 8 * kc * sizeof(float));
+            if (k0 + kc > cols) kc = cols - k0;
+            ad__pack_a(ta, A, lda, i0, mc, k0, kc, 8, dst);
+            for (p = 0; p < panels; p++)
+                for (k = 0; k < kc; k++)
+                    for (r = 0; r < 8; r++) {
+                        int i = i0 + 8 * p + r;
+                        float want = 8 * p + r < mc ? (ta ? A[(size_t)(k0 + k) * lda + i] : A[(size_t)i * lda + k0 + k]) : 0;
+                        bad += dst[((size_t)p * kc + k) * 8 + r] != want;
+                    }
+            TH_CHECK(bad == 0, "pack_a ta=%d rows %d cols %d i0 %d mc %d kc %d: %d values misplaced", ta, rows, cols,
+                     i0, mc, kc, bad);
+            free(A);
+            free(dst);
+        }
+}
+
 /* One product on one, two and three threads: each result held to the bound of (h), and the
    two- and three-thread results equal to the one-thread result bit for bit. */
 static void check_gemm_threads(ad_tape *T, uint64_t seed, int ta, int tb, int m, int n, int k, int acc)
@@ -2152,6 +2196,7 @@ int main(void)
     test_float_matmul();
     test_float_gemm_narrow();
     test_float_gemm_stride_paths();
+    test_float_pack_a();
     test_float_gemm_shared();
     test_float_gemm_ksplit();
     test_float_optim();
