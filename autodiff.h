@@ -11126,8 +11126,7 @@ AD__PRIVATE void ad__attention_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     }
 }
 
-/* The checks both attention ops share past their own: a finite scale. Returns the scale to use
-   (1 / sqrt(D) for 0). */
+/* The scale both attention ops use: the caller's, or 1 / sqrt(D) for 0. */
 AD__INLINE ad_real ad__attn_scale(ad_real scale, int d)
 {
     return scale == 0 ? 1 / AD__F(sqrt)((ad_real)d) : scale;
