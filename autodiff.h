@@ -4166,7 +4166,6 @@ AD__PRIVATE AD__CODE_ALIGN void ad__pack_a(int ta, const ad_real *A, ptrdiff_t l
     }
 }
 
-
 /* Packs rows k0..k0+kc-1, columns j0..j0+nc-1 of op(B) into panels of nr columns. B's values
    end at b_end. A last, partial panel of an untransposed B is copied in whole blocks of 16 where
    those stay before b_end: its extra columns then hold whatever follows in B, which only reaches
@@ -9205,8 +9204,9 @@ AD__PRIVATE int ad__conv_image(const ad__conv_job *j, int n, ad_real *col, ad_re
             for (oy0 = 0; oy0 < G->oh && rc == 0; oy0 = oy1) {
                 oy1 = oy0 + rows < G->oh ? oy0 + rows : G->oh;
                 ad__im2row(G, cg, j->a + xoff, col, ld, oy0, oy1);
-                rc = ad__conv_gemm(j->T, pack, 0, 0, og, (int)ld, (oy1 - oy0) * G->ow, j->b + yoff + (size_t)oy0 * G->ow, L,
-                                   col, (ptrdiff_t)ld, sums + (size_t)g * og * ld, (ptrdiff_t)ld, !first || oy0 > 0);
+                rc = ad__conv_gemm(j->T, pack, 0, 0, og, (int)ld, (oy1 - oy0) * G->ow,
+                                   j->b + yoff + (size_t)oy0 * G->ow, L, col, (ptrdiff_t)ld,
+                                   sums + (size_t)g * og * ld, (ptrdiff_t)ld, !first || oy0 > 0);
             }
         } else {
             /* w[og, K] (+)= g[og, L] x[K, L]^T, summed over the images */
@@ -10756,12 +10756,6 @@ AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_t
 }
 
 /* >>ops:attention ---------------------------------------------------------------------------- */
-/* The fused kernels work on one (batch, head) pair at a time, in square blocks of query rows
-   by keys (AD__ATTN_BLOCK, or AD__ATTN_BLOCK_CAUSAL with the mask, whose blocks above the
-   diagonal are skipped): the block's scores come from one small GEMM on the calling thread's
-   packing buffers, the softmax runs along its rows, and another GEMM takes the block to the
-   output. Each pair is one task, computed by the same code on whichever thread claims it, so
-   the bits do not depend on the thread count. */
 /* Where an operand of pair p = (batch b, head h) lies: its rows (positions) start at
    b * batch + h * head and are row values apart. ad_attention's [B, H, T, D] operands are
    contiguous per pair; ad_self_attention's lie side by side in the rows of [B, T, 3 C]. */
@@ -10770,6 +10764,12 @@ typedef struct ad__attn_layout {
     ptrdiff_t row;
 } ad__attn_layout;
 
+/* The fused kernels work on one (batch, head) pair at a time, in square blocks of query rows
+   by keys (AD__ATTN_BLOCK, or AD__ATTN_BLOCK_CAUSAL with the mask, whose blocks above the
+   diagonal are skipped): the block's scores come from one small GEMM on the calling thread's
+   packing buffers, the softmax runs along its rows, and another GEMM takes the block to the
+   output. Each pair is one task, computed by the same code on whichever thread claims it, so
+   the bits do not depend on the thread count. */
 typedef struct ad__attn_job {
     const ad_real *q, *k, *v;
     ad__attn_layout lq, lk, lv, lo; /* q's also dq's, k's dk's, v's dv's; o's also g's */
@@ -10801,6 +10801,23 @@ AD__INLINE ad__attn_layout ad__attn_dense(int heads, int t, int d)
     L.batch = L.head * (size_t)heads;
     L.row = d;
     return L;
+}
+
+/* The public op of an attention entry or job: ad_self_attention's have heads, ad_attention's 0. */
+AD__INLINE const char *ad__attn_op(int heads)
+{
+    return heads ? "ad_self_attention" : "ad_attention";
+}
+
+/* Zeroes rows of width values, row values apart: in one go when they are contiguous. */
+AD__INLINE void ad__attn_clear(ad_real *x, int rows, int width, ptrdiff_t row)
+{
+    int r;
+    if (row == width) {
+        memset(x, 0, (size_t)rows * width * sizeof(ad_real));
+        return;
+    }
+    for (r = 0; r < rows; r++) memset(x + r * row, 0, (size_t)width * sizeof(ad_real));
 }
 
 /* Keys of the block starting at key j0 (nk of them) that query row i sees. */
@@ -10903,9 +10920,9 @@ AD__PRIVATE void ad__attn_backward_task(void *ctx, int p, int thread)
     ad_real *s = j->scratch + (size_t)thread * j->scratch_len, *ds = s + bq * bk;
     ad_real *dsum = ds + bq * bk;
     /* fresh buffers first: where two of q, k and v are one tensor, the later target adds */
-    for (r = 0; dq && !j->add_q && r < j->tq; r++) memset(dq + r * sq, 0, (size_t)d * sizeof(ad_real));
-    for (r = 0; dk && !j->add_k && r < j->tk; r++) memset(dk + r * sk, 0, (size_t)d * sizeof(ad_real));
-    for (r = 0; dvp && !j->add_v && r < j->tk; r++) memset(dvp + r * sv, 0, (size_t)dv * sizeof(ad_real));
+    if (dq && !j->add_q) ad__attn_clear(dq, j->tq, d, sq);
+    if (dk && !j->add_k) ad__attn_clear(dk, j->tk, d, sk);
+    if (dvp && !j->add_v) ad__attn_clear(dvp, j->tk, dv, sv);
     for (r = 0; r < j->tq; r++) dsum[r] = ad__dot8(g + r * so, o + r * so, (size_t)dv);
     for (j0 = 0; j0 < j->tk; j0 += bk) {
         int nk = j->tk - j0 < bk ? j->tk - j0 : bk;
@@ -10978,7 +10995,7 @@ AD__PRIVATE ad_tensor *ad__attn_probs(ad_tape *T, ad_tensor *q, ad_tensor *k, co
         ad_tensor *mask;
         shape[0] = q->shape[2];
         shape[1] = k->shape[2];
-        mask = ad__tensor(T, st->heads ? "ad_self_attention" : "ad_attention", 2, shape, 1);
+        mask = ad__tensor(T, ad__attn_op(st->heads), 2, shape, 1);
         if (!mask) return NULL;
         for (i = 0; i < shape[0]; i++)
             for (c = 0; c < shape[1]; c++) mask->data[(size_t)i * shape[1] + c] = c > i;
@@ -10995,7 +11012,7 @@ AD__PRIVATE void ad__attn_geometry(ad__attn_job *job, const ad_tensor *q, const 
                                    int heads)
 {
     memset(job, 0, sizeof *job);
-    job->op = heads ? "ad_self_attention" : "ad_attention";
+    job->op = ad__attn_op(heads);
     if (heads == 0) {
         job->heads = q->shape[1];
         job->tq = q->shape[2];
@@ -11133,10 +11150,12 @@ AD__INLINE ad_real ad__attn_scale(ad_real scale, int d)
 }
 
 /* Runs the forward of job (its geometry set) into a new output of the given shape and records
-   it with inputs ins; lse gets B H T values. Returns the output, or NULL. */
-AD__PRIVATE ad_tensor *ad__attn_forward(ad_tape *T, const char *op, ad__attn_job *job, int ndim, const int *shape,
-                                        ad_tensor **ins, int nin, int heads)
+   it with inputs ins (heads as ad__attn_geometry's); lse gets B H T values. Returns the output,
+   or NULL. */
+AD__PRIVATE ad_tensor *ad__attn_forward(ad_tape *T, ad__attn_job *job, int ndim, const int *shape, ad_tensor **ins,
+                                        int nin, int heads)
 {
+    const char *op = job->op;
     int pairs = shape[0] * job->heads;
     ad_tensor *y = ad__tensor(T, op, ndim, shape, 1);
     ad_real *lse = (ad_real *)ad__alloc(T, (size_t)pairs * job->tq * sizeof(ad_real), op);
@@ -11188,7 +11207,7 @@ AUTODIFF_API ad_tensor *ad_attention(ad_tape *T, ad_tensor *q, ad_tensor *k, ad_
     ins[0] = q;
     ins[1] = k;
     ins[2] = v;
-    return ad__attn_forward(T, "ad_attention", &job, 4, shape, ins, 3, 0);
+    return ad__attn_forward(T, &job, 4, shape, ins, 3, 0);
 }
 
 AUTODIFF_API ad_tensor *ad_self_attention(ad_tape *T, ad_tensor *qkv, int heads, int causal, ad_real scale)
@@ -11201,7 +11220,8 @@ AUTODIFF_API ad_tensor *ad_self_attention(ad_tape *T, ad_tensor *qkv, int heads,
     if (!ad__on_tape(T, "ad_self_attention", "qkv", qkv)) return NULL;
     if (qkv->ndim != 3) why = "must be [B, T, 3 C]";
     else if (heads < 1) why = "heads must be at least 1";
-    else if (qkv->shape[2] % (3 * heads) != 0) why = "the last dimension must be a multiple of 3 heads";
+    else if (qkv->shape[2] % 3 != 0 || qkv->shape[2] / 3 % heads != 0)
+        why = "the last dimension must be a multiple of 3 heads";
     else if (!(scale - scale == 0)) why = "scale must be finite";
     if (why) {
         ad__fail(T, "ad_self_attention: qkv %s, heads %d: %s", ad_shape_str(qkv, s, sizeof s), heads, why);
@@ -11213,7 +11233,7 @@ AUTODIFF_API ad_tensor *ad_self_attention(ad_tape *T, ad_tensor *qkv, int heads,
     shape[0] = qkv->shape[0];
     shape[1] = qkv->shape[1];
     shape[2] = qkv->shape[2] / 3;
-    return ad__attn_forward(T, "ad_self_attention", &job, 3, shape, &qkv, 1, heads);
+    return ad__attn_forward(T, &job, 3, shape, &qkv, 1, heads);
 }
 
 /* >>ops:embedding ---------------------------------------------------------------------------- */

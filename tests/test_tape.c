@@ -622,7 +622,6 @@ static void test_float_pack_a(void)
             }
             for (r = 0; r < rows * cols; r++) A[r] = (float)(r + 1);
             memset(dst, 0xff, (size_t)panels * 8 * kc * sizeof(float));
-            if (k0 + kc > cols) kc = cols - k0;
             ad__pack_a(ta, A, lda, i0, mc, k0, kc, 8, dst);
             for (p = 0; p < panels; p++)
                 for (k = 0; k < kc; k++)
