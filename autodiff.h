@@ -9613,6 +9613,71 @@ AD__PRIVATE void ad__max_pool_plane_2x2(const ad__win2d *G, const ad_real *AD__R
     }
 }
 
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+/* ad__max_pool_plane_2x2 with AVX-512, sixteen windows at a time: the same maxima, winners and
+   NaN rows. A row's 32 inputs are split into their even and odd columns by two permutes, and a
+   last part block is read and written under masks, so nothing outside the plane is touched.
+   The portable loop, which compilers vectorise four windows wide, took 2.2 to 2.6 times as long
+   as ReLU over the same input. */
+AD__PRIVATE __attribute__((target("avx512f"))) void
+ad__max_pool_plane_2x2_avx512(const ad__win2d *G, const float *AD__RESTRICT x, float *AD__RESTRICT y,
+                              int *AD__RESTRICT arg)
+{
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i one = _mm512_set1_epi32(1), odd = _mm512_add_epi32(even, one);
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    int oy, ox, w = G->w, ow = G->ow;
+    for (oy = 0; oy < G->oh; oy++) {
+        const float *r0 = x + (size_t)(2 * oy) * w, *r1 = r0 + w;
+        float *m = y + (size_t)oy * ow;
+        int *a = arg ? arg + (size_t)oy * ow : NULL, nan = 0;
+        for (ox = 0; ox < ow; ox += 16) {
+            int n = ow - ox < 16 ? ow - ox : 16;
+            __mmask16 out = (__mmask16)((1u << n) - 1);
+            __mmask16 in_lo = n >= 8 ? 0xFFFF : (__mmask16)((1u << 2 * n) - 1);
+            __mmask16 in_hi = n <= 8 ? 0 : n == 16 ? 0xFFFF : (__mmask16)((1u << (2 * n - 16)) - 1);
+            __m512 t0 = _mm512_maskz_loadu_ps(in_lo, r0 + 2 * ox), t1 = _mm512_maskz_loadu_ps(in_hi, r0 + 2 * ox + 16);
+            __m512 b0 = _mm512_maskz_loadu_ps(in_lo, r1 + 2 * ox), b1 = _mm512_maskz_loadu_ps(in_hi, r1 + 2 * ox + 16);
+            __m512 p = _mm512_permutex2var_ps(t0, even, t1), q = _mm512_permutex2var_ps(t0, odd, t1);
+            __m512 u = _mm512_permutex2var_ps(b0, even, b1), v = _mm512_permutex2var_ps(b0, odd, b1);
+            /* ad__max_2x2's choices: the first maximal cell of p q / u v */
+            __mmask16 right_top = _mm512_cmp_ps_mask(q, p, _CMP_GT_OQ);
+            __mmask16 right_bottom = _mm512_cmp_ps_mask(v, u, _CMP_GT_OQ);
+            __m512 top = _mm512_mask_blend_ps(right_top, p, q), bottom = _mm512_mask_blend_ps(right_bottom, u, v);
+            __mmask16 below = _mm512_cmp_ps_mask(bottom, top, _CMP_GT_OQ);
+            __m512 sum = _mm512_add_ps(_mm512_add_ps(p, q), _mm512_add_ps(u, v));
+            nan |= (_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q) & out) != 0;
+            _mm512_mask_storeu_ps(m + ox, out, _mm512_mask_blend_ps(below, top, bottom));
+            if (a) {
+                __m512i at_top = _mm512_maskz_mov_epi32(right_top, one);
+                __m512i at_bottom = _mm512_add_epi32(_mm512_set1_epi32(w), _mm512_maskz_mov_epi32(right_bottom, one));
+                __m512i cell = _mm512_slli_epi32(_mm512_add_epi32(_mm512_set1_epi32(oy * w + ox), lanes), 1);
+                __m512i at = _mm512_mask_blend_epi32(below, at_top, at_bottom);
+                _mm512_mask_storeu_epi32(a + ox, out, _mm512_add_epi32(cell, at));
+            }
+        }
+        if (nan) ad__max_pool_row_nan(G, x, oy, m, a);
+    }
+}
+#endif
+
+/* A 2x2 plane at AVX-512's width where the processor has it (float builds); 0 when it was not
+   done there. */
+AD__INLINE int ad__max_pool_plane_2x2_wide(const ad__win2d *G, const ad_real *x, ad_real *y, int *arg)
+{
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+    if (ad__isa() == AD__ISA_AVX512) {
+        ad__max_pool_plane_2x2_avx512(G, x, y, arg);
+        return 1;
+    }
+#endif
+    (void)G;
+    (void)x;
+    (void)y;
+    (void)arg;
+    return 0;
+}
+
 typedef struct ad__max_pool_job {
     const ad__win2d *G;
     const int *range;
@@ -9630,10 +9695,12 @@ AD__PRIVATE void ad__max_pool_planes(const void *ctx, size_t lo, size_t hi)
     int two_by_two = G->kh == 2 && G->kw == 2 && G->sh == 2 && G->sw == 2 && G->ph == 0 && G->pw == 0;
     for (p = lo; p < hi; p++) {
         int *arg = j->arg ? j->arg + p * L : NULL;
-        if (two_by_two)
-            ad__max_pool_plane_2x2(G, j->x + p * HW, j->y + p * L, arg);
-        else
+        if (two_by_two) {
+            if (!ad__max_pool_plane_2x2_wide(G, j->x + p * HW, j->y + p * L, arg))
+                ad__max_pool_plane_2x2(G, j->x + p * HW, j->y + p * L, arg);
+        } else {
             ad__max_pool_plane(G, j->range, j->x + p * HW, j->y + p * L, arg);
+        }
     }
 }
 

@@ -1,9 +1,9 @@
 /* The tape: a deep chain with shared subexpressions, allocation behaviour through a counting
    allocator, no-grad mode, reset, tensors of two tapes, caller-owned leaves, the arena, the
    single-precision matrix product and its bfloat16 form, the optimizers in single precision and
-   the accuracy of exp, log, sigmoid, tanh and softmax in single precision, and layer norm's rows
-   at AVX2's width against the portable ones. Built in the default precision (float), as most
-   programs use it. */
+   the accuracy of exp, log, sigmoid, tanh and softmax in single precision, layer norm's rows at
+   AVX2's width and 2x2 max pooling at AVX-512's against the portable ones. Built in the default
+   precision (float), as most programs use it. */
 #include <float.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -1520,6 +1520,58 @@ static void test_float_norm_avx2(void)
 #endif
 }
 
+/* (i3) 2x2 max pooling with stride 2 at AVX-512's width against the portable plane: the same
+   maxima, winners and NaN handling, on planes of odd and even sizes (the widths put a last part
+   block of sixteen windows, or none, and an unused last column), with random values, many ties,
+   NaNs and infinities. A guard value after each output must stay untouched. */
+static void test_float_max_pool_avx512(void)
+{
+#if AD__X86_DISPATCH
+    static const int hs[] = {2, 3, 9, 24}, ws[] = {2, 3, 7, 24, 31, 32, 33, 34, 65};
+    enum { MAX_IN = 24 * 65, MAX_OUT = 12 * 32 + 1 };
+    static float x[MAX_IN], y[2][MAX_OUT];
+    static int arg[2][MAX_OUT];
+    ad_rng rng;
+    int hi, wi, mode, v, same, guarded;
+    if (ad__isa() != AD__ISA_AVX512) return;
+    ad_rng_seed(&rng, 31);
+    for (hi = 0; hi < 4; hi++)
+        for (wi = 0; wi < 9; wi++)
+            for (mode = 0; mode < 4; mode++) {
+                ad__win2d G;
+                int i, h = hs[hi], w = ws[wi], L;
+                memset(&G, 0, sizeof G);
+                G.n = G.c = G.o = 1;
+                G.h = h;
+                G.w = w;
+                G.kh = G.kw = G.sh = G.sw = 2;
+                G.dh = G.dw = 1;
+                G.oh = h / 2;
+                G.ow = w / 2;
+                L = G.oh * G.ow;
+                for (i = 0; i < h * w; i++) {
+                    /* 0: spread values; 1: three values, many ties; 2: NaNs; 3: infinities */
+                    x[i] = mode == 1 ? (float)ad_rng_below(&rng, 3) : (float)ad_rng_normal(&rng);
+                    if (mode == 2 && ad_rng_below(&rng, 13) == 0) x[i] = NAN;
+                    if (mode == 3 && ad_rng_below(&rng, 7) == 0) x[i] = ad_rng_below(&rng, 2) ? INFINITY : -INFINITY;
+                }
+                for (v = 0; v < 2; v++) {
+                    for (i = 0; i < MAX_OUT; i++) {
+                        y[v][i] = -7.0f;
+                        arg[v][i] = -7;
+                    }
+                    if (v) ad__max_pool_plane_2x2_avx512(&G, x, y[v], arg[v]);
+                    else ad__max_pool_plane_2x2(&G, x, y[v], arg[v]);
+                }
+                same = memcmp(y[0], y[1], (size_t)L * sizeof(float)) == 0 &&
+                       memcmp(arg[0], arg[1], (size_t)L * sizeof(int)) == 0;
+                guarded = y[1][L] == -7.0f && arg[1][L] == -7;
+                TH_CHECK(same && guarded, "max pool 2x2 of %d x %d, values of kind %d: AVX-512 %s", h, w, mode,
+                         same ? "wrote past the plane's outputs" : "and portable planes differ");
+            }
+#endif
+}
+
 /* (j2) the gradients of sin and cos in single precision, cos(x) and -sin(x), within the same
    bound of the exact values, on 1001 values (a last part vector) and on a one-element tensor */
 static void test_float_sincos_grad(void)
@@ -2202,6 +2254,7 @@ int main(void)
     test_float_unary_accuracy();
     test_float_unary_avx2();
     test_float_norm_avx2();
+    test_float_max_pool_avx512();
     test_float_sincos_grad();
     test_uniform_gradient();
     test_float_erf_gelu();
