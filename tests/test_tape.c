@@ -2,8 +2,8 @@
    allocator, no-grad mode, reset, tensors of two tapes, caller-owned leaves, the arena, the
    single-precision matrix product and its bfloat16 form, the optimizers in single precision and
    the accuracy of exp, log, sigmoid, tanh and softmax in single precision, layer norm's rows at
-   AVX2's width and 2x2 max pooling at AVX-512's against the portable ones. Built in the default
-   precision (float), as most programs use it. */
+   AVX2's width and 2x2 max pooling at AVX-512's against the portable ones, and gradients that
+   the sweep computes in place. Built in the default precision (float), as most programs use it. */
 #include <float.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -1704,6 +1704,98 @@ static void test_uniform_gradient(void)
     ad_tape_free(T);
 }
 
+/* (j2b) The backward of an elementwise unary op computes its input's gradient over its output's
+   gradient, in place, where ad_backward's sweep allows it (ad__grad_take_over). Each graph's
+   leaf gradients from ad_backward must equal, to the bit, those of ad_grad on the same tape,
+   which never takes a buffer over: chains of unary ops (sigmoid, GELU, sin, cos, ReLU, exp,
+   tanh, log) after products that give a fresh gradient; an input used twice, before and after;
+   an output gradient shared with another tensor (an add passes it on); a leaf that takes its
+   consumer's buffer; 1, 2 and 3 threads; [5, 7] and 3 x 1000 values. A second ad_backward adds
+   the same values again. */
+static void test_take_over(void)
+{
+    static const char *names[] = {"sum(w relu(a b))",          "sum(w sigmoid(gelu(tanh(a b))))",
+                                  "sum(w sin(a) + w cos(a))",  "sum(w exp(h) h), h = log(a)",
+                                  "sum(w relu(h) + w h), h = a b", "sum(w (relu(a b) + b))",
+                                  "sum(w gelu(a))",            "sum(w relu(a) a)"};
+    int sizes[2][2] = {{5, 7}, {3, 1000}}, s, c, threads;
+    ad_tape *T = ad_tape_new();
+    if (!T) {
+        TH_CHECK(0, "out of memory");
+        return;
+    }
+    for (threads = 1; threads <= 3; threads++)
+        for (s = 0; s < 2; s++)
+            for (c = 0; c < 8; c++) {
+                ad_tensor *a = ad_zeros(T, 2, sizes[s]), *b = ad_zeros(T, 2, sizes[s]);
+                ad_tensor *w = ad_zeros(T, 2, sizes[s]), *y = NULL, *h, *ga, *gb;
+                float *first_a, *first_b;
+                size_t i, n;
+                int same = 1, twice = 1, uses_b = c <= 1 || c == 4 || c == 5;
+                ad_set_threads(T, threads);
+                if (!a || !b || !w) break;
+                n = a->size;
+                for (i = 0; i < n; i++) {
+                    a->data[i] = (float)(0.1 + 1.9 * (double)((i * 37) % n) / (double)n) * (i % 3 ? 1.0f : -1.0f);
+                    b->data[i] = (float)(0.5 + (double)(i % 11) * 0.25);
+                    w->data[i] = (float)(1.0 - (double)(i % 7) * 0.3);
+                }
+                if (c == 3)
+                    for (i = 0; i < n; i++) a->data[i] = (float)fabs(a->data[i]) + 0.25f;
+                ad_set_requires_grad(a, 1);
+                ad_set_requires_grad(b, 1);
+                switch (c) {
+                case 0: y = ad_mul(T, w, ad_relu(T, ad_mul(T, a, b))); break;
+                case 1: y = ad_mul(T, w, ad_sigmoid(T, ad_gelu(T, ad_tanh(T, ad_mul(T, a, b))))); break;
+                case 2: y = ad_add(T, ad_mul(T, w, ad_sin(T, a)), ad_mul(T, w, ad_cos(T, a))); break;
+                case 3:
+                    h = ad_log(T, a);
+                    y = ad_mul(T, ad_mul(T, w, ad_exp(T, h)), h);
+                    break;
+                case 4:
+                    h = ad_mul(T, a, b);
+                    y = ad_add(T, ad_mul(T, w, ad_relu(T, h)), ad_mul(T, w, h));
+                    break;
+                case 5: y = ad_mul(T, w, ad_add(T, ad_relu(T, ad_mul(T, a, b)), b)); break;
+                case 6: y = ad_mul(T, w, ad_gelu(T, a)); break;
+                default: y = ad_mul(T, ad_mul(T, w, ad_relu(T, a)), a); break;
+                }
+                y = ad_sum(T, y);
+                ga = ad_grad(T, y, a, 0);
+                gb = uses_b ? ad_grad(T, y, b, 0) : a; /* b unused: a stands in */
+                if (!ga || !gb || ad_backward(T, y) != 0 || !a->grad || (uses_b && !b->grad)) {
+                    TH_CHECK(0, "%s: %s", names[c], ad_tape_error(T));
+                    ad_tape_reset(T);
+                    continue;
+                }
+                for (i = 0; i < n; i++)
+                    if (memcmp(&ga->data[i], &a->grad[i], sizeof(float)) ||
+                        (uses_b && memcmp(&gb->data[i], &b->grad[i], sizeof(float))))
+                        same = 0;
+                TH_CHECK(same, "%s on %d x %d, %d threads: ad_backward's gradients differ from ad_grad's",
+                         names[c], sizes[s][0], sizes[s][1], threads);
+                /* a second sweep adds into the leaves' buffers, which take nothing over (a sum of
+                   contributions may round differently added to the first sweep's) */
+                first_a = (float *)malloc(n * sizeof(float));
+                first_b = (float *)malloc(n * sizeof(float));
+                if (first_a && first_b) {
+                    memcpy(first_a, a->grad, n * sizeof(float));
+                    if (uses_b) memcpy(first_b, b->grad, n * sizeof(float));
+                    if (ad_backward(T, y) != 0) twice = 0;
+                    for (i = 0; i < n && twice; i++)
+                        if (fabs(a->grad[i] - 2.0 * first_a[i]) > 1e-6 * (1 + fabs(first_a[i])) ||
+                            (uses_b && fabs(b->grad[i] - 2.0 * first_b[i]) > 1e-6 * (1 + fabs(first_b[i]))))
+                            twice = 0;
+                    TH_CHECK(twice, "%s on %d x %d, %d threads: a second ad_backward does not add the same gradient",
+                             names[c], sizes[s][0], sizes[s][1], threads);
+                }
+                free(first_a);
+                free(first_b);
+                ad_tape_reset(T);
+            }
+    ad_tape_free(T);
+}
+
 /* (j3) erf, GELU and GELU's gradient in single precision against double precision, on the
    million inputs of (j) and on every 97th float from -6 to 6, with the bounds measured (see
    >>ops:elementwise) where the vector functions run, without fused multiply-adds (-std=c99):
@@ -2257,6 +2349,7 @@ int main(void)
     test_float_max_pool_avx512();
     test_float_sincos_grad();
     test_uniform_gradient();
+    test_take_over();
     test_float_erf_gelu();
     test_float_softmax();
     test_threads();
