@@ -2,8 +2,9 @@
    allocator, no-grad mode, reset, tensors of two tapes, caller-owned leaves, the arena, the
    single-precision matrix product and its bfloat16 form, the optimizers in single precision and
    the accuracy of exp, log, sigmoid, tanh and softmax in single precision, layer norm's rows at
-   AVX2's width and 2x2 max pooling at AVX-512's against the portable ones, and gradients that
-   the sweep computes in place. Built in the default precision (float), as most programs use it. */
+   AVX2's width and 2x2 max pooling and col2im at AVX-512's against the portable ones, and
+   gradients that the sweep computes in place. Built in the default precision (float), as most
+   programs use it. */
 #include <float.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -1572,6 +1573,56 @@ static void test_float_max_pool_avx512(void)
 #endif
 }
 
+/* (i4) col2im (a convolution's input gradient from its patch matrix) at AVX-512's width against
+   the portable loop, to the bit: 1 to 9 channels (a last part block of eight), rows of 5 to 40
+   values (one to three runs of sixteen), 1x1 to 5x5 kernels, padding, dilation, a row stride of
+   2, and taps that meet no input; added into values already there. A guard value after the
+   image must stay untouched. */
+static void test_float_col2im_avx512(void)
+{
+#if AD__X86_DISPATCH
+    /* channels, h, w, kh, kw, padding, dilation, row stride */
+    static const int geos[][8] = {{8, 12, 12, 5, 5, 0, 1, 1}, {1, 28, 28, 5, 5, 0, 1, 1}, {3, 17, 17, 3, 3, 1, 1, 1},
+                                  {9, 7, 7, 3, 3, 1, 1, 1},   {4, 6, 40, 3, 5, 2, 1, 1},  {5, 9, 33, 2, 3, 0, 2, 1},
+                                  {2, 11, 16, 1, 1, 0, 1, 1}, {7, 10, 5, 5, 5, 3, 1, 2},  {6, 4, 20, 3, 3, 6, 1, 1}};
+    enum { MAX_X = 9 * 17 * 40 + 1, MAX_COL = 1 << 16 };
+    static float col[MAX_COL], x[2][MAX_X];
+    ad_rng rng;
+    size_t i;
+    int g, v;
+    if (ad__isa() != AD__ISA_AVX512) return;
+    ad_rng_seed(&rng, 41);
+    for (i = 0; i < MAX_COL; i++) col[i] = (float)ad_rng_normal(&rng);
+    for (g = 0; g < (int)(sizeof geos / sizeof geos[0]); g++) {
+        ad__win2d G;
+        size_t n;
+        memset(&G, 0, sizeof G);
+        G.n = G.groups = 1;
+        G.c = geos[g][0];
+        G.h = geos[g][1];
+        G.w = geos[g][2];
+        G.kh = geos[g][3];
+        G.kw = geos[g][4];
+        G.ph = G.pw = geos[g][5];
+        G.dh = G.dw = geos[g][6];
+        G.sh = geos[g][7];
+        G.sw = 1;
+        G.oh = (G.h + 2 * G.ph - G.dh * (G.kh - 1) - 1) / G.sh + 1;
+        G.ow = G.w + 2 * G.pw - G.dw * (G.kw - 1);
+        n = (size_t)G.c * G.h * G.w;
+        for (v = 0; v < 2; v++) {
+            for (i = 0; i < MAX_X; i++) x[v][i] = i < n ? (float)(0.25 * (double)(i % 5)) : -7.0f;
+            if (v) ad__col2im_avx512(&G, G.c, col, x[v]);
+            else ad__col2im(&G, G.c, col, x[v]);
+        }
+        TH_CHECK(memcmp(x[0], x[1], n * sizeof(float)) == 0 && x[1][n] == -7.0f,
+                 "col2im of %d channels of %d x %d, kernel %d x %d, padding %d, dilation %d, stride %d: AVX-512 "
+                 "and portable differ, or it wrote past the image",
+                 G.c, G.h, G.w, G.kh, G.kw, G.ph, G.dh, G.sh);
+    }
+#endif
+}
+
 /* (j2) the gradients of sin and cos in single precision, cos(x) and -sin(x), within the same
    bound of the exact values, on 1001 values (a last part vector) and on a one-element tensor */
 static void test_float_sincos_grad(void)
@@ -2347,6 +2398,7 @@ int main(void)
     test_float_unary_avx2();
     test_float_norm_avx2();
     test_float_max_pool_avx512();
+    test_float_col2im_avx512();
     test_float_sincos_grad();
     test_uniform_gradient();
     test_take_over();
