@@ -2,9 +2,9 @@
    allocator, no-grad mode, reset, tensors of two tapes, caller-owned leaves, the arena, the
    single-precision matrix product and its bfloat16 form, the optimizers in single precision and
    the accuracy of exp, log, sigmoid, tanh and softmax in single precision, layer norm's rows at
-   AVX2's width and 2x2 max pooling and col2im at AVX-512's against the portable ones, and
-   gradients that the sweep computes in place. Built in the default precision (float), as most
-   programs use it. */
+   AVX2's width and 2x2 max pooling, its gradient and col2im at AVX-512's against the portable
+   ones, and gradients that the sweep computes in place. Built in the default precision (float),
+   as most programs use it. */
 #include <float.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -1573,6 +1573,73 @@ static void test_float_max_pool_avx512(void)
 #endif
 }
 
+/* (i3b) The gradient of a 2x2 max pooling with stride 2 written cell by cell at AVX-512's width
+   against the scatter (clear, then add g at the winners), to the bit: the max pool test's planes
+   and value kinds, with gradients that include -0, for one plane and for a batch of 2 x 3
+   planes. A guard value after the image must stay untouched. */
+static void test_float_max_pool_adjoint_avx512(void)
+{
+#if AD__X86_DISPATCH
+    static const int hs[] = {2, 3, 9, 24}, ws[] = {2, 3, 7, 24, 31, 32, 33, 34, 65};
+    enum { PLANES = 6, MAX_IN = PLANES * 24 * 65, MAX_OUT = PLANES * 12 * 32 };
+    static float x[MAX_IN], y[MAX_OUT], g[MAX_OUT], d[2][MAX_IN + 1];
+    static int arg[MAX_OUT];
+    ad_rng rng;
+    ad_tape *T = ad_tape_new();
+    int hi, wi, mode, planes;
+    if (!T || ad__isa() != AD__ISA_AVX512) {
+        ad_tape_free(T);
+        return;
+    }
+    ad_rng_seed(&rng, 53);
+    for (planes = 1; planes <= PLANES; planes += PLANES - 1)
+        for (hi = 0; hi < 4; hi++)
+            for (wi = 0; wi < 9; wi++)
+                for (mode = 0; mode < 4; mode++) {
+                    ad__win2d G;
+                    int shape_x[4], shape_g[4], i, p, h = hs[hi], w = ws[wi], L, HW, v;
+                    ad_tensor *xt, *gt;
+                    memset(&G, 0, sizeof G);
+                    G.n = G.c = G.o = 1;
+                    G.h = h;
+                    G.w = w;
+                    G.kh = G.kw = G.sh = G.sw = 2;
+                    G.dh = G.dw = 1;
+                    G.oh = h / 2;
+                    G.ow = w / 2;
+                    L = G.oh * G.ow;
+                    HW = h * w;
+                    for (i = 0; i < planes * HW; i++) {
+                        x[i] = mode == 1 ? (float)ad_rng_below(&rng, 3) : (float)ad_rng_normal(&rng);
+                        if (mode == 2 && ad_rng_below(&rng, 13) == 0) x[i] = NAN;
+                        if (mode == 3 && ad_rng_below(&rng, 7) == 0) x[i] = ad_rng_below(&rng, 2) ? INFINITY : -INFINITY;
+                    }
+                    for (i = 0; i < planes * L; i++) g[i] = i % 5 == 0 ? -0.0f : (float)ad_rng_normal(&rng);
+                    for (p = 0; p < planes; p++) ad__max_pool_plane_2x2(&G, x + p * HW, y + p * L, arg + p * L);
+                    shape_x[0] = shape_g[0] = planes == 1 ? 1 : 2;
+                    shape_x[1] = shape_g[1] = planes == 1 ? 1 : 3;
+                    shape_x[2] = h;
+                    shape_x[3] = w;
+                    shape_g[2] = G.oh;
+                    shape_g[3] = G.ow;
+                    xt = ad_tensor_view(T, 4, shape_x, x, NULL, 0);
+                    gt = ad_tensor_view(T, 4, shape_g, g, NULL, 0);
+                    if (!xt || !gt) break;
+                    for (v = 0; v < 2; v++) {
+                        for (i = 0; i <= planes * HW; i++) d[v][i] = -7.0f;
+                        if (v) ad__max_pool_2x2_adjoint(T, gt, arg, xt, d[v]);
+                        else ad__scatter_kernel(T, g, arg, (size_t)planes, (size_t)HW, (size_t)L, 1, d[v], 0);
+                    }
+                    TH_CHECK(memcmp(d[0], d[1], (size_t)(planes * HW + 1) * sizeof(float)) == 0,
+                             "max pool 2x2 gradient of %d planes of %d x %d, values of kind %d: AVX-512 and scatter "
+                             "differ, or it wrote past the image",
+                             planes, h, w, mode);
+                    ad_tape_reset(T);
+                }
+    ad_tape_free(T);
+#endif
+}
+
 /* (i4) col2im (a convolution's input gradient from its patch matrix) at AVX-512's width against
    the portable loop, to the bit: 1 to 9 channels (a last part block of eight), rows of 5 to 40
    values (one to three runs of sixteen), 1x1 to 5x5 kernels, padding, dilation, a row stride of
@@ -2398,6 +2465,7 @@ int main(void)
     test_float_unary_avx2();
     test_float_norm_avx2();
     test_float_max_pool_avx512();
+    test_float_max_pool_adjoint_avx512();
     test_float_col2im_avx512();
     test_float_sincos_grad();
     test_uniform_gradient();
