@@ -1744,6 +1744,12 @@ static AD__UNUSED int ad__isa_features(void)
 #define AD__NORM_ROWS 16                         /* rows of a layer norm's backward whose shares
                                                     of dgamma and dbeta are summed together: the
                                                     split over threads is in whole such blocks */
+#define AD__COL2IM_CHANNELS 8                    /* channels whose rows col2im sums side by side
+                                                    with AVX-512, so that their adds overlap */
+#define AD__COL2IM_MIN_CHANNELS 4                /* and does so from this many channels (with
+                                                    fewer, a row's adds wait on each other) */
+#define AD__COL2IM_MAX_WIDTH 16                  /* on rows of at most this many values (longer
+                                                    rows give the portable loop long runs) */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define AD__PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -5857,13 +5863,13 @@ AD__PRIVATE void ad__unary_grad_run(const void *ctx, size_t lo, size_t hi, const
     switch (kind) {
 #define AD__UNARY_FUSED(ID, NAME, SPLIT, FORWARD, DERIV)                                             \
     case AD__U_##ID:                                                                                 \
-        if (in_place) {                                                                              \
-            for (i = 0; i < size; i++) { ad_real f_ = (DERIV); d[i] *= f_; }                         \
-        } else if (size == 1) {                                                                      \
+        if (size == 1) {                                                                             \
             ad_real f_;                                                                              \
             i = 0;                                                                                   \
             f_ = (DERIV);                                                                            \
-            if (add) d[0] += g[0] * f_; else d[0] = g[0] * f_;                                       \
+            if (in_place) d[0] *= f_; else if (add) d[0] += g[0] * f_; else d[0] = g[0] * f_;         \
+        } else if (in_place) {                                                                       \
+            for (i = 0; i < size; i++) { ad_real f_ = (DERIV); d[i] *= f_; }                         \
         } else if (add) {                                                                            \
             for (i = 0; i < size; i++) { ad_real f_ = (DERIV); d[i] += g[i] * f_; }                  \
         } else {                                                                                     \
@@ -7954,7 +7960,8 @@ AD__PRIVATE void ad__gather_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
         if (!add && n->st.gather.kind == AD__GATHER_MAX_POOL && n->st.gather.tiles &&
             ad__max_pool_2x2_adjoint(S->T, g, n->st.gather.index, v, d))
             return;
-        ad__scatter_kernel(S->T, g->data, n->st.gather.index, P, (size_t)n->st.gather.rows, g->size / (P * E), E, d, add);
+        ad__scatter_kernel(S->T, g->data, n->st.gather.index, P, (size_t)n->st.gather.rows, g->size / (P * E), E, d,
+                           add);
         return;
     }
     ad__accum(S, v, ad__scatter(S->T, g, n->st.gather.index, n->st.gather.rows, n->st.gather.row_len, n->st.gather.kind, v->ndim, v->shape), 1);
@@ -9035,8 +9042,6 @@ AD__PRIVATE void ad__col2im(const ad__win2d *G, int channels, const ad_real *AD_
    (so the sums are the same), then stored once; the same run of up to eight channels at a
    time, so that their adds overlap. A tap's part of a run is expanded from its row of col into
    the lanes it reaches, which reads nothing outside that row. */
-#define AD__COL2IM_CHANNELS 8
-
 AD__PRIVATE __attribute__((target("avx512f"))) void ad__col2im_avx512(const ad__win2d *G, int channels,
                                                                      const float *AD__RESTRICT col,
                                                                      float *AD__RESTRICT x)
@@ -9076,15 +9081,17 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__col2im_avx512(const ad__
 #endif
 
 /* ad__col2im at AVX-512's width where the processor has it (float builds), for stride 1 across,
-   from four channels and on rows of at most sixteen values; 0 when it was not done there. There
-   a small image's runs are short and the portable loop's cost per run dominates: 1.3x to 2.5x
-   faster from 4 to 32 channels of 7 to 14 values. With fewer channels the sums of a row wait on
-   each other, and longer rows make long runs, which the portable loop adds as fast (measured:
-   0.4x with one channel of 28 values, 0.9x to 1.1x with eight). */
+   from AD__COL2IM_MIN_CHANNELS channels on rows of at most AD__COL2IM_MAX_WIDTH values; 0 when
+   it was not done there. There a small image's runs are short and the portable loop's cost per
+   run dominates: 1.3x to 2.5x faster from 4 to 32 channels of 7 to 14 values. With fewer
+   channels the sums of a row wait on each other, and longer rows make long runs, which the
+   portable loop adds as fast (measured: 0.4x with one channel of 28 values, 0.9x to 1.1x with
+   eight). */
 AD__INLINE int ad__col2im_wide(const ad__win2d *G, int channels, const ad_real *col, ad_real *x)
 {
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
-    if (G->sw == 1 && channels >= 4 && G->w <= 16 && ad__isa() == AD__ISA_AVX512) {
+    if (G->sw == 1 && channels >= AD__COL2IM_MIN_CHANNELS && G->w <= AD__COL2IM_MAX_WIDTH &&
+        ad__isa() == AD__ISA_AVX512) {
         ad__col2im_avx512(G, channels, col, x);
         return 1;
     }
@@ -9723,6 +9730,45 @@ AD__PRIVATE void ad__max_pool_plane_2x2(const ad__win2d *G, const ad_real *AD__R
 }
 
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+/* The masks of a block of n <= 16 windows of 2x2 pooling: one lane a window (*one), and the
+   lanes of its 2n columns in the two vectors of a row that hold them (*lo, *hi). */
+AD__INLINE void ad__pool_block_masks(int n, __mmask16 *one, __mmask16 *lo, __mmask16 *hi)
+{
+    *one = (__mmask16)((1u << n) - 1);
+    *lo = n >= 8 ? 0xFFFF : (__mmask16)((1u << 2 * n) - 1);
+    *hi = n <= 8 ? 0 : n == 16 ? 0xFFFF : (__mmask16)((1u << (2 * n - 16)) - 1);
+}
+
+/* A block's 2n columns of one input row, from r on: the windows' left cells into *left and
+   right cells into *right, a lane a window. */
+AD__INLINE AD__ALWAYS_INLINE __attribute__((target("avx512f"))) void
+ad__pool_row_pairs(const float *r, __mmask16 lo, __mmask16 hi, __m512 *left, __m512 *right)
+{
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    __m512 a = _mm512_maskz_loadu_ps(lo, r), b = _mm512_maskz_loadu_ps(hi, r + 16);
+    *left = _mm512_permutex2var_ps(a, even, b);
+    *right = _mm512_permutex2var_ps(a, _mm512_add_epi32(even, _mm512_set1_epi32(1)), b);
+}
+
+/* The inverse of ad__pool_row_pairs: the windows' left and right cells stored side by side in
+   the block's 2n columns of a row, from r on. */
+AD__INLINE AD__ALWAYS_INLINE __attribute__((target("avx512f"))) void
+ad__pool_row_store_pairs(float *r, __mmask16 lo, __mmask16 hi, __m512 left, __m512 right)
+{
+    const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(8));
+    _mm512_mask_storeu_ps(r, lo, _mm512_permutex2var_ps(left, first, right));
+    _mm512_mask_storeu_ps(r + 16, hi, _mm512_permutex2var_ps(left, second, right));
+}
+
+/* The first input cell of each window of a block, 2 (first + lane), where first is oy w + ox
+   for the block's first window (oy, ox) of a plane w wide. */
+AD__INLINE AD__ALWAYS_INLINE __attribute__((target("avx512f"))) __m512i ad__pool_block_cells(int first)
+{
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_slli_epi32(_mm512_add_epi32(_mm512_set1_epi32(first), lanes), 1);
+}
+
 /* ad__max_pool_plane_2x2 with AVX-512, sixteen windows at a time: the same maxima, winners and
    NaN rows. A row's 32 inputs are split into their even and odd columns by two permutes, and a
    last part block is read and written under masks, so nothing outside the plane is touched.
@@ -9732,38 +9778,33 @@ AD__PRIVATE __attribute__((target("avx512f"))) void
 ad__max_pool_plane_2x2_avx512(const ad__win2d *G, const float *AD__RESTRICT x, float *AD__RESTRICT y,
                               int *AD__RESTRICT arg)
 {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i one = _mm512_set1_epi32(1), odd = _mm512_add_epi32(even, one);
-    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i one = _mm512_set1_epi32(1);
     int oy, ox, w = G->w, ow = G->ow;
     for (oy = 0; oy < G->oh; oy++) {
         const float *r0 = x + (size_t)(2 * oy) * w, *r1 = r0 + w;
         float *m = y + (size_t)oy * ow;
         int *a = arg ? arg + (size_t)oy * ow : NULL, nan = 0;
         for (ox = 0; ox < ow; ox += 16) {
-            int n = ow - ox < 16 ? ow - ox : 16;
-            __mmask16 out = (__mmask16)((1u << n) - 1);
-            __mmask16 in_lo = n >= 8 ? 0xFFFF : (__mmask16)((1u << 2 * n) - 1);
-            __mmask16 in_hi = n <= 8 ? 0 : n == 16 ? 0xFFFF : (__mmask16)((1u << (2 * n - 16)) - 1);
-            __m512 t0 = _mm512_maskz_loadu_ps(in_lo, r0 + 2 * ox), t1 = _mm512_maskz_loadu_ps(in_hi, r0 + 2 * ox + 16);
-            __m512 b0 = _mm512_maskz_loadu_ps(in_lo, r1 + 2 * ox), b1 = _mm512_maskz_loadu_ps(in_hi, r1 + 2 * ox + 16);
-            __m512 p = _mm512_permutex2var_ps(t0, even, t1), q = _mm512_permutex2var_ps(t0, odd, t1);
-            __m512 u = _mm512_permutex2var_ps(b0, even, b1), v = _mm512_permutex2var_ps(b0, odd, b1);
+            __mmask16 out, lo, hi, right_top, right_bottom, below;
+            __m512 p, q, u, v, top, bottom, sum;
+            __m512i at_top, at_bottom;
+            ad__pool_block_masks(ow - ox < 16 ? ow - ox : 16, &out, &lo, &hi);
+            ad__pool_row_pairs(r0 + 2 * ox, lo, hi, &p, &q);
+            ad__pool_row_pairs(r1 + 2 * ox, lo, hi, &u, &v);
             /* ad__max_2x2's choices: the first maximal cell of p q / u v */
-            __mmask16 right_top = _mm512_cmp_ps_mask(q, p, _CMP_GT_OQ);
-            __mmask16 right_bottom = _mm512_cmp_ps_mask(v, u, _CMP_GT_OQ);
-            __m512 top = _mm512_mask_blend_ps(right_top, p, q), bottom = _mm512_mask_blend_ps(right_bottom, u, v);
-            __mmask16 below = _mm512_cmp_ps_mask(bottom, top, _CMP_GT_OQ);
-            __m512 sum = _mm512_add_ps(_mm512_add_ps(p, q), _mm512_add_ps(u, v));
+            right_top = _mm512_cmp_ps_mask(q, p, _CMP_GT_OQ);
+            right_bottom = _mm512_cmp_ps_mask(v, u, _CMP_GT_OQ);
+            top = _mm512_mask_blend_ps(right_top, p, q);
+            bottom = _mm512_mask_blend_ps(right_bottom, u, v);
+            below = _mm512_cmp_ps_mask(bottom, top, _CMP_GT_OQ);
+            sum = _mm512_add_ps(_mm512_add_ps(p, q), _mm512_add_ps(u, v));
             nan |= (_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q) & out) != 0;
             _mm512_mask_storeu_ps(m + ox, out, _mm512_mask_blend_ps(below, top, bottom));
-            if (a) {
-                __m512i at_top = _mm512_maskz_mov_epi32(right_top, one);
-                __m512i at_bottom = _mm512_add_epi32(_mm512_set1_epi32(w), _mm512_maskz_mov_epi32(right_bottom, one));
-                __m512i cell = _mm512_slli_epi32(_mm512_add_epi32(_mm512_set1_epi32(oy * w + ox), lanes), 1);
-                __m512i at = _mm512_mask_blend_epi32(below, at_top, at_bottom);
-                _mm512_mask_storeu_epi32(a + ox, out, _mm512_add_epi32(cell, at));
-            }
+            if (!a) continue;
+            at_top = _mm512_maskz_mov_epi32(right_top, one);
+            at_bottom = _mm512_add_epi32(_mm512_set1_epi32(w), _mm512_maskz_mov_epi32(right_bottom, one));
+            _mm512_mask_storeu_epi32(a + ox, out, _mm512_add_epi32(ad__pool_block_cells(oy * w + ox),
+                                                                   _mm512_mask_blend_epi32(below, at_top, at_bottom)));
         }
         if (nan) ad__max_pool_row_nan(G, x, oy, m, a);
     }
@@ -9861,33 +9902,29 @@ AUTODIFF_API ad_tensor *ad_max_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, in
    buffer d: every cell written once, g at its window's winner (arg, as the forward keeps it) and
    0 elsewhere, sixteen windows at a time with AVX-512. The same values as clearing d and adding
    g at the winners (0 + g, so a -0 arrives as +0). */
-AD__PRIVATE __attribute__((target("avx512f"))) void ad__max_pool_plane_2x2_adjoint_avx512(int h, int w, int oh, int ow,
-                                                                                         const float *AD__RESTRICT g,
-                                                                                         const int *AD__RESTRICT arg,
-                                                                                         float *AD__RESTRICT d)
+AD__PRIVATE __attribute__((target("avx512f"))) void
+ad__max_pool_plane_2x2_adjoint_avx512(int h, int w, int oh, int ow, const float *AD__RESTRICT g,
+                                      const int *AD__RESTRICT arg, float *AD__RESTRICT d)
 {
-    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i pairs_lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-    const __m512i pairs_hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-    const __m512i right = _mm512_set1_epi32(1), below = _mm512_set1_epi32(w), below_right = _mm512_set1_epi32(w + 1);
+    const __m512i right = _mm512_set1_epi32(1), below = _mm512_set1_epi32(w);
+    const __m512i below_right = _mm512_set1_epi32(w + 1);
     int oy, ox, row;
     for (oy = 0; oy < oh; oy++) {
         float *r0 = d + (size_t)(2 * oy) * w, *r1 = r0 + w;
         for (ox = 0; ox < ow; ox += 16) {
-            int n = ow - ox < 16 ? ow - ox : 16;
-            __mmask16 out = (__mmask16)((1u << n) - 1), lo = n >= 8 ? 0xFFFF : (__mmask16)((1u << 2 * n) - 1);
-            __mmask16 hi = n <= 8 ? 0 : n == 16 ? 0xFFFF : (__mmask16)((1u << (2 * n - 16)) - 1);
-            __m512 gv = _mm512_add_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(out, g + (size_t)oy * ow + ox));
-            __m512i cell = _mm512_slli_epi32(_mm512_add_epi32(_mm512_set1_epi32(oy * w + ox), lanes), 1);
-            __m512i at = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(out, arg + (size_t)oy * ow + ox), cell);
-            __m512 p = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_setzero_si512()), gv);
-            __m512 q = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, right), gv);
-            __m512 u = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, below), gv);
-            __m512 v = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, below_right), gv);
-            _mm512_mask_storeu_ps(r0 + 2 * ox, lo, _mm512_permutex2var_ps(p, pairs_lo, q));
-            _mm512_mask_storeu_ps(r0 + 2 * ox + 16, hi, _mm512_permutex2var_ps(p, pairs_hi, q));
-            _mm512_mask_storeu_ps(r1 + 2 * ox, lo, _mm512_permutex2var_ps(u, pairs_lo, v));
-            _mm512_mask_storeu_ps(r1 + 2 * ox + 16, hi, _mm512_permutex2var_ps(u, pairs_hi, v));
+            __mmask16 out, lo, hi;
+            __m512 gv;
+            __m512i at;
+            ad__pool_block_masks(ow - ox < 16 ? ow - ox : 16, &out, &lo, &hi);
+            gv = _mm512_add_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(out, g + (size_t)oy * ow + ox));
+            /* the winner's place in its window: 0, 1, w or w + 1 */
+            at = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(out, arg + (size_t)oy * ow + ox),
+                                  ad__pool_block_cells(oy * w + ox));
+            ad__pool_row_store_pairs(r0 + 2 * ox, lo, hi,
+                                     _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_setzero_si512()), gv),
+                                     _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, right), gv));
+            ad__pool_row_store_pairs(r1 + 2 * ox, lo, hi, _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, below), gv),
+                                     _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, below_right), gv));
         }
         if (w > 2 * ow) r0[w - 1] = r1[w - 1] = 0; /* an odd last column, in no window */
     }

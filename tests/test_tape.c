@@ -1521,6 +1521,32 @@ static void test_float_norm_avx2(void)
 #endif
 }
 
+/* The geometry of a 2x2 max pooling with stride 2 of one h x w plane, and n test values for
+   it of kind mode: 0 spread values, 1 three values (many ties), 2 some NaNs, 3 some infinities. */
+TH_UNUSED static ad__win2d pool_2x2_geometry(int h, int w)
+{
+    ad__win2d G;
+    memset(&G, 0, sizeof G);
+    G.n = G.c = G.o = 1;
+    G.h = h;
+    G.w = w;
+    G.kh = G.kw = G.sh = G.sw = 2;
+    G.dh = G.dw = 1;
+    G.oh = h / 2;
+    G.ow = w / 2;
+    return G;
+}
+
+TH_UNUSED static void pool_test_values(float *x, int n, int mode, ad_rng *rng)
+{
+    int i;
+    for (i = 0; i < n; i++) {
+        x[i] = mode == 1 ? (float)ad_rng_below(rng, 3) : (float)ad_rng_normal(rng);
+        if (mode == 2 && ad_rng_below(rng, 13) == 0) x[i] = NAN;
+        if (mode == 3 && ad_rng_below(rng, 7) == 0) x[i] = ad_rng_below(rng, 2) ? INFINITY : -INFINITY;
+    }
+}
+
 /* (i3) 2x2 max pooling with stride 2 at AVX-512's width against the portable plane: the same
    maxima, winners and NaN handling, on planes of odd and even sizes (the widths put a last part
    block of sixteen windows, or none, and an unused last column), with random values, many ties,
@@ -1539,23 +1565,10 @@ static void test_float_max_pool_avx512(void)
     for (hi = 0; hi < 4; hi++)
         for (wi = 0; wi < 9; wi++)
             for (mode = 0; mode < 4; mode++) {
-                ad__win2d G;
-                int i, h = hs[hi], w = ws[wi], L;
-                memset(&G, 0, sizeof G);
-                G.n = G.c = G.o = 1;
-                G.h = h;
-                G.w = w;
-                G.kh = G.kw = G.sh = G.sw = 2;
-                G.dh = G.dw = 1;
-                G.oh = h / 2;
-                G.ow = w / 2;
-                L = G.oh * G.ow;
-                for (i = 0; i < h * w; i++) {
-                    /* 0: spread values; 1: three values, many ties; 2: NaNs; 3: infinities */
-                    x[i] = mode == 1 ? (float)ad_rng_below(&rng, 3) : (float)ad_rng_normal(&rng);
-                    if (mode == 2 && ad_rng_below(&rng, 13) == 0) x[i] = NAN;
-                    if (mode == 3 && ad_rng_below(&rng, 7) == 0) x[i] = ad_rng_below(&rng, 2) ? INFINITY : -INFINITY;
-                }
+                int i, h = hs[hi], w = ws[wi];
+                ad__win2d G = pool_2x2_geometry(h, w);
+                int L = G.oh * G.ow;
+                pool_test_values(x, h * w, mode, &rng);
                 for (v = 0; v < 2; v++) {
                     for (i = 0; i < MAX_OUT; i++) {
                         y[v][i] = -7.0f;
@@ -1596,24 +1609,11 @@ static void test_float_max_pool_adjoint_avx512(void)
         for (hi = 0; hi < 4; hi++)
             for (wi = 0; wi < 9; wi++)
                 for (mode = 0; mode < 4; mode++) {
-                    ad__win2d G;
-                    int shape_x[4], shape_g[4], i, p, h = hs[hi], w = ws[wi], L, HW, v;
+                    int shape_x[4], shape_g[4], i, p, h = hs[hi], w = ws[wi], v;
+                    ad__win2d G = pool_2x2_geometry(h, w);
+                    int L = G.oh * G.ow, HW = h * w;
                     ad_tensor *xt, *gt;
-                    memset(&G, 0, sizeof G);
-                    G.n = G.c = G.o = 1;
-                    G.h = h;
-                    G.w = w;
-                    G.kh = G.kw = G.sh = G.sw = 2;
-                    G.dh = G.dw = 1;
-                    G.oh = h / 2;
-                    G.ow = w / 2;
-                    L = G.oh * G.ow;
-                    HW = h * w;
-                    for (i = 0; i < planes * HW; i++) {
-                        x[i] = mode == 1 ? (float)ad_rng_below(&rng, 3) : (float)ad_rng_normal(&rng);
-                        if (mode == 2 && ad_rng_below(&rng, 13) == 0) x[i] = NAN;
-                        if (mode == 3 && ad_rng_below(&rng, 7) == 0) x[i] = ad_rng_below(&rng, 2) ? INFINITY : -INFINITY;
-                    }
+                    pool_test_values(x, planes * HW, mode, &rng);
                     for (i = 0; i < planes * L; i++) g[i] = i % 5 == 0 ? -0.0f : (float)ad_rng_normal(&rng);
                     for (p = 0; p < planes; p++) ad__max_pool_plane_2x2(&G, x + p * HW, y + p * L, arg + p * L);
                     shape_x[0] = shape_g[0] = planes == 1 ? 1 : 2;
