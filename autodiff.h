@@ -2185,8 +2185,8 @@ typedef struct ad__gather_state {
     const int *index;            /* on the tape: the source row of each result row */
     int rows, row_len;           /* rows of a source plane, and values per row */
     int kind;                    /* enum ad__gather_kind: the public op, for messages */
-    int tiles;                   /* max pooling in 2x2 windows with stride 2 and no padding,
-                                    which meet each input cell at most once */
+    int tiles;                   /* 1: max pooling in windows that meet each input cell at most
+                                    once (ad__pool_2x2) */
 } ad__gather_state;
 typedef struct ad__avg_pool_state {
     int kind;                    /* enum ad__avg_kind; the geometry is in ad__node.saved */
@@ -7879,14 +7879,13 @@ AUTODIFF_API ad_tensor *ad_pad(ad_tape *T, ad_tensor *a, int npads, const int *p
    and embedding. Both view their data as P planes: the source of a gather has S rows of E
    values per plane, its result L rows; row o of plane p is source row idx[p * L + o] of that
    plane. The scatter adds the rows back: each is the other's adjoint, so each one's gradient
-   is the other. The entry keeps an ad__gather_state. */
+   is the other. The entry keeps an ad__gather_state, and the entries of its gradients (of any
+   order) a copy of it. */
 enum ad__gather_kind { AD__GATHER_MAX_POOL, AD__GATHER_EMBEDDING };
 static const char *const ad__gather_names[] = { "ad_max_pool2d", "ad_embedding" };
 
-AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const int *idx, int S, int E, int kind,
-                                  int ndim, const int *shape);
-AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const int *idx, int S, int E, int kind,
-                                   int ndim, const int *shape);
+AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const ad__gather_state *st, int ndim, const int *shape);
+AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const ad__gather_state *st, int ndim, const int *shape);
 
 /* The fewest planes of `values` values each that make whole blocks of AD__STORE_BLOCK values:
    work split over threads by planes is cut in runs of that many, so that no two threads write
@@ -7957,20 +7956,19 @@ AD__PRIVATE void ad__gather_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     if (!S->create_graph) {
         /* straight into the gradient buffer: for an embedding, only the rows used are touched */
         if ((d = ad__grad_target(S, v, &add)) == NULL) return;
-        if (!add && n->st.gather.kind == AD__GATHER_MAX_POOL && n->st.gather.tiles &&
-            ad__max_pool_2x2_adjoint(S->T, g, n->st.gather.index, v, d))
+        if (!add && n->st.gather.tiles && ad__max_pool_2x2_adjoint(S->T, g, n->st.gather.index, v, d))
             return;
         ad__scatter_kernel(S->T, g->data, n->st.gather.index, P, (size_t)n->st.gather.rows, g->size / (P * E), E, d,
                            add);
         return;
     }
-    ad__accum(S, v, ad__scatter(S->T, g, n->st.gather.index, n->st.gather.rows, n->st.gather.row_len, n->st.gather.kind, v->ndim, v->shape), 1);
+    ad__accum(S, v, ad__scatter(S->T, g, &n->st.gather, v->ndim, v->shape), 1);
 }
 
 AD__PRIVATE void ad__scatter_backward(ad__sweep *S, ad__node *n, ad_tensor *u)
 {
     ad_tensor *g = n->in[0];
-    ad__accum(S, g, ad__gather(S->T, u, n->st.gather.index, n->st.gather.rows, n->st.gather.row_len, n->st.gather.kind, g->ndim, g->shape), 1);
+    ad__accum(S, g, ad__gather(S->T, u, &n->st.gather, g->ndim, g->shape), 1);
 }
 
 /* Rows [lo, hi) of the gather's result, counted over all planes. */
@@ -8019,10 +8017,11 @@ AD__PRIVATE void ad__gather_task(void *ctx, int task, int thread)
    tensor, are split over the tape's threads from AD__GATHER_SPLIT values: the rows come mostly
    from main memory, and a second core fetching half of them halves the wait. */
 
-AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const int *idx, int S, int E, int kind,
-                                  int ndim, const int *shape)
+AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const ad__gather_state *st, int ndim, const int *shape)
 {
-    const char *op = ad__gather_names[kind];
+    const char *op = ad__gather_names[st->kind];
+    const int *idx = st->index;
+    int S = st->rows, E = st->row_len;
     ad__gather_job job;
     ad_tensor *y;
     ad__node *node;
@@ -8043,17 +8042,15 @@ AD__PRIVATE ad_tensor *ad__gather(ad_tape *T, ad_tensor *v, const int *idx, int 
     else ad__gather_rows(&job, 0, job.rows);
     node = ad__record1(T, op, y, ad__gather_backward, v);
     if (!node) return NULL;
-    node->st.gather.rows = S;
-    node->st.gather.row_len = E;
-    node->st.gather.kind = kind;
-    node->st.gather.index = idx;
+    node->st.gather = *st;
     return y;
 }
 
-AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const int *idx, int S, int E, int kind,
-                                   int ndim, const int *shape)
+AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const ad__gather_state *st, int ndim, const int *shape)
 {
-    const char *op = ad__gather_names[kind];
+    const char *op = ad__gather_names[st->kind];
+    const int *idx = st->index;
+    int S = st->rows, E = st->row_len;
     size_t P;
     ad_tensor *y;
     ad__node *node;
@@ -8064,10 +8061,7 @@ AD__PRIVATE ad_tensor *ad__scatter(ad_tape *T, ad_tensor *g, const int *idx, int
     ad__scatter_kernel(T, g->data, idx, P, (size_t)S, g->size / (P * E), (size_t)E, y->data, 0);
     node = ad__record1(T, op, y, ad__scatter_backward, g);
     if (!node) return NULL;
-    node->st.gather.rows = S;
-    node->st.gather.row_len = E;
-    node->st.gather.kind = kind;
-    node->st.gather.index = idx;
+    node->st.gather = *st;
     return y;
 }
 
@@ -9687,6 +9681,12 @@ AD__PRIVATE void ad__max_pool_plane(const ad__win2d *G, const int *range, const 
     }
 }
 
+/* Windows of 2x2 with stride 2 and no padding: side by side, each input cell in at most one. */
+AD__INLINE int ad__pool_2x2(const ad__win2d *G)
+{
+    return G->kh == 2 && G->kw == 2 && G->sh == 2 && G->sw == 2 && G->ph == 0 && G->pw == 0;
+}
+
 /* One 2x2 window (p q / u v): its maximum, the winner's offset in the window (0, 1, w or
    w + 1: the first maximal cell, picked by masks rather than branches, which random data would
    mispredict) and whether the window holds a NaN (or infinities that cancel: then the exact
@@ -9842,7 +9842,7 @@ AD__PRIVATE void ad__max_pool_planes(const void *ctx, size_t lo, size_t hi)
     const ad__max_pool_job *j = (const ad__max_pool_job *)ctx;
     const ad__win2d *G = j->G;
     size_t HW = (size_t)G->h * G->w, L = (size_t)G->oh * G->ow, p;
-    int two_by_two = G->kh == 2 && G->kw == 2 && G->sh == 2 && G->sw == 2 && G->ph == 0 && G->pw == 0;
+    int two_by_two = ad__pool_2x2(G);
     for (p = lo; p < hi; p++) {
         int *arg = j->arg ? j->arg + p * L : NULL;
         if (two_by_two) {
@@ -9892,7 +9892,7 @@ AUTODIFF_API ad_tensor *ad_max_pool2d(ad_tape *T, ad_tensor *x, int kernel_h, in
     node->st.gather.rows = (int)HW;
     node->st.gather.row_len = 1;
     node->st.gather.kind = AD__GATHER_MAX_POOL;
-    node->st.gather.tiles = G.kh == 2 && G.kw == 2 && G.sh == 2 && G.sw == 2 && G.ph == 0 && G.pw == 0;
+    node->st.gather.tiles = ad__pool_2x2(&G);
     node->st.gather.index = arg;
     return y;
 }
@@ -9957,7 +9957,7 @@ AD__PRIVATE int ad__max_pool_2x2_adjoint(ad_tape *T, const ad_tensor *g, const i
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
     ad__max_pool_adjoint_job job;
     size_t P = (size_t)x->shape[0] * (size_t)x->shape[1], HW;
-    if (ad__isa() != AD__ISA_AVX512 || x->ndim != 4) return 0;
+    if (ad__isa() != AD__ISA_AVX512) return 0;
     job.g = g->data;
     job.arg = arg;
     job.d = d;
@@ -11540,6 +11540,7 @@ AUTODIFF_API ad_tensor *ad_embedding(ad_tape *T, ad_tensor *weight, const int *i
 {
     int shape[2], i, V;
     const int *idx = indices;
+    ad__gather_state st;
     char s[96];
     if (!T || !weight) return NULL;
     if (!ad__on_tape(T, "ad_embedding", "weight", weight)) return NULL;
@@ -11568,7 +11569,12 @@ AUTODIFF_API ad_tensor *ad_embedding(ad_tape *T, ad_tensor *weight, const int *i
     }
     shape[0] = n;
     shape[1] = weight->shape[1];
-    return ad__gather(T, weight, idx, V, weight->shape[1], AD__GATHER_EMBEDDING, 2, shape);
+    st.index = idx;
+    st.rows = V;
+    st.row_len = weight->shape[1];
+    st.kind = AD__GATHER_EMBEDDING;
+    st.tiles = 0;
+    return ad__gather(T, weight, &st, 2, shape);
 }
 
 /* >>ops:loss --------------------------------------------------------------------------------- */

@@ -1640,6 +1640,57 @@ static void test_float_max_pool_adjoint_avx512(void)
 #endif
 }
 
+/* (i3c) Max pooling's gradients of higher order keep its geometry: with y = maxpool(x) (2x2,
+   stride 2, 2 x 3 planes of 9 x 13), g1 = d sum(y w1) / dx and g2 = d sum(g1 w2) / dw1, both
+   recorded, ad_backward of sum(g2 w3) gives w2 the gradient w3 put at each window's winner and 0
+   elsewhere: a plain sweep through the gather that g2's recording made. */
+static void test_float_max_pool_third_order(void)
+{
+    enum { N = 2, C = 3, H = 9, W = 13, OH = H / 2, OW = W / 2, PLANES = N * C };
+    int xs[4] = {N, C, H, W}, ys[4] = {N, C, OH, OW}, p, i, bad = 0;
+    static float want[PLANES * H * W], y[OH * OW];
+    static int arg[OH * OW];
+    ad__win2d G = pool_2x2_geometry(H, W);
+    ad_tape *T = ad_tape_new();
+    ad_tensor *x, *w1, *w2, *w3, *g1, *g2;
+    ad_rng rng;
+    if (!T) {
+        TH_CHECK(0, "out of memory");
+        return;
+    }
+    ad_rng_seed(&rng, 61);
+    x = ad_zeros(T, 4, xs);
+    w1 = ad_zeros(T, 4, ys);
+    w2 = ad_zeros(T, 4, xs);
+    w3 = ad_zeros(T, 4, ys);
+    if (x && w1 && w2 && w3) {
+        pool_test_values(x->data, PLANES * H * W, 1, &rng); /* many ties */
+        for (i = 0; i < PLANES * OH * OW; i++) {
+            w1->data[i] = (float)ad_rng_normal(&rng);
+            w3->data[i] = (float)ad_rng_normal(&rng);
+        }
+        for (i = 0; i < PLANES * H * W; i++) w2->data[i] = (float)ad_rng_normal(&rng);
+        ad_set_requires_grad(w1, 1);
+        ad_set_requires_grad(w2, 1);
+        ad_set_requires_grad(x, 1);
+    }
+    g1 = ad_grad(T, ad_sum(T, ad_mul(T, ad_max_pool2d(T, x, 2, 2, NULL), w1)), x, 1);
+    g2 = ad_grad(T, ad_sum(T, ad_mul(T, g1, w2)), w1, 1);
+    if (!g2 || ad_backward(T, ad_sum(T, ad_mul(T, g2, w3))) != 0 || !w2->grad) {
+        TH_CHECK(0, "max pool, third order: %s", ad_tape_error(T));
+        ad_tape_free(T);
+        return;
+    }
+    memset(want, 0, sizeof want);
+    for (p = 0; p < PLANES; p++) {
+        ad__max_pool_plane_2x2(&G, x->data + p * H * W, y, arg);
+        for (i = 0; i < OH * OW; i++) want[p * H * W + arg[i]] = w3->data[p * OH * OW + i];
+    }
+    for (i = 0; i < PLANES * H * W; i++) bad += w2->grad[i] != want[i];
+    TH_CHECK(bad == 0, "max pool, third order: %d of w2's gradients differ from w3 at the winners", bad);
+    ad_tape_free(T);
+}
+
 /* (i4) col2im (a convolution's input gradient from its patch matrix) at AVX-512's width against
    the portable loop, to the bit: 1 to 9 channels (a last part block of eight), rows of 5 to 40
    values (one to three runs of sixteen), 1x1 to 5x5 kernels, padding, dilation, a row stride of
@@ -2466,6 +2517,7 @@ int main(void)
     test_float_norm_avx2();
     test_float_max_pool_avx512();
     test_float_max_pool_adjoint_avx512();
+    test_float_max_pool_third_order();
     test_float_col2im_avx512();
     test_float_sincos_grad();
     test_uniform_gradient();
