@@ -1750,6 +1750,16 @@ static AD__UNUSED int ad__isa_features(void)
                                                     fewer, a row's adds wait on each other) */
 #define AD__COL2IM_MAX_WIDTH 16                  /* on rows of at most this many values (longer
                                                     rows give the portable loop long runs) */
+#define AD__CONV_OUTPUTS 8                       /* output channels and vectors of positions whose */
+#define AD__CONV_VECTORS 3                       /* convolutions straight from the image are
+                                                    summed side by side with AVX-512: 24 of its 32
+                                                    registers */
+#define AD__WGRAD_OUTPUTS 8                      /* output channels and neighbouring taps whose */
+#define AD__WGRAD_TAPS 3                         /* weight gradients are summed side by side (the
+                                                    same 24) */
+#define AD__WGRAD_CHUNK_BYTES 24576              /* the images whose gradients and inputs of those
+                                                    channels fit this are summed before one
+                                                    reduction of the lanes: kept in L1 */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define AD__PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -9097,6 +9107,325 @@ AD__INLINE int ad__col2im_wide(const ad__win2d *G, int channels, const ad_real *
     return 0;
 }
 
+/* Convolutions straight from the images (stride and dilation 1, one group, with AVX-512): the
+   forward map and the weight gradient without im2col's or im2row's matrix, which for a small
+   image cost more than the products (a MNIST CNN's step ran 1.2x faster).
+   Both take an output plane sixteen positions at a time, in its own order (across rows; the
+   last vector's tail is empty). With stride 1, the inputs that tap (ki, kj) meets under those
+   positions lie in the same order in the plane shifted by kj - pw across and by ki - ph down,
+   stored with rows of ow values. So the input is stored once for each channel and kj (rows
+   -ph .. oh + kh - 2 - ph of it, ow values a row, 0 in the padding), and a tap's vector is
+   sixteen values from row ki on: one load, where im2col would copy the plane kh times more.
+   The weight gradient stores the output gradients of AD__WGRAD_OUTPUTS channels vector by
+   vector, the channels side by side ([vector][channel][16]), so that its inner loop reads them
+   at fixed offsets. */
+AD__INLINE int ad__straight_vectors(const ad__win2d *G)
+{
+    return (G->oh * G->ow + 15) / 16;
+}
+
+/* Input rows one channel's input holds for each kj: every row an output row reads. */
+AD__INLINE int ad__straight_rows(const ad__win2d *G)
+{
+    return G->oh + G->kh - 1;
+}
+
+/* Floats of one channel's input for one kj: its rows, room for a vector read from the last
+   row's tail, whole lines. */
+AD__INLINE size_t ad__straight_plane(const ad__win2d *G)
+{
+    return ((size_t)ad__straight_rows(G) * G->ow + 15 + 15) / 16 * 16;
+}
+
+/* Floats of an image's inputs, and of its gradient vectors for one block of channels. */
+AD__INLINE size_t ad__straight_input_floats(const ad__win2d *G)
+{
+    return (size_t)G->c * G->kw * ad__straight_plane(G);
+}
+
+AD__INLINE size_t ad__wgrad_grad_floats(const ad__win2d *G)
+{
+    return (size_t)ad__straight_vectors(G) * AD__WGRAD_OUTPUTS * 16;
+}
+
+/* Images of a chunk, summed in registers before one reduction (at least one): those whose
+   gradient vectors and inputs of one channel fit AD__WGRAD_CHUNK_BYTES. */
+AD__INLINE int ad__wgrad_chunk(const ad__win2d *G)
+{
+    size_t per_image = (ad__wgrad_grad_floats(G) + ad__straight_input_floats(G) / G->c) * sizeof(ad_real);
+    return per_image >= AD__WGRAD_CHUNK_BYTES ? 1 : (int)(AD__WGRAD_CHUNK_BYTES / per_image);
+}
+
+/* Scratch of one chunk: its inputs, then its gradient vectors. */
+AD__INLINE size_t ad__straight_scratch_floats(const ad__win2d *G)
+{
+    return (size_t)ad__wgrad_chunk(G) * (ad__straight_input_floats(G) + ad__wgrad_grad_floats(G));
+}
+
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+/* The lanes [lo, hi) of count outputs (at most 16) whose first reads column col of a row of w
+   values, and the others after it, that fall inside the row. */
+AD__INLINE __mmask16 ad__straight_lanes(int col, int count, int w, int *lo)
+{
+    int first = col < 0 ? -col : 0, hi = w - col < count ? w - col : count;
+    *lo = first;
+    return (__mmask16)(hi > first ? ((1u << hi) - 1) & ~((1u << first) - 1) : 0);
+}
+
+/* The inputs of images [n0, n1) of x into xs (64-byte aligned; see ad__straight_vectors). */
+AD__PRIVATE __attribute__((target("avx512f"))) void ad__straight_inputs(const ad__win2d *G,
+                                                                       const float *AD__RESTRICT x, int n0, int n1,
+                                                                       float *AD__RESTRICT xs)
+{
+    const int rows = ad__straight_rows(G), h = G->h, w = G->w, ow = G->ow;
+    const size_t plane = ad__straight_plane(G);
+    size_t room;
+    int n, c, kj, a, r, lo;
+    for (n = n0; n < n1; n++)
+        for (c = 0; c < G->c; c++) {
+            const float *src = x + ((size_t)n * G->c + c) * h * w;
+            for (kj = 0; kj < G->kw; kj++, xs += plane) {
+                for (a = 0; a < ow; a += 16) { /* sixteen columns of every row */
+                    int col = a + kj - G->pw, count = ow - a < 16 ? ow - a : 16;
+                    __mmask16 lanes = ad__straight_lanes(col, count, w, &lo), out = (__mmask16)((1u << count) - 1);
+                    for (r = 0; r < rows; r++) {
+                        int iy = r - G->ph;
+                        __m512 v = _mm512_setzero_ps();
+                        /* the first value inside the row into lane lo: no address before the row */
+                        if (iy >= 0 && iy < h && lanes)
+                            v = lo ? _mm512_maskz_expandloadu_ps(lanes, src + (size_t)iy * w + col + lo)
+                                   : _mm512_maskz_loadu_ps(lanes, src + (size_t)iy * w + col);
+                        _mm512_mask_storeu_ps(xs + (size_t)r * ow + a, out, v);
+                    }
+                }
+                for (room = (size_t)rows * ow; room < plane; room += 16) { /* the room after the rows: 0 */
+                    __mmask16 out = (__mmask16)(plane - room >= 16 ? 0xFFFF : (1u << (plane - room)) - 1);
+                    _mm512_mask_storeu_ps(xs + room, out, _mm512_setzero_ps());
+                }
+            }
+        }
+}
+
+/* The gradient vectors of channels [o0, o0 + AD__WGRAD_OUTPUTS) of images [n0, n1) of g into
+   gs (64-byte aligned); channels past the last, and the last vector's tail, are 0. */
+AD__PRIVATE __attribute__((target("avx512f"))) void ad__wgrad_grads(const ad__win2d *G, const float *AD__RESTRICT g,
+                                                                   int n0, int n1, int o0, float *AD__RESTRICT gs)
+{
+    enum { OB = AD__WGRAD_OUTPUTS };
+    const int vectors = ad__straight_vectors(G);
+    const size_t L = (size_t)G->oh * G->ow;
+    const __mmask16 tail = (__mmask16)(L % 16 ? (1u << L % 16) - 1 : 0xFFFF);
+    int n, o, v;
+    for (n = n0; n < n1; n++, gs += (size_t)vectors * OB * 16)
+        for (o = 0; o < OB; o++) {
+            const float *src = g + ((size_t)n * G->o + o0 + o) * L;
+            for (v = 0; v < vectors; v++)
+                _mm512_store_ps(gs + ((size_t)v * OB + o) * 16,
+                                o0 + o < G->o ? _mm512_maskz_loadu_ps(v + 1 < vectors ? 0xFFFF : tail, src + 16 * v)
+                                              : _mm512_setzero_ps());
+        }
+}
+
+/* The sums of the lanes of sixteen vectors, in one vector: lane 4j + m holds the sum of
+   v[j + 4m]. Pairs of vectors are folded side by side (halves, then quarters, ...), so the
+   sixteen sums cost fifteen adds. */
+AD__HOT __attribute__((target("avx512f"))) __m512 ad__sum16(const __m512 *v)
+{
+    __m512 r[8], q[4], p[2];
+    int i;
+#pragma GCC unroll 8
+    for (i = 0; i < 8; i++) /* blocks 0, 1: v[2i]'s halves added; blocks 2, 3: v[2i + 1]'s */
+        r[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+#pragma GCC unroll 4
+    for (i = 0; i < 4; i++) /* block j: v[4i + j]'s four partial sums */
+        q[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0xDD));
+#pragma GCC unroll 2
+    for (i = 0; i < 2; i++) /* block j: two partial sums of v[8i + j], then two of v[8i + 4 + j] */
+        p[i] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * i], q[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(q[2 * i], q[2 * i + 1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(p[0], p[1], 0x88), _mm512_shuffle_ps(p[0], p[1], 0xDD));
+}
+
+/* The sums of the lanes of acc[o][t] into dst[o * ld + t] (added when add is set), for the first
+   outputs channels and taps taps. */
+AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_store(__m512 acc[AD__WGRAD_OUTPUTS][AD__WGRAD_TAPS],
+                                                                float *dst, size_t ld, int outputs, int taps, int add)
+{
+    enum { N = AD__WGRAD_OUTPUTS * AD__WGRAD_TAPS, GROUPS = (N + 15) / 16 };
+    __m512 v[GROUPS * 16];
+    float sum[GROUPS * 16];
+    int i, o, t;
+#pragma GCC unroll 32
+    for (i = 0; i < GROUPS * 16; i++) v[i] = i < N ? acc[i / AD__WGRAD_TAPS][i % AD__WGRAD_TAPS] : _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (i = 0; i < GROUPS; i++) _mm512_storeu_ps(sum + 16 * i, ad__sum16(v + 16 * i));
+    for (o = 0; o < outputs; o++)
+        for (t = 0; t < taps; t++) {
+            int k = o * AD__WGRAD_TAPS + t, lane = 16 * (k / 16) + 4 * (k % 4) + k % 16 / 4;
+            dst[(size_t)o * ld + t] = add ? dst[(size_t)o * ld + t] + sum[lane] : sum[lane];
+        }
+}
+
+/* The weight gradient of a convolution with stride and dilation 1 in one group, straight from
+   the images, without im2row: for images [n0, n1) of the batch x [n, c, h, w] and the output
+   gradient g [n, o, oh, ow], sums[o, k] (rows ld apart, k = (c, ki, kj)) = the sum over the
+   images and output positions of g[o, oy, ox] x[c, oy + ki - ph, ox + kj - pw].
+   AD__WGRAD_OUTPUTS output channels by AD__WGRAD_TAPS neighbouring taps are summed in registers,
+   over the output positions of a chunk of images (ad__wgrad_chunk), from the buffers of
+   ad__straight_inputs and ad__wgrad_grads in scratch (ad__straight_scratch_floats(G) values,
+   64-byte aligned), then reduced. The chunks are fixed by the geometry and n0, so the sums do not depend
+   on the thread count. */
+AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_weight_grad_avx512(const ad__win2d *G,
+                                                                               const float *AD__RESTRICT x,
+                                                                               const float *AD__RESTRICT g,
+                                                                               int n0, int n1,
+                                                                               float *AD__RESTRICT scratch,
+                                                                               float *AD__RESTRICT sums,
+                                                                               size_t ld)
+{
+    enum { OB = AD__WGRAD_OUTPUTS, TB = AD__WGRAD_TAPS };
+    const int kh = G->kh, kw = G->kw, C = G->c, O = G->o, chunk = ad__wgrad_chunk(G);
+    const int vectors = ad__straight_vectors(G);
+    const size_t image_x = ad__straight_input_floats(G), image_g = ad__wgrad_grad_floats(G);
+    const size_t plane = ad__straight_plane(G), L = (size_t)G->oh * G->ow;
+    const __mmask16 tail = (__mmask16)(L % 16 ? (1u << L % 16) - 1 : 0xFFFF);
+    float *xs = scratch, *gs = scratch + (size_t)chunk * image_x;
+    int c0, c1, o0, c, ki, kj0, n, t, o, v;
+    for (c0 = n0; c0 < n1; c0 = c1) {
+        c1 = n1 - c0 < chunk ? n1 : c0 + chunk;
+        ad__straight_inputs(G, x, c0, c1, xs);
+        for (o0 = 0; o0 < O; o0 += OB) {
+            ad__wgrad_grads(G, g, c0, c1, o0, gs);
+            for (c = 0; c < C; c++)
+                for (ki = 0; ki < kh; ki++)
+                    for (kj0 = 0; kj0 < kw; kj0 += TB) {
+                        /* past the last tap: a repeat, not stored */
+                        const size_t last = (size_t)((kj0 + TB <= kw ? TB : kw - kj0) - 1) * plane;
+                        __m512 acc[OB][TB];
+#pragma GCC unroll 8
+                        for (o = 0; o < OB; o++)
+#pragma GCC unroll 4
+                            for (t = 0; t < TB; t++) acc[o][t] = _mm512_setzero_ps();
+                        for (n = c0; n < c1; n++) {
+                            const float *gp = gs + (size_t)(n - c0) * image_g;
+                            const float *xp = xs + (size_t)(n - c0) * image_x + ((size_t)c * kw + kj0) * plane +
+                                              (size_t)ki * G->ow;
+                            for (v = 0; v < vectors; v++, xp += 16, gp += OB * 16) {
+                                __mmask16 lanes = v + 1 < vectors ? 0xFFFF : tail;
+                                __m512 xv[TB];
+#pragma GCC unroll 4
+                                for (t = 0; t < TB; t++)
+                                    xv[t] = _mm512_maskz_loadu_ps(lanes, xp + (t * plane < last ? t * plane : last));
+#pragma GCC unroll 8
+                                for (o = 0; o < OB; o++) {
+                                    __m512 gv = _mm512_load_ps(gp + o * 16);
+#pragma GCC unroll 4
+                                    for (t = 0; t < TB; t++) acc[o][t] = _mm512_fmadd_ps(gv, xv[t], acc[o][t]);
+                                }
+                            }
+                        }
+                        ad__wgrad_store(acc, sums + (size_t)o0 * ld + ((size_t)c * kh + ki) * kw + kj0, ld,
+                                        O - o0 < OB ? O - o0 : OB, kw - kj0 < TB ? kw - kj0 : TB, c0 > n0);
+                    }
+        }
+    }
+}
+
+/* The weights w [o, c, kh, kw] packed for ad__conv_forward_avx512: for each block of
+   AD__CONV_OUTPUTS output channels, tap by tap, the channels side by side (0 past the last):
+   [block][tap][channel]. */
+AD__PRIVATE void ad__conv_pack_weights(const ad__win2d *G, const float *AD__RESTRICT w, float *AD__RESTRICT packed)
+{
+    const int K = G->c * G->kh * G->kw;
+    int o0, k, o;
+    for (o0 = 0; o0 < G->o; o0 += AD__CONV_OUTPUTS)
+        for (k = 0; k < K; k++)
+            for (o = 0; o < AD__CONV_OUTPUTS; o++)
+                *packed++ = o0 + o < G->o ? w[(size_t)(o0 + o) * K + k] : 0;
+}
+
+/* The convolution of image n with stride and dilation 1 in one group, straight from the image,
+   without im2col: y[n, o] (+)= bias[o] + the sum over taps k = (c, ki, kj) of w[o, k] times the
+   input under the tap (ad__straight_inputs, built in scratch), with the weights packed by
+   ad__conv_pack_weights. AD__CONV_OUTPUTS output channels by AD__CONV_VECTORS vectors of
+   positions are summed in registers from 0, tap after tap in im2col's order, then added to the
+   bias (and to y), as the GEMM over im2col's matrix does. */
+AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_forward_avx512(const ad__win2d *G,
+                                                                           const float *AD__RESTRICT x,
+                                                                           const float *AD__RESTRICT packed,
+                                                                           const float *AD__RESTRICT bias,
+                                                                           float *AD__RESTRICT y, int n,
+                                                                           float *AD__RESTRICT scratch, int add)
+{
+    enum { OB = AD__CONV_OUTPUTS, VB = AD__CONV_VECTORS };
+    const int kh = G->kh, kw = G->kw, C = G->c, O = G->o, ow = G->ow, vectors = ad__straight_vectors(G);
+    const size_t plane = ad__straight_plane(G), L = (size_t)G->oh * ow, K = (size_t)C * kh * kw;
+    int o0, v0, c, ki, kj, o, j;
+    ad__straight_inputs(G, x, n, n + 1, scratch);
+    for (o0 = 0; o0 < O; o0 += OB, packed += K * OB)
+        for (v0 = 0; v0 < vectors; v0 += VB) {
+            /* past the last vector: a repeat, not stored */
+            const int last = (v0 + VB <= vectors ? VB : vectors - v0) - 1;
+            const float *wk = packed;
+            __m512 acc[OB][VB];
+#pragma GCC unroll 8
+            for (o = 0; o < OB; o++)
+#pragma GCC unroll 4
+                for (j = 0; j < VB; j++) acc[o][j] = _mm512_setzero_ps();
+            for (c = 0; c < C; c++)
+                for (ki = 0; ki < kh; ki++)
+                    for (kj = 0; kj < kw; kj++, wk += OB) {
+                        const float *xp = scratch + ((size_t)c * kw + kj) * plane + (size_t)ki * ow + 16 * v0;
+                        __m512 xv[VB];
+#pragma GCC unroll 4
+                        for (j = 0; j < VB; j++) xv[j] = _mm512_loadu_ps(xp + 16 * (j < last ? j : last));
+#pragma GCC unroll 8
+                        for (o = 0; o < OB; o++) {
+                            __m512 wv = _mm512_set1_ps(wk[o]);
+#pragma GCC unroll 4
+                            for (j = 0; j < VB; j++) acc[o][j] = _mm512_fmadd_ps(wv, xv[j], acc[o][j]);
+                        }
+                    }
+#pragma GCC unroll 8
+            for (o = 0; o < OB; o++)
+#pragma GCC unroll 4
+                for (j = 0; j < VB; j++) {
+                    size_t p = 16 * (size_t)(v0 + j);
+                    float *dst = y + ((size_t)n * O + o0 + o) * L + p;
+                    __mmask16 lanes = (__mmask16)(L - p >= 16 ? 0xFFFF : (1u << (L - p)) - 1);
+                    __m512 base;
+                    if (o0 + o >= O || j > last) continue;
+                    if (bias) { /* the GEMM's order: the bias (added to y) first, then the sum */
+                        base = _mm512_set1_ps(bias[o0 + o]);
+                        if (add) base = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, dst), base);
+                        _mm512_mask_storeu_ps(dst, lanes, _mm512_add_ps(base, acc[o][j]));
+                    } else {
+                        if (add) base = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, dst), acc[o][j]);
+                        _mm512_mask_storeu_ps(dst, lanes, add ? base : acc[o][j]);
+                    }
+                }
+        }
+}
+#endif
+
+/* Are the forward map and the weight gradient taken straight from the images
+   (ad__conv_forward_avx512, ad__conv_weight_grad_avx512): a float build on a processor with
+   AVX-512, products in float32, stride and dilation 1, one group, and not a 1x1 kernel without
+   padding (which reads the images in place anyway). */
+AD__INLINE int ad__conv_straight(const ad__win2d *G, int bf16)
+{
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+    return !bf16 && G->groups == 1 && G->sh == 1 && G->sw == 1 && G->dh == 1 && G->dw == 1 &&
+           (G->kh > 1 || G->kw > 1 || G->ph > 0 || G->pw > 0) && ad__isa() == AD__ISA_AVX512;
+#else
+    (void)G;
+    (void)bf16;
+    return 0;
+#endif
+}
+
 /* One window row of im2row with bounds checks: kw values from row (NULL: a padding row) at
    x0, x0 + dw, ..., 0 where outside the input's w columns. */
 AD__PRIVATE void ad__window_row(ad_real *AD__RESTRICT d, const ad_real *AD__RESTRICT row, int x0, int kw, int dw,
@@ -9186,17 +9515,20 @@ AD__PRIVATE size_t ad__conv_row_ld(const ad__win2d *G)
 }
 
 /* The images of a batch are spread over the tape's threads when each image's products are too
-   small to be split themselves but the batch is large enough to be worth it. The weight
+   small to be split themselves (or a map is taken straight from the images, which splits
+   nothing) but the batch is large enough to be worth it. The weight
    gradient sums over the images; so that the sum comes out the same for any thread count, the
    images are cut into parts fixed by the geometry alone (at most AD__CONV_SUM_PARTS), each part
    is summed in turn into its own partial sum, and the partial sums are added in order at the
    end. */
 #define AD__CONV_SUM_PARTS 8
 
-AD__PRIVATE int ad__conv_by_images(const ad__win2d *G)
+AD__PRIVATE int ad__conv_by_images(const ad__win2d *G, int straight)
 {
     double image_macs = (double)G->o * (G->c / G->groups) * G->kh * G->kw * G->oh * G->ow;
-    return !ad__conv_direct(G) && G->n >= 2 && image_macs < AD__SPLIT_MACS && image_macs * G->n >= AD__SPLIT_MACS;
+    /* a map straight from the images is never split within an image */
+    return !ad__conv_direct(G) && G->n >= 2 && (straight || image_macs < AD__SPLIT_MACS) &&
+           image_macs * G->n >= AD__SPLIT_MACS;
 }
 
 /* The output rows of a band: a weight gradient's im2row matrix, ld values an output, is built
@@ -9215,9 +9547,10 @@ AD__PRIVATE int ad__conv_band_rows(const ad__win2d *G, size_t ld)
    (col, col_stride values apart) and packing buffers (pack, NULL when the images are not spread
    over threads); for a weight gradient, the partial sums [o, ld] of each part (sums). */
 typedef struct ad__conv_scratch_t {
-    ad_real *col, *pack, *sums;
+    ad_real *col, *pack, *sums, *weights;
     size_t col_stride;
     int threads, parts;
+    int straight; /* forward and weight gradient straight from the images (ad__conv_straight) */
 } ad__conv_scratch_t;
 
 /* Fills s for map geometry G (with the weight gradient's sums when weight_grad is set).
@@ -9227,7 +9560,8 @@ AD__PRIVATE int ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op,
                                  ad__conv_scratch_t *s)
 {
     size_t K = (size_t)(G->c / G->groups) * G->kh * G->kw, L = (size_t)G->oh * G->ow, ld, band, col, sums;
-    int by_images = ad__conv_by_images(G);
+    size_t weights = 0;
+    int straight = ad__conv_straight(G, T->bf16), by_images = ad__conv_by_images(G, straight);
     memset(s, 0, sizeof *s);
     s->threads = s->parts = 1;
     if (ad__conv_direct(G)) return 0;
@@ -9238,12 +9572,19 @@ AD__PRIVATE int ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op,
     }
     /* whole 64-byte lines per thread, so every thread's scratch stays aligned */
     band = (size_t)ad__conv_band_rows(G, ld) * G->ow;
-    col = ((K * L > band * ld ? K * L : band * ld) + 15) / 16 * 16;
+    col = K * L > band * ld ? K * L : band * ld;
+    if (straight) { /* the scratch of the weight gradient (which needs more than the forward map's) */
+        if (col < ad__straight_scratch_floats(G)) col = ad__straight_scratch_floats(G);
+        weights = (size_t)(G->o + AD__CONV_OUTPUTS - 1) / AD__CONV_OUTPUTS * AD__CONV_OUTPUTS * K;
+    }
+    col = (col + 15) / 16 * 16;
     sums = weight_grad ? (size_t)s->parts * G->o * ld : 0;
     s->col_stride = col;
-    s->col = (ad_real *)ad__alloc(T, (col * (size_t)s->threads + sums) * sizeof(ad_real), op);
+    s->col = (ad_real *)ad__alloc(T, (col * (size_t)s->threads + sums + weights) * sizeof(ad_real), op);
     if (!s->col) return -1;
     s->sums = weight_grad ? s->col + col * (size_t)s->threads : NULL;
+    s->weights = straight ? s->col + col * (size_t)s->threads + sums : NULL;
+    s->straight = straight;
     if (by_images && (s->pack = ad__gemm_buffers(T, s->threads, 0)) == NULL) {
         ad__fail(T, "%s: out of memory for the packing buffer", op);
         return -1;
@@ -9288,7 +9629,11 @@ AD__PRIVATE int ad__conv_image(const ad__conv_job *j, int n, ad_real *col, ad_re
         size_t yoff = ((size_t)n * G->o + (size_t)g * og) * (size_t)L;
         size_t woff = (size_t)g * og * (size_t)K;
         const ad_real *src;
-        if (j->kind == AD__CONV_FORWARD) {
+        if (j->kind == AD__CONV_FORWARD && j->s->weights) {
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+            ad__conv_forward_avx512(G, j->a, j->s->weights, j->bias, j->out, n, col, j->add);
+#endif
+        } else if (j->kind == AD__CONV_FORWARD) {
             /* y[og, L] (+)= w[og, K] col[K, L] (+ bias) */
             ad_real *yg = j->out + yoff;
             src = j->a + xoff;
@@ -9338,6 +9683,12 @@ AD__PRIVATE void ad__conv_task(void *ctx, int task, int thread)
     if (j->kind == AD__CONV_WEIGHT_GRAD && col) {
         int lo = (int)((long long)task * j->G->n / s->parts), hi = (int)((long long)(task + 1) * j->G->n / s->parts);
         ad_real *sums = s->sums + (size_t)task * j->G->o * ad__conv_row_ld(j->G);
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+        if (s->straight) {
+            ad__conv_weight_grad_avx512(j->G, j->a, j->b, lo, hi, col, sums, ad__conv_row_ld(j->G));
+            return;
+        }
+#endif
         for (n = lo; n < hi && rc == 0; n++) rc = ad__conv_image(j, n, col, pack, sums, n == lo);
     } else {
         rc = ad__conv_image(j, task, col, pack, NULL, task == 0);
@@ -9358,6 +9709,9 @@ AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const 
     job.a = a; job.b = b; job.bias = bias; job.out = out;
     job.s = s;
     job.failed = 0;
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+    if (kind == AD__CONV_FORWARD && s->weights) ad__conv_pack_weights(G, b, s->weights);
+#endif
     if (kind == AD__CONV_INPUT_GRAD && s->col && !add)
         memset(out, 0, (size_t)G->n * G->c * G->h * G->w * sizeof(ad_real));
     if (kind == AD__CONV_WEIGHT_GRAD && s->col)

@@ -1741,6 +1741,160 @@ static void test_float_col2im_avx512(void)
 #endif
 }
 
+/* The forward map and the weight gradient of convolutions taken straight from the images
+   (ad__conv_forward_avx512, ad__conv_weight_grad_avx512), with the input gradient beside them
+   (im2col's GEMM and col2im), against sums in double precision, within float's rounding of the
+   sum of the terms' magnitudes, on odd geometries: padding as wide as the kernel, kernels larger
+   than the image, rows of 3 to 40 outputs, output planes that are not whole vectors, channels
+   and taps past a whole block, more images than parts. The forward map and the input gradient
+   also add into their outputs; nothing is written past the outputs; 1, 2 and 3 threads give the
+   same bits. */
+static void test_float_conv_straight(void)
+{
+#if AD__X86_DISPATCH
+    /* n, c, h, w, o, kh, kw, padding across and down */
+    static const int geos[][9] = {{3, 1, 28, 28, 8, 5, 5, 0, 0}, {5, 8, 12, 12, 16, 5, 5, 0, 0},
+                                  {4, 3, 17, 13, 11, 3, 3, 1, 1}, {2, 4, 9, 9, 5, 2, 4, 0, 0},
+                                  {3, 2, 6, 40, 9, 3, 5, 2, 2},  {9, 5, 7, 7, 17, 3, 3, 1, 1},
+                                  {2, 1, 5, 5, 3, 7, 7, 3, 3},   {2, 2, 33, 3, 4, 1, 3, 0, 1},
+                                  {2, 3, 4, 4, 2, 1, 1, 1, 1},   {1, 6, 16, 16, 8, 3, 3, 1, 1},
+                                  {2, 3, 6, 6, 4, 3, 3, 3, 1}};
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    int k;
+    if (ad__isa() != AD__ISA_AVX512) {
+        ad_tape_free(T);
+        return;
+    }
+    ad_rng_seed(&rng, 43);
+    for (k = 0; k < (int)(sizeof geos / sizeof geos[0]); k++) {
+        ad__win2d G;
+        ad__conv_scratch_t s;
+        size_t nx, ny, nw, i;
+        float *x, *w, *b, *g, *y, *y0, *dw, *dw1, *dx, *dx0, *dx1;
+        double worst_y = 0, worst_w = 0, worst_x = 0;
+        int n, o, c, oy, ox, ki, kj, threads, bits_same = 1;
+        memset(&G, 0, sizeof G);
+        G.n = geos[k][0]; G.c = geos[k][1]; G.h = geos[k][2]; G.w = geos[k][3]; G.o = geos[k][4];
+        G.kh = geos[k][5]; G.kw = geos[k][6]; G.pw = geos[k][7]; G.ph = geos[k][8];
+        G.sh = G.sw = G.dh = G.dw = G.groups = 1;
+        G.oh = G.h + 2 * G.ph - G.kh + 1;
+        G.ow = G.w + 2 * G.pw - G.kw + 1;
+        nx = (size_t)G.n * G.c * G.h * G.w;
+        ny = (size_t)G.n * G.o * G.oh * G.ow;
+        nw = (size_t)G.o * G.c * G.kh * G.kw;
+        x = (float *)malloc(nx * sizeof(float));
+        w = (float *)malloc(nw * sizeof(float));
+        b = (float *)malloc((size_t)G.o * sizeof(float));
+        g = (float *)malloc(ny * sizeof(float));
+        y = (float *)malloc((ny + 1) * sizeof(float));
+        y0 = (float *)malloc(ny * sizeof(float));
+        dw = (float *)malloc((nw + 1) * sizeof(float));
+        dw1 = (float *)malloc((nw + 1) * sizeof(float));
+        dx = (float *)malloc((nx + 1) * sizeof(float));
+        dx0 = (float *)malloc(nx * sizeof(float));
+        dx1 = (float *)malloc(nx * sizeof(float));
+        for (i = 0; i < nx; i++) x[i] = (float)ad_rng_normal(&rng);
+        for (i = 0; i < nx; i++) dx[i] = dx0[i] = (float)ad_rng_normal(&rng);
+        for (i = 0; i < nw; i++) w[i] = (float)ad_rng_normal(&rng);
+        for (i = 0; i < (size_t)G.o; i++) b[i] = (float)ad_rng_normal(&rng);
+        for (i = 0; i < ny; i++) g[i] = (float)ad_rng_normal(&rng);
+        for (i = 0; i < ny; i++) y[i] = y0[i] = (float)ad_rng_normal(&rng);
+        y[ny] = dw[nw] = dw1[nw] = dx[nx] = -7.0f;
+        ad_set_threads(T, 1);
+        TH_CHECK(ad__conv_scratch(T, &G, "test", 1, &s) == 0 && s.straight,
+                 "geometry %d is not taken straight from the images", k);
+        ad__conv_kernel(T, AD__CONV_FORWARD, &G, x, w, b, y, 1, &s);
+        ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, &G, x, g, NULL, dw, 0, &s);
+        ad__conv_kernel(T, AD__CONV_INPUT_GRAD, &G, g, w, NULL, dx, 1, &s);
+        for (n = 0; n < G.n; n++)
+            for (c = 0; c < G.c; c++)
+                for (oy = 0; oy < G.h; oy++) /* (oy, ox): the input's position */
+                    for (ox = 0; ox < G.w; ox++) {
+                        size_t at = (((size_t)n * G.c + c) * G.h + oy) * G.w + ox;
+                        double sum = dx0[at], size = fabs(sum);
+                        for (o = 0; o < G.o; o++)
+                            for (ki = 0; ki < G.kh; ki++)
+                                for (kj = 0; kj < G.kw; kj++) {
+                                    int py = oy + G.ph - ki, px = ox + G.pw - kj;
+                                    double term;
+                                    if (py < 0 || py >= G.oh || px < 0 || px >= G.ow) continue;
+                                    term = (double)w[((size_t)o * G.c + c) * G.kh * G.kw + (size_t)ki * G.kw + kj] *
+                                           g[(((size_t)n * G.o + o) * G.oh + py) * G.ow + px];
+                                    sum += term;
+                                    size += fabs(term);
+                                }
+                        if (fabs(dx[at] - sum) / (size + 1e-30) > worst_x) worst_x = fabs(dx[at] - sum) / (size + 1e-30);
+                    }
+        for (n = 0; n < G.n; n++)
+            for (o = 0; o < G.o; o++)
+                for (oy = 0; oy < G.oh; oy++)
+                    for (ox = 0; ox < G.ow; ox++) {
+                        size_t at = (((size_t)n * G.o + o) * G.oh + oy) * G.ow + ox;
+                        double sum = (double)y0[at] + b[o], size = fabs(sum);
+                        for (c = 0; c < G.c; c++)
+                            for (ki = 0; ki < G.kh; ki++)
+                                for (kj = 0; kj < G.kw; kj++) {
+                                    int iy = oy + ki - G.ph, ix = ox + kj - G.pw;
+                                    double term;
+                                    if (iy < 0 || iy >= G.h || ix < 0 || ix >= G.w) continue;
+                                    term = (double)w[((size_t)o * G.c + c) * G.kh * G.kw + (size_t)ki * G.kw + kj] *
+                                           x[(((size_t)n * G.c + c) * G.h + iy) * G.w + ix];
+                                    sum += term;
+                                    size += fabs(term);
+                                }
+                        if (fabs(y[at] - sum) / (size + 1e-30) > worst_y) worst_y = fabs(y[at] - sum) / (size + 1e-30);
+                    }
+        for (o = 0; o < G.o; o++)
+            for (c = 0; c < G.c; c++)
+                for (ki = 0; ki < G.kh; ki++)
+                    for (kj = 0; kj < G.kw; kj++) {
+                        size_t at = ((size_t)o * G.c + c) * G.kh * G.kw + (size_t)ki * G.kw + kj;
+                        double sum = 0, size = 0;
+                        for (n = 0; n < G.n; n++)
+                            for (oy = 0; oy < G.oh; oy++)
+                                for (ox = 0; ox < G.ow; ox++) {
+                                    int iy = oy + ki - G.ph, ix = ox + kj - G.pw;
+                                    double term;
+                                    if (iy < 0 || iy >= G.h || ix < 0 || ix >= G.w) continue;
+                                    term = (double)g[(((size_t)n * G.o + o) * G.oh + oy) * G.ow + ox] *
+                                           x[(((size_t)n * G.c + c) * G.h + iy) * G.w + ix];
+                                    sum += term;
+                                    size += fabs(term);
+                                }
+                        if (fabs(dw[at] - sum) / (size + 1e-30) > worst_w) worst_w = fabs(dw[at] - sum) / (size + 1e-30);
+                    }
+        /* float's rounding over sums of up to a few thousand terms, relative to their magnitudes */
+        TH_CHECK(worst_y < 1e-5 && y[ny] == -7.0f,
+                 "straight convolution, geometry %d: forward off by %.3g of the terms' size, or wrote past y", k, worst_y);
+        TH_CHECK(worst_w < 1e-5 && dw[nw] == -7.0f,
+                 "straight convolution, geometry %d: weight gradient off by %.3g of the terms' size, or wrote past it",
+                 k, worst_w);
+        TH_CHECK(worst_x < 1e-5 && dx[nx] == -7.0f,
+                 "straight convolution, geometry %d: input gradient off by %.3g of the terms' size, or wrote past it",
+                 k, worst_x);
+        for (threads = 2; threads <= 3; threads++) {
+            ad__conv_scratch_t s2;
+            ad_set_threads(T, threads);
+            memcpy(y0, y, ny * sizeof(float));
+            if (ad__conv_scratch(T, &G, "test", 1, &s2) != 0) break;
+            ad__conv_kernel(T, AD__CONV_FORWARD, &G, x, w, b, y0, 0, &s2);
+            ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, &G, x, g, NULL, dw1, 0, &s2);
+            ad__conv_kernel(T, AD__CONV_INPUT_GRAD, &G, g, w, NULL, dx1, 0, &s2);
+            ad_set_threads(T, 1);
+            ad__conv_kernel(T, AD__CONV_FORWARD, &G, x, w, b, y, 0, &s);
+            ad__conv_kernel(T, AD__CONV_INPUT_GRAD, &G, g, w, NULL, dx0, 0, &s);
+            bits_same &= memcmp(y0, y, ny * sizeof(float)) == 0 && memcmp(dw1, dw, nw * sizeof(float)) == 0 &&
+                         memcmp(dx1, dx0, nx * sizeof(float)) == 0;
+        }
+        TH_CHECK(bits_same, "straight convolution, geometry %d: the bits depend on the thread count", k);
+        free(x); free(w); free(b); free(g); free(y); free(y0); free(dw); free(dw1); free(dx); free(dx0); free(dx1);
+        ad_tape_reset(T);
+    }
+    ad_tape_free(T);
+#endif
+}
+
 /* (j2) the gradients of sin and cos in single precision, cos(x) and -sin(x), within the same
    bound of the exact values, on 1001 values (a last part vector) and on a one-element tensor */
 static void test_float_sincos_grad(void)
@@ -2519,6 +2673,7 @@ int main(void)
     test_float_max_pool_adjoint_avx512();
     test_float_max_pool_third_order();
     test_float_col2im_avx512();
+    test_float_conv_straight();
     test_float_sincos_grad();
     test_uniform_gradient();
     test_take_over();
