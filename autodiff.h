@@ -264,9 +264,9 @@
                       is the sweep's own). AVX-512: 2x2 max pooling and its gradient sixteen
                       windows at a time, and a convolution's col2im from four channels on
                       short rows. The same bits as before; MNIST CNN step 1.12x.
-   0.8.7  2026-11-27  speed, AVX-512: convolutions with stride and dilation 1 take the
-                      forward map and the weight gradient straight from the images, without
-                      im2col's or im2row's matrix (the weight gradient's last bits change);
+   0.8.7  2026-11-27  speed, AVX-512: convolutions with stride and dilation 1 of small images
+                      take the forward map and the weight gradient straight from the images,
+                      without im2col's or im2row's matrix (their last bits can change);
                       MNIST CNN step 1.16x.
 */
 #ifndef AUTODIFF_H
@@ -9157,7 +9157,8 @@ AD__INLINE size_t ad__wgrad_grad_floats(const ad__win2d *G)
 AD__INLINE int ad__wgrad_chunk(const ad__win2d *G)
 {
     size_t per_image = (ad__wgrad_grad_floats(G) + ad__straight_input_floats(G) / G->c) * sizeof(ad_real);
-    return per_image >= AD__WGRAD_CHUNK_BYTES ? 1 : (int)(AD__WGRAD_CHUNK_BYTES / per_image);
+    size_t chunk = per_image >= AD__WGRAD_CHUNK_BYTES ? 1 : AD__WGRAD_CHUNK_BYTES / per_image;
+    return chunk < (size_t)G->n ? (int)chunk : G->n;
 }
 
 /* Scratch of one chunk: its inputs, then its gradient vectors. */
@@ -9222,11 +9223,11 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__wgrad_grads(const ad__wi
     int n, o, v;
     for (n = n0; n < n1; n++, gs += (size_t)vectors * OB * 16)
         for (o = 0; o < OB; o++) {
-            const float *src = g + ((size_t)n * G->o + o0 + o) * L;
+            const float *src = o0 + o < G->o ? g + ((size_t)n * G->o + o0 + o) * L : NULL;
             for (v = 0; v < vectors; v++)
                 _mm512_store_ps(gs + ((size_t)v * OB + o) * 16,
-                                o0 + o < G->o ? _mm512_maskz_loadu_ps(v + 1 < vectors ? 0xFFFF : tail, src + 16 * v)
-                                              : _mm512_setzero_ps());
+                                src ? _mm512_maskz_loadu_ps(v + 1 < vectors ? 0xFFFF : tail, src + 16 * v)
+                                    : _mm512_setzero_ps());
         }
 }
 
@@ -9355,7 +9356,7 @@ AD__PRIVATE void ad__conv_pack_weights(const ad__win2d *G, const float *AD__REST
    input under the tap (ad__straight_inputs, built in scratch), with the weights packed by
    ad__conv_pack_weights. AD__CONV_OUTPUTS output channels by AD__CONV_VECTORS vectors of
    positions are summed in registers from 0, tap after tap in im2col's order, then added to the
-   bias (and to y), as the GEMM over im2col's matrix does. */
+   bias (and to y): the GEMM's order over im2col's matrix where it sums all taps in one panel. */
 AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_forward_avx512(const ad__win2d *G,
                                                                            const float *AD__RESTRICT x,
                                                                            const float *AD__RESTRICT packed,
@@ -9397,10 +9398,12 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_forward_avx512(cons
 #pragma GCC unroll 4
                 for (j = 0; j < VB; j++) {
                     size_t p = 16 * (size_t)(v0 + j);
-                    float *dst = y + ((size_t)n * O + o0 + o) * L + p;
-                    __mmask16 lanes = (__mmask16)(L - p >= 16 ? 0xFFFF : (1u << (L - p)) - 1);
+                    float *dst;
+                    __mmask16 lanes;
                     __m512 base;
                     if (o0 + o >= O || j > last) continue;
+                    dst = y + ((size_t)n * O + o0 + o) * L + p;
+                    lanes = (__mmask16)(L - p >= 16 ? 0xFFFF : (1u << (L - p)) - 1);
                     if (bias) { /* the GEMM's order: the bias (added to y) first, then the sum */
                         base = _mm512_set1_ps(bias[o0 + o]);
                         if (add) base = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, dst), base);
@@ -9414,15 +9417,24 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_forward_avx512(cons
 }
 #endif
 
+/* Multiply-adds of one image's map. */
+AD__INLINE double ad__conv_image_macs(const ad__win2d *G)
+{
+    return (double)G->o * (G->c / G->groups) * G->kh * G->kw * G->oh * G->ow;
+}
+
 /* Are the forward map and the weight gradient taken straight from the images
    (ad__conv_forward_avx512, ad__conv_weight_grad_avx512): a float build on a processor with
-   AVX-512, products in float32, stride and dilation 1, one group, and not a 1x1 kernel without
-   padding (which reads the images in place anyway). */
+   AVX-512, products in float32, stride and dilation 1, one group, not a 1x1 kernel without
+   padding (which reads the images in place anyway), and images whose products would not be
+   split over threads (the straight maps split only by images, see ad__conv_by_images). The
+   choice depends on the geometry alone, so results do not depend on the thread count. */
 AD__INLINE int ad__conv_straight(const ad__win2d *G, int bf16)
 {
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
     return !bf16 && G->groups == 1 && G->sh == 1 && G->sw == 1 && G->dh == 1 && G->dw == 1 &&
-           (G->kh > 1 || G->kw > 1 || G->ph > 0 || G->pw > 0) && ad__isa() == AD__ISA_AVX512;
+           (G->kh > 1 || G->kw > 1 || G->ph > 0 || G->pw > 0) && ad__conv_image_macs(G) < AD__SPLIT_MACS &&
+           ad__isa() == AD__ISA_AVX512;
 #else
     (void)G;
     (void)bf16;
@@ -9519,20 +9531,17 @@ AD__PRIVATE size_t ad__conv_row_ld(const ad__win2d *G)
 }
 
 /* The images of a batch are spread over the tape's threads when each image's products are too
-   small to be split themselves (or a map is taken straight from the images, which splits
-   nothing) but the batch is large enough to be worth it. The weight
+   small to be split themselves but the batch is large enough to be worth it. The weight
    gradient sums over the images; so that the sum comes out the same for any thread count, the
    images are cut into parts fixed by the geometry alone (at most AD__CONV_SUM_PARTS), each part
    is summed in turn into its own partial sum, and the partial sums are added in order at the
    end. */
 #define AD__CONV_SUM_PARTS 8
 
-AD__PRIVATE int ad__conv_by_images(const ad__win2d *G, int straight)
+AD__PRIVATE int ad__conv_by_images(const ad__win2d *G)
 {
-    double image_macs = (double)G->o * (G->c / G->groups) * G->kh * G->kw * G->oh * G->ow;
-    /* a map straight from the images is never split within an image */
-    return !ad__conv_direct(G) && G->n >= 2 && (straight || image_macs < AD__SPLIT_MACS) &&
-           image_macs * G->n >= AD__SPLIT_MACS;
+    return !ad__conv_direct(G) && G->n >= 2 && ad__conv_image_macs(G) < AD__SPLIT_MACS &&
+           ad__conv_image_macs(G) * G->n >= AD__SPLIT_MACS;
 }
 
 /* The output rows of a band: a weight gradient's im2row matrix, ld values an output, is built
@@ -9559,15 +9568,15 @@ typedef struct ad__conv_scratch_t {
     int straight; /* forward and weight gradient straight from the images (ad__conv_straight) */
 } ad__conv_scratch_t;
 
-/* Fills s for map geometry G (with the weight gradient's sums when weight_grad is set).
-   Returns 0, or -1 with the tape's error set when memory runs out. A map that reads its input
-   directly (ad__conv_direct) needs no scratch: s->col is NULL. */
-AD__PRIVATE int ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op, int weight_grad,
-                                 ad__conv_scratch_t *s)
+/* Fills s for map kind of geometry G (a weight gradient's scratch also serves the input
+   gradient, as in the fused backward). Returns 0, or -1 with the tape's error set when memory
+   runs out. A map that reads its input directly (ad__conv_direct) needs no scratch: s->col is
+   NULL. */
+AD__PRIVATE int ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op, int kind, ad__conv_scratch_t *s)
 {
     size_t K = (size_t)(G->c / G->groups) * G->kh * G->kw, L = (size_t)G->oh * G->ow, ld, band, col, sums;
     size_t weights = 0;
-    int straight = ad__conv_straight(G, T->bf16), by_images = ad__conv_by_images(G, straight);
+    int straight = ad__conv_straight(G, T->bf16), by_images = ad__conv_by_images(G);
     memset(s, 0, sizeof *s);
     s->threads = s->parts = 1;
     if (ad__conv_direct(G)) return 0;
@@ -9579,17 +9588,19 @@ AD__PRIVATE int ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op,
     /* whole 64-byte lines per thread, so every thread's scratch stays aligned */
     band = (size_t)ad__conv_band_rows(G, ld) * G->ow;
     col = K * L > band * ld ? K * L : band * ld;
-    if (straight) { /* the scratch of the weight gradient (which needs more than the forward map's) */
-        if (col < ad__straight_scratch_floats(G)) col = ad__straight_scratch_floats(G);
+    if (straight && kind == AD__CONV_WEIGHT_GRAD && col < ad__straight_scratch_floats(G))
+        col = ad__straight_scratch_floats(G);
+    if (straight && kind == AD__CONV_FORWARD) {
+        if (col < ad__straight_input_floats(G)) col = ad__straight_input_floats(G);
         weights = (size_t)(G->o + AD__CONV_OUTPUTS - 1) / AD__CONV_OUTPUTS * AD__CONV_OUTPUTS * K;
     }
     col = (col + 15) / 16 * 16;
-    sums = weight_grad ? (size_t)s->parts * G->o * ld : 0;
+    sums = kind == AD__CONV_WEIGHT_GRAD ? (size_t)s->parts * G->o * ld : 0;
     s->col_stride = col;
     s->col = (ad_real *)ad__alloc(T, (col * (size_t)s->threads + sums + weights) * sizeof(ad_real), op);
     if (!s->col) return -1;
-    s->sums = weight_grad ? s->col + col * (size_t)s->threads : NULL;
-    s->weights = straight ? s->col + col * (size_t)s->threads + sums : NULL;
+    s->sums = sums ? s->col + col * (size_t)s->threads : NULL;
+    s->weights = weights ? s->col + col * (size_t)s->threads + sums : NULL;
     s->straight = straight;
     if (by_images && (s->pack = ad__gemm_buffers(T, s->threads, 0)) == NULL) {
         ad__fail(T, "%s: out of memory for the packing buffer", op);
@@ -9755,7 +9766,8 @@ AD__PRIVATE void ad__conv_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *v
     int add, failed = 0, o, k;
     size_t L = (size_t)G->oh * G->ow;
     if (ad__wants(S, x) || ad__wants(S, w))
-        failed = ad__conv_scratch(T, G, "ad_conv2d", ad__wants(S, w), &scratch) != 0;
+        failed = ad__conv_scratch(T, G, "ad_conv2d", ad__wants(S, w) ? AD__CONV_WEIGHT_GRAD : AD__CONV_INPUT_GRAD,
+                                  &scratch) != 0;
     if (!failed && ad__wants(S, x) && (d = ad__grad_target(S, x, &add)) != NULL)
         failed = ad__conv_kernel(T, AD__CONV_INPUT_GRAD, G, v->data, w->data, NULL, d, add, &scratch) != 0;
     if (!failed && ad__wants(S, w) && (d = ad__grad_target(S, w, &add)) != NULL)
@@ -9823,7 +9835,7 @@ AD__PRIVATE ad_tensor *ad__conv_op(ad_tape *T, int kind, ad_tensor *a, ad_tensor
     }
     y = ad__tensor(T, op, 4, shape, 1);
     if (!y) return NULL;
-    if (ad__conv_scratch(T, G, op, kind == AD__CONV_WEIGHT_GRAD, &scratch) != 0) return NULL;
+    if (ad__conv_scratch(T, G, op, kind, &scratch) != 0) return NULL;
     if (ad__conv_kernel(T, kind, G, a->data, b->data, bias ? bias->data : NULL, y->data, 0, &scratch) != 0) {
         ad__fail(T, "%s: out of memory for the packing buffer", op);
         return NULL;

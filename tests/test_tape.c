@@ -1746,9 +1746,9 @@ static void test_float_col2im_avx512(void)
    (im2col's GEMM and col2im), against sums in double precision, within float's rounding of the
    sum of the terms' magnitudes, on odd geometries: padding as wide as the kernel, kernels larger
    than the image, rows of 3 to 40 outputs, output planes that are not whole vectors, channels
-   and taps past a whole block, more images than parts. The forward map and the input gradient
-   also add into their outputs; nothing is written past the outputs; 1, 2 and 3 threads give the
-   same bits. */
+   and taps past a whole block, more images than parts, parts of several chunks. The forward map
+   and the input gradient also add into their outputs; nothing is written past the outputs; 1, 2
+   and 3 threads give the same bits. */
 static void test_float_conv_straight(void)
 {
 #if AD__X86_DISPATCH
@@ -1758,7 +1758,7 @@ static void test_float_conv_straight(void)
                                   {3, 2, 6, 40, 9, 3, 5, 2, 2},  {9, 5, 7, 7, 17, 3, 3, 1, 1},
                                   {2, 1, 5, 5, 3, 7, 7, 3, 3},   {2, 2, 33, 3, 4, 1, 3, 0, 1},
                                   {2, 3, 4, 4, 2, 1, 1, 1, 1},   {1, 6, 16, 16, 8, 3, 3, 1, 1},
-                                  {2, 3, 6, 6, 4, 3, 3, 3, 1}};
+                                  {2, 3, 6, 6, 4, 3, 3, 3, 1},   {20, 3, 16, 16, 16, 3, 3, 1, 1}};
     ad_tape *T = ad_tape_new();
     ad_rng rng;
     int k;
@@ -1769,7 +1769,7 @@ static void test_float_conv_straight(void)
     ad_rng_seed(&rng, 43);
     for (k = 0; k < (int)(sizeof geos / sizeof geos[0]); k++) {
         ad__win2d G;
-        ad__conv_scratch_t s;
+        ad__conv_scratch_t s[3]; /* for each map */
         size_t nx, ny, nw, i;
         float *x, *w, *b, *g, *y, *y0, *dw, *dw1, *dx, *dx0, *dx1;
         double worst_y = 0, worst_w = 0, worst_x = 0;
@@ -1802,11 +1802,12 @@ static void test_float_conv_straight(void)
         for (i = 0; i < ny; i++) y[i] = y0[i] = (float)ad_rng_normal(&rng);
         y[ny] = dw[nw] = dw1[nw] = dx[nx] = -7.0f;
         ad_set_threads(T, 1);
-        TH_CHECK(ad__conv_scratch(T, &G, "test", 1, &s) == 0 && s.straight,
-                 "geometry %d is not taken straight from the images", k);
-        ad__conv_kernel(T, AD__CONV_FORWARD, &G, x, w, b, y, 1, &s);
-        ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, &G, x, g, NULL, dw, 0, &s);
-        ad__conv_kernel(T, AD__CONV_INPUT_GRAD, &G, g, w, NULL, dx, 1, &s);
+        for (i = 0; i < 3; i++)
+            TH_CHECK(ad__conv_scratch(T, &G, "test", (int)i, &s[i]) == 0 && s[i].straight,
+                     "geometry %d is not taken straight from the images", k);
+        ad__conv_kernel(T, AD__CONV_FORWARD, &G, x, w, b, y, 1, &s[AD__CONV_FORWARD]);
+        ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, &G, x, g, NULL, dw, 0, &s[AD__CONV_WEIGHT_GRAD]);
+        ad__conv_kernel(T, AD__CONV_INPUT_GRAD, &G, g, w, NULL, dx, 1, &s[AD__CONV_INPUT_GRAD]);
         for (n = 0; n < G.n; n++)
             for (c = 0; c < G.c; c++)
                 for (oy = 0; oy < G.h; oy++) /* (oy, ox): the input's position */
@@ -1874,16 +1875,18 @@ static void test_float_conv_straight(void)
                  "straight convolution, geometry %d: input gradient off by %.3g of the terms' size, or wrote past it",
                  k, worst_x);
         for (threads = 2; threads <= 3; threads++) {
-            ad__conv_scratch_t s2;
+            ad__conv_scratch_t s2[3];
             ad_set_threads(T, threads);
             memcpy(y0, y, ny * sizeof(float));
-            if (ad__conv_scratch(T, &G, "test", 1, &s2) != 0) break;
-            ad__conv_kernel(T, AD__CONV_FORWARD, &G, x, w, b, y0, 0, &s2);
-            ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, &G, x, g, NULL, dw1, 0, &s2);
-            ad__conv_kernel(T, AD__CONV_INPUT_GRAD, &G, g, w, NULL, dx1, 0, &s2);
+            for (i = 0; i < 3; i++)
+                if (ad__conv_scratch(T, &G, "test", (int)i, &s2[i]) != 0) break;
+            if (i < 3) break;
+            ad__conv_kernel(T, AD__CONV_FORWARD, &G, x, w, b, y0, 0, &s2[AD__CONV_FORWARD]);
+            ad__conv_kernel(T, AD__CONV_WEIGHT_GRAD, &G, x, g, NULL, dw1, 0, &s2[AD__CONV_WEIGHT_GRAD]);
+            ad__conv_kernel(T, AD__CONV_INPUT_GRAD, &G, g, w, NULL, dx1, 0, &s2[AD__CONV_INPUT_GRAD]);
             ad_set_threads(T, 1);
-            ad__conv_kernel(T, AD__CONV_FORWARD, &G, x, w, b, y, 0, &s);
-            ad__conv_kernel(T, AD__CONV_INPUT_GRAD, &G, g, w, NULL, dx0, 0, &s);
+            ad__conv_kernel(T, AD__CONV_FORWARD, &G, x, w, b, y, 0, &s[AD__CONV_FORWARD]);
+            ad__conv_kernel(T, AD__CONV_INPUT_GRAD, &G, g, w, NULL, dx0, 0, &s[AD__CONV_INPUT_GRAD]);
             bits_same &= memcmp(y0, y, ny * sizeof(float)) == 0 && memcmp(dw1, dw, nw * sizeof(float)) == 0 &&
                          memcmp(dx1, dx0, nx * sizeof(float)) == 0;
         }
