@@ -1754,6 +1754,10 @@ static AD__UNUSED int ad__isa_features(void)
                                                     fewer, a row's adds wait on each other) */
 #define AD__COL2IM_MAX_WIDTH 16                  /* on rows of at most this many values (longer
                                                     rows give the portable loop long runs) */
+#define AD__STRAIGHT_IMAGES 16                   /* convolutions of larger images go straight from */
+#define AD__STRAIGHT_FLOATS 262144.0             /* the images in batches of this many, when each
+                                                    image's im2col matrix has at most this many
+                                                    values (1 MiB in float, a thread) */
 #define AD__CONV_OUTPUTS 8                       /* output channels and vectors of positions whose */
 #define AD__CONV_VECTORS 3                       /* convolutions straight from the image are
                                                     summed side by side with AVX-512: 24 of its 32
@@ -9426,14 +9430,18 @@ AD__INLINE double ad__conv_image_macs(const ad__win2d *G)
 /* Are the forward map and the weight gradient taken straight from the images
    (ad__conv_forward_avx512, ad__conv_weight_grad_avx512): a float build on a processor with
    AVX-512, products in float32, stride and dilation 1, one group, not a 1x1 kernel without
-   padding (which reads the images in place anyway), and images whose products would not be
-   split over threads (the straight maps split only by images, see ad__conv_by_images). The
+   padding (which reads the images in place anyway). The straight maps split over threads only
+   by images (see ad__conv_by_images), so they are taken for images whose products would not be
+   split anyway, or for batches of AD__STRAIGHT_IMAGES images or more whose im2col matrix is at
+   most AD__STRAIGHT_FLOATS values (each thread then holds one, for the input gradient). The
    choice depends on the geometry alone, so results do not depend on the thread count. */
 AD__INLINE int ad__conv_straight(const ad__win2d *G, int bf16)
 {
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+    double patches = (double)G->c * G->kh * G->kw * G->oh * G->ow;
     return !bf16 && G->groups == 1 && G->sh == 1 && G->sw == 1 && G->dh == 1 && G->dw == 1 &&
-           (G->kh > 1 || G->kw > 1 || G->ph > 0 || G->pw > 0) && ad__conv_image_macs(G) < AD__SPLIT_MACS &&
+           (G->kh > 1 || G->kw > 1 || G->ph > 0 || G->pw > 0) &&
+           (ad__conv_image_macs(G) < AD__SPLIT_MACS || (G->n >= AD__STRAIGHT_IMAGES && patches <= AD__STRAIGHT_FLOATS)) &&
            ad__isa() == AD__ISA_AVX512;
 #else
     (void)G;
@@ -9531,16 +9539,17 @@ AD__PRIVATE size_t ad__conv_row_ld(const ad__win2d *G)
 }
 
 /* The images of a batch are spread over the tape's threads when each image's products are too
-   small to be split themselves but the batch is large enough to be worth it. The weight
+   small to be split themselves (or the maps go straight from the images, which split nothing
+   within an image) but the batch is large enough to be worth it. The weight
    gradient sums over the images; so that the sum comes out the same for any thread count, the
    images are cut into parts fixed by the geometry alone (at most AD__CONV_SUM_PARTS), each part
    is summed in turn into its own partial sum, and the partial sums are added in order at the
    end. */
 #define AD__CONV_SUM_PARTS 8
 
-AD__PRIVATE int ad__conv_by_images(const ad__win2d *G)
+AD__PRIVATE int ad__conv_by_images(const ad__win2d *G, int straight)
 {
-    return !ad__conv_direct(G) && G->n >= 2 && ad__conv_image_macs(G) < AD__SPLIT_MACS &&
+    return !ad__conv_direct(G) && G->n >= 2 && (straight || ad__conv_image_macs(G) < AD__SPLIT_MACS) &&
            ad__conv_image_macs(G) * G->n >= AD__SPLIT_MACS;
 }
 
@@ -9576,7 +9585,7 @@ AD__PRIVATE int ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op,
 {
     size_t K = (size_t)(G->c / G->groups) * G->kh * G->kw, L = (size_t)G->oh * G->ow, ld, band, col, sums;
     size_t weights = 0;
-    int straight = ad__conv_straight(G, T->bf16), by_images = ad__conv_by_images(G);
+    int straight = ad__conv_straight(G, T->bf16), by_images = ad__conv_by_images(G, straight);
     memset(s, 0, sizeof *s);
     s->threads = s->parts = 1;
     if (ad__conv_direct(G)) return 0;

@@ -1746,9 +1746,10 @@ static void test_float_col2im_avx512(void)
    (im2col's GEMM and col2im), against sums in double precision, within float's rounding of the
    sum of the terms' magnitudes, on odd geometries: padding as wide as the kernel, kernels larger
    than the image, rows of 3 to 40 outputs, output planes that are not whole vectors, channels
-   and taps past a whole block, more images than parts, parts of several chunks. The forward map
-   and the input gradient also add into their outputs; nothing is written past the outputs; 1, 2
-   and 3 threads give the same bits. */
+   and taps past a whole block, more images than parts, parts of several chunks, and a batch of
+   images too large to go straight but for its size (AD__STRAIGHT_IMAGES). The forward map and
+   the input gradient also add into their outputs; nothing is written past the outputs; 1, 2 and
+   3 threads give the same bits. */
 static void test_float_conv_straight(void)
 {
 #if AD__X86_DISPATCH
@@ -1758,7 +1759,8 @@ static void test_float_conv_straight(void)
                                   {3, 2, 6, 40, 9, 3, 5, 2, 2},  {9, 5, 7, 7, 17, 3, 3, 1, 1},
                                   {2, 1, 5, 5, 3, 7, 7, 3, 3},   {2, 2, 33, 3, 4, 1, 3, 0, 1},
                                   {2, 3, 4, 4, 2, 1, 1, 1, 1},   {1, 6, 16, 16, 8, 3, 3, 1, 1},
-                                  {2, 3, 6, 6, 4, 3, 3, 3, 1},   {20, 3, 16, 16, 16, 3, 3, 1, 1}};
+                                  {2, 3, 6, 6, 4, 3, 3, 3, 1},   {20, 3, 16, 16, 16, 3, 3, 1, 1},
+                                  {16, 8, 14, 14, 24, 5, 5, 2, 2}};
     ad_tape *T = ad_tape_new();
     ad_rng rng;
     int k;
