@@ -9049,6 +9049,12 @@ AD__PRIVATE void ad__col2im(const ad__win2d *G, int channels, const ad_real *AD_
 }
 
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+/* The first n lanes of sixteen (all of them from 16 on, none for n <= 0). */
+AD__INLINE __mmask16 ad__first_lanes(long long n)
+{
+    return (__mmask16)(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
+}
+
 /* ad__col2im with AVX-512 for stride 1 across: each run of sixteen values of an input row is
    summed in a register from every tap and output row that reaches it, in ad__col2im's order
    (so the sums are the same), then stored once; the same run of up to eight channels at a
@@ -9066,7 +9072,7 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__col2im_avx512(const ad__
         for (iy = 0; iy < G->h; iy++)
             for (x0 = 0; x0 < w; x0 += 16) {
                 float *dst = x + ((size_t)c0 * G->h + (size_t)iy) * w + x0;
-                __mmask16 run = (__mmask16)(w - x0 >= 16 ? 0xFFFF : (1u << (w - x0)) - 1);
+                __mmask16 run = ad__first_lanes(w - x0);
                 __m512 acc[CB];
                 cb = channels - c0 < CB ? channels - c0 : CB;
                 for (b = 0; b < cb; b++) acc[b] = _mm512_maskz_loadu_ps(run, dst + b * plane);
@@ -9081,7 +9087,7 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__col2im_avx512(const ad__
                         if (hi > ow + shift - x0) hi = ow + shift - x0;
                         if (hi > w - x0) hi = w - x0;
                         if (lo >= hi) continue;
-                        lanes = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+                        lanes = (__mmask16)(ad__first_lanes(hi) & ~ad__first_lanes(lo));
                         src += x0 + lo - shift;
                         for (b = 0; b < cb; b++)
                             acc[b] = _mm512_add_ps(acc[b], _mm512_maskz_expandloadu_ps(lanes, src + b * tap_stride));
@@ -9178,7 +9184,7 @@ AD__INLINE __mmask16 ad__straight_lanes(int col, int count, int w, int *lo)
 {
     int first = col < 0 ? -col : 0, hi = w - col < count ? w - col : count;
     *lo = first;
-    return (__mmask16)(hi > first ? ((1u << hi) - 1) & ~((1u << first) - 1) : 0);
+    return (__mmask16)(hi > first ? ad__first_lanes(hi) & ~ad__first_lanes(first) : 0);
 }
 
 /* The inputs of images [n0, n1) of x into xs (64-byte aligned; see ad__straight_vectors). */
@@ -9196,7 +9202,7 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__straight_inputs(const ad
             for (kj = 0; kj < G->kw; kj++, xs += plane) {
                 for (a = 0; a < ow; a += 16) { /* sixteen columns of every row */
                     int col = a + kj - G->pw, count = ow - a < 16 ? ow - a : 16;
-                    __mmask16 lanes = ad__straight_lanes(col, count, w, &lo), out = (__mmask16)((1u << count) - 1);
+                    __mmask16 lanes = ad__straight_lanes(col, count, w, &lo), out = ad__first_lanes(count);
                     for (r = 0; r < rows; r++) {
                         int iy = r - G->ph;
                         __m512 v = _mm512_setzero_ps();
@@ -9207,10 +9213,8 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__straight_inputs(const ad
                         _mm512_mask_storeu_ps(xs + (size_t)r * ow + a, out, v);
                     }
                 }
-                for (room = (size_t)rows * ow; room < plane; room += 16) { /* the room after the rows: 0 */
-                    __mmask16 out = (__mmask16)(plane - room >= 16 ? 0xFFFF : (1u << (plane - room)) - 1);
-                    _mm512_mask_storeu_ps(xs + room, out, _mm512_setzero_ps());
-                }
+                for (room = (size_t)rows * ow; room < plane; room += 16) /* the room after the rows: 0 */
+                    _mm512_mask_storeu_ps(xs + room, ad__first_lanes((long long)(plane - room)), _mm512_setzero_ps());
             }
         }
 }
@@ -9223,7 +9227,7 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__wgrad_grads(const ad__wi
     enum { OB = AD__WGRAD_OUTPUTS };
     const int vectors = ad__straight_vectors(G);
     const size_t L = (size_t)G->oh * G->ow;
-    const __mmask16 tail = (__mmask16)(L % 16 ? (1u << L % 16) - 1 : 0xFFFF);
+    const __mmask16 tail = ad__first_lanes((long long)(L - 16 * (size_t)(vectors - 1)));
     int n, o, v;
     for (n = n0; n < n1; n++, gs += (size_t)vectors * OB * 16)
         for (o = 0; o < OB; o++) {
@@ -9299,7 +9303,7 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_weight_grad_avx512(
     const int vectors = ad__straight_vectors(G);
     const size_t image_x = ad__straight_input_floats(G), image_g = ad__wgrad_grad_floats(G);
     const size_t plane = ad__straight_plane(G), L = (size_t)G->oh * G->ow;
-    const __mmask16 tail = (__mmask16)(L % 16 ? (1u << L % 16) - 1 : 0xFFFF);
+    const __mmask16 tail = ad__first_lanes((long long)(L - 16 * (size_t)(vectors - 1)));
     float *xs = scratch, *gs = scratch + (size_t)chunk * image_x;
     int c0, c1, o0, c, ki, kj0, n, t, o, v;
     for (c0 = n0; c0 < n1; c0 = c1) {
@@ -9407,7 +9411,7 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_forward_avx512(cons
                     __m512 base;
                     if (o0 + o >= O || j > last) continue;
                     dst = y + ((size_t)n * O + o0 + o) * L + p;
-                    lanes = (__mmask16)(L - p >= 16 ? 0xFFFF : (1u << (L - p)) - 1);
+                    lanes = ad__first_lanes((long long)(L - p));
                     if (bias) { /* the GEMM's order: the bias (added to y) first, then the sum */
                         base = _mm512_set1_ps(bias[o0 + o]);
                         if (add) base = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, dst), base);
