@@ -28,17 +28,17 @@
        >>history       version history
        >>api           declarations, grouped as in the implementation:
                        >>api:tape >>api:tensor >>api:rng >>api:backward >>api:elementwise
-                       >>api:binary >>api:reduce >>api:shape >>api:index >>api:linalg >>api:nn
-                       >>api:conv >>api:layers >>api:rnn >>api:attention >>api:loss
-                       >>api:custom >>api:gradcheck >>api:params >>api:hooks >>api:optim
-                       >>api:checkpoint >>api:data
+                       >>api:binary >>api:numbers >>api:reduce >>api:shape >>api:index
+                       >>api:linalg >>api:nn >>api:conv >>api:layers >>api:rnn >>api:attention
+                       >>api:loss >>api:custom >>api:gradcheck >>api:params >>api:hooks
+                       >>api:optim >>api:checkpoint >>api:data
        >>impl          implementation: >>impl:platform >>impl:arena >>impl:threads >>impl:tape
                        >>impl:tensor >>impl:rng >>impl:sweep >>impl:autograd >>impl:kernels
-                       >>impl:gemm >>ops:elementwise >>ops:binary >>ops:reduce >>ops:shape
-                       >>ops:index >>ops:linalg >>ops:nn >>ops:conv >>ops:pool >>ops:dropout
-                       >>ops:norm >>ops:rnn >>ops:attention >>ops:embedding >>ops:loss
-                       >>impl:custom >>impl:gradcheck >>impl:params >>impl:hooks >>impl:optim
-                       >>impl:checkpoint >>impl:data
+                       >>impl:gemm >>ops:elementwise >>ops:binary >>ops:numbers >>ops:reduce
+                       >>ops:shape >>ops:index >>ops:linalg >>ops:nn >>ops:conv >>ops:pool
+                       >>ops:dropout >>ops:norm >>ops:rnn >>ops:attention >>ops:embedding
+                       >>ops:loss >>impl:custom >>impl:gradcheck >>impl:params >>impl:hooks
+                       >>impl:optim >>impl:checkpoint >>impl:data
        >>license
 
    >>quickstart
@@ -537,6 +537,76 @@ AUTODIFF_API ad_tensor *ad_minimum(ad_tape *T, ad_tensor *a, ad_tensor *b);
    gradient with respect to b is g a^b log a, taken as 0 where a is 0 (PyTorch's choice where
    b >= 0; where b < 0 the value is infinite anyway). */
 AUTODIFF_API ad_tensor *ad_pow_tensor(ad_tape *T, ad_tensor *a, ad_tensor *b);
+
+/* >>api:numbers: a lean tape for functions of single numbers ------------------------------------
+   For code that works on single numbers (the tutorial's f(a, b), a small model fitted by hand),
+   one-element tensors carry a tensor's header and a general tape entry per op. An ad_num is a
+   value, not a pointer: the number and its place on the tape. An op on numbers writes one small
+   entry (the places of its inputs and its local derivatives, taken as it runs), and
+   ad_num_backward multiplies them along every route and adds the routes in one pass. The ops are
+   the rows of the elementwise and binary tables, with the same formulas for the value and the
+   derivative; first order only (for second derivatives use one-element tensors, ad_var, with
+   ad_grad's create_graph).
+   Numbers live on a tape, beside its tensors, until ad_tape_reset. Errors follow the tape's
+   rules: the first is recorded on the tape, the failing call returns a failed number (value
+   NaN, ad_num_ok 0), and every op given one returns one, so a chain needs one check at the
+   end. A number kept from before the tape's last reset, or one of another tape, is refused
+   (the check compares its place with the tape's current range of places, so a number of
+   another tape passes only in the unlikely case that the two ranges meet). */
+typedef struct ad_num {
+    ad_real value;
+    unsigned id;                 /* private: its place on the tape */
+} ad_num;
+
+/* A number that ad_num_backward differentiates against, and a constant (no gradient). */
+AUTODIFF_API ad_num ad_num_var(ad_tape *T, ad_real value);
+AUTODIFF_API ad_num ad_num_const(ad_tape *T, ad_real value);
+/* 0 for a failed number (the result of a call that failed or was given one), else 1. A NaN
+   value alone is not a failure: ad_num_log of -1 is NaN and ok. */
+AUTODIFF_API int ad_num_ok(ad_num x);
+AUTODIFF_API ad_num ad_num_add(ad_tape *T, ad_num a, ad_num b);
+AUTODIFF_API ad_num ad_num_sub(ad_tape *T, ad_num a, ad_num b);
+AUTODIFF_API ad_num ad_num_mul(ad_tape *T, ad_num a, ad_num b);
+AUTODIFF_API ad_num ad_num_div(ad_tape *T, ad_num a, ad_num b);
+/* the larger and the smaller; at ties the gradient is split evenly */
+AUTODIFF_API ad_num ad_num_maximum(ad_tape *T, ad_num a, ad_num b);
+AUTODIFF_API ad_num ad_num_minimum(ad_tape *T, ad_num a, ad_num b);
+/* a^b; its derivative in b is a^b log a, taken as 0 where a is 0 (as ad_pow_tensor) */
+AUTODIFF_API ad_num ad_num_pow_num(ad_tape *T, ad_num a, ad_num b);
+/* the functions of >>api:elementwise, with their parameters */
+AUTODIFF_API ad_num ad_num_neg(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_exp(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_log(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_sin(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_cos(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_tanh(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_sigmoid(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_relu(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_leaky_relu(ad_tape *T, ad_num x, ad_real slope);
+AUTODIFF_API ad_num ad_num_gelu(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_sqrt(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_abs(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_square(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_pow(ad_tape *T, ad_num x, ad_real p);
+AUTODIFF_API ad_num ad_num_clamp(ad_tape *T, ad_num x, ad_real lo, ad_real hi);
+AUTODIFF_API ad_num ad_num_affine(ad_tape *T, ad_num x, ad_real scale, ad_real shift);
+AUTODIFF_API ad_num ad_num_log1p(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_expm1(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_softplus(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_silu(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_erf(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_atan(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_reciprocal(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_rsqrt(ad_tape *T, ad_num x);
+AUTODIFF_API ad_num ad_num_elu(ad_tape *T, ad_num x, ad_real alpha);
+/* d y / d x for every number x recorded on the tape before y, kept until the next
+   ad_num_backward or reset. Returns 0, or -1 with the tape's error set. */
+AUTODIFF_API int ad_num_backward(ad_tape *T, ad_num y);
+/* d y / d x from the last ad_num_backward: 0 where y does not depend on x (a constant, a number
+   made after y). A number that is not on the tape gives NaN and the tape's error. */
+AUTODIFF_API ad_real ad_num_grad(ad_tape *T, ad_num x);
+/* The numbers recorded on the tape since its last reset: ad_num_var's and the ops'. */
+AUTODIFF_API size_t ad_num_count(const ad_tape *T);
 
 /* >>api:reduce: axis may be negative (-1 is the last); keepdim keeps the axis with size 1 ---- */
 AUTODIFF_API ad_tensor *ad_sum(ad_tape *T, ad_tensor *a);     /* over everything: a scalar */
@@ -2266,6 +2336,21 @@ struct ad__node {
     ad_tensor *in_inline[3];
 };
 
+/* The numbers of a tape (>>ops:numbers): one entry per place, place 0 standing for constants. */
+typedef struct ad__num_entry {
+    unsigned a, b;               /* the places of the inputs (0: a constant, or none) */
+    ad_real da, db;              /* d result / d input, taken as the op ran */
+} ad__num_entry;
+typedef struct ad__nums {
+    ad__num_entry *entries;      /* [cap], in one block with grad and reached */
+    ad_real *grad;               /* [cap]: the last ad_num_backward's gradients */
+    unsigned char *reached;      /* [cap]: 1 where a route from its y arrived */
+    unsigned count;              /* places in use: 1 + the numbers recorded */
+    unsigned cap;
+    unsigned swept;              /* the places the last ad_num_backward covered */
+    unsigned base;               /* the id of place 0: ids are base + place */
+} ad__nums;
+
 struct ad_tape {
     ad__arena arena;             /* tensors' values, tape entries, saved state */
     ad__arena heads;             /* tensor headers and one-element tensors: see ad_tape_reset */
@@ -2286,6 +2371,7 @@ struct ad_tape {
     int nthreads;                /* 0 until first asked: then the default */
     int bf16;                    /* ad_set_matmul_precision: AD__BF16_* */
     struct ad__pool *pool;
+    ad__nums nums;               /* single numbers: >>ops:numbers */
     char error[320];
 };
 
@@ -2343,6 +2429,10 @@ AD__PRIVATE size_t ad__heads_start(ad__arena *H, unsigned gen)
     return H->turns & 1 ? 48 : 0;
 }
 
+/* A tape's numbers at its start and at each reset (>>ops:numbers). */
+AD__PRIVATE void ad__nums_init(ad_tape *T);
+AD__PRIVATE void ad__nums_reset(ad__nums *N);
+
 AUTODIFF_API ad_tape *ad_tape_new(void)
 {
     ad_tape *T = (ad_tape *)AUTODIFF_MALLOC(sizeof(ad_tape));
@@ -2351,6 +2441,7 @@ AUTODIFF_API ad_tape *ad_tape_new(void)
     T->heads.chunk = AD__HEADS_CHUNK_BYTES;
     T->grad_enabled = 1;
     T->training = 1;
+    ad__nums_init(T);
     return T;
 }
 
@@ -2361,6 +2452,7 @@ AUTODIFF_API void ad_tape_free(ad_tape *T)
     ad__arena_free(&T->heads);
     ad__pool_free(T->pool);
     AUTODIFF_FREE(T->pack);
+    AUTODIFF_FREE(T->nums.entries);
     AUTODIFF_FREE(T);
 }
 
@@ -2376,6 +2468,7 @@ AUTODIFF_API void ad_tape_reset(ad_tape *T)
     T->marks = NULL;
     T->ntensors = 0;
     T->nentries = 0;
+    ad__nums_reset(&T->nums);
     T->has_error = 0;
     T->error[0] = 0;
 }
@@ -6521,6 +6614,274 @@ AUTODIFF_API ad_tensor *ad_div(ad_tape *T, ad_tensor *a, ad_tensor *b) { return 
 AUTODIFF_API ad_tensor *ad_maximum(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_MAX, 1); }
 AUTODIFF_API ad_tensor *ad_minimum(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_MIN, 1); }
 AUTODIFF_API ad_tensor *ad_pow_tensor(ad_tape *T, ad_tensor *a, ad_tensor *b) { return ad__binary(T, a, b, AD__B_POW, 1); }
+
+/* >>ops:numbers ------------------------------------------------------------------------------ */
+/* The lean tape for single numbers (>>api:numbers). A number's id is the tape's base plus its
+   place; place 0 stands for every constant, so that an entry always names two places and the
+   sweep needs no test for a missing input (what reaches place 0 is never read). Each reset moves
+   the base past the places used, so ids of earlier generations fall outside the range
+   [base, base + count) that an op accepts. Ops take their local derivatives from the
+   elementwise and binary tables' rows on values, with the incoming gradient 1. */
+
+/* The first base of T's numbers: scattered by T's address, so that two tapes' ranges of ids
+   seldom meet; at most 2^30, and 2^31 bounds the base (ad__nums_reset) and the places
+   (ad__nums_grow), so that no id reaches 2^32 and 0 is never an id. */
+AD__INLINE unsigned ad__nums_first_base(const ad_tape *T)
+{
+    return (unsigned)((((uintptr_t)T >> 4) * 2654435761u) & 0x3fffffffu) + 1;
+}
+
+AD__PRIVATE void ad__nums_init(ad_tape *T)
+{
+    T->nums.base = ad__nums_first_base(T);
+    T->nums.count = 1;
+}
+
+AD__PRIVATE void ad__nums_reset(ad__nums *N)
+{
+    N->base += N->count;
+    if (N->base > 0x80000000u) N->base = 1;
+    N->count = 1;
+    N->swept = 0;
+}
+
+AD__INLINE ad_num ad__num_make(ad_real value, unsigned id)
+{
+    ad_num y;
+    y.value = value;
+    y.id = id;
+    return y;
+}
+
+/* What a failed call returns: no tape accepts id 0. */
+AD__INLINE ad_num ad__num_failed(void) { return ad__num_make((ad_real)NAN, 0); }
+
+/* Room for twice the places (64 at first), keeping the entries and the last sweep's
+   gradients; 0 with the error recorded when memory runs out. */
+AD__COLD int ad__nums_grow(ad_tape *T, const char *op)
+{
+    ad__nums *N = &T->nums;
+    size_t cap = N->cap ? 2 * (size_t)N->cap : 64;
+    size_t bytes = cap * (sizeof(ad__num_entry) + sizeof(ad_real) + 1);
+    unsigned char *block;
+    ad__nums grown = *N;
+    if (cap > 0x80000000u || !(block = (unsigned char *)AUTODIFF_MALLOC(bytes))) {
+        ad__fail(T, "%s: out of memory recording the number", op);
+        return 0;
+    }
+    grown.entries = (ad__num_entry *)block;
+    grown.grad = (ad_real *)(block + cap * sizeof(ad__num_entry));
+    grown.reached = block + cap * (sizeof(ad__num_entry) + sizeof(ad_real));
+    grown.cap = (unsigned)cap;
+    grown.entries[0].a = grown.entries[0].b = 0;
+    grown.entries[0].da = grown.entries[0].db = 0;
+    if (N->cap) {
+        memcpy(grown.entries, N->entries, N->count * sizeof(ad__num_entry));
+        memcpy(grown.grad, N->grad, N->swept * sizeof(ad_real));
+        memcpy(grown.reached, N->reached, N->swept);
+    }
+    AUTODIFF_FREE(N->entries);
+    *N = grown;
+    return 1;
+}
+
+/* The place of x on T, or -1 with the error recorded (once: not for a failed number that
+   carries an earlier error on, which the tape already has). */
+AD__COLD long ad__num_refuse(ad_tape *T, const char *op, const char *what)
+{
+    if (!T->has_error)
+        ad__fail(T, "%s: %s is not a number of this tape (made before its last reset, on another tape, "
+                    "or by a call that failed)", op, what);
+    return -1;
+}
+
+AD__HOT long ad__num_place(ad_tape *T, const char *op, const char *what, ad_num x)
+{
+    unsigned place = x.id - T->nums.base;
+    return place < T->nums.count ? (long)place : ad__num_refuse(T, op, what);
+}
+
+/* Records a number of the given value whose inputs are at places a and b with the local
+   derivatives da and db. */
+AD__HOT ad_num ad__num_push(ad_tape *T, const char *op, ad_real value, unsigned a, ad_real da, unsigned b,
+                            ad_real db)
+{
+    ad__nums *N = &T->nums;
+    ad__num_entry *e;
+    if (N->count >= N->cap && !ad__nums_grow(T, op)) return ad__num_failed();
+    e = N->entries + N->count;
+    e->a = a;
+    e->b = b;
+    e->da = da;
+    e->db = db;
+    return ad__num_make(value, N->base + N->count++);
+}
+
+AUTODIFF_API ad_num ad_num_var(ad_tape *T, ad_real value)
+{
+    if (!T) return ad__num_failed();
+    return ad__num_push(T, "ad_num_var", value, 0, 0, 0, 0);
+}
+
+AUTODIFF_API ad_num ad_num_const(ad_tape *T, ad_real value)
+{
+    if (!T) return ad__num_failed();
+    return ad__num_make(value, T->nums.base);
+}
+
+AUTODIFF_API int ad_num_ok(ad_num x) { return x.id != 0; }
+
+AUTODIFF_API size_t ad_num_count(const ad_tape *T) { return T ? T->nums.count - 1 : 0; }
+
+#define AD__DSL_MODE VALUE
+
+/* kind(x) with its parameters, and the derivative from the row, on values (always inlined:
+   each public function below gets the row of its constant kind alone). */
+AD__HOT ad_num ad__num_unary(ad_tape *T, const char *op, ad_num a, int kind, ad_real p0, ad_real p1)
+{
+    const ad_real one = 1, *g = &one, *xv = &a.value, *yv;
+    ad_real x = a.value, y, d;
+    long place;
+    size_t i = 0;
+    (void)g;
+    (void)p1;
+    if (!T) return ad__num_failed();
+    if ((place = ad__num_place(T, op, "the input", a)) < 0) return ad__num_failed();
+    yv = &y;
+    switch (kind) {
+#define AD__NUM_UNARY(ID, NAME, SPLIT, FORWARD, DERIV)                                               \
+    case AD__U_##ID:                                                                                 \
+        y = (FORWARD);                                                                               \
+        d = (DERIV);                                                                                 \
+        break;
+        AD__UNARY_OPS(AD__NUM_UNARY)
+#undef AD__NUM_UNARY
+    default: AUTODIFF_ASSERT(0); y = d = 0;
+    }
+    (void)xv;
+    (void)yv;
+    (void)i;
+    return ad__num_push(T, op, y, (unsigned)place, d, 0, 0);
+}
+
+/* kind(a, b), and what each side receives from an incoming gradient of 1. */
+AD__HOT ad_num ad__num_binary(ad_tape *T, const char *op, ad_num a, ad_num b, int kind)
+{
+    const ad_real one = 1, *g = &one, *av = &a.value, *bv = &b.value, *yv;
+    ad_real y, da, db;
+    long pa, pb;
+    size_t i = 0;
+    if (!T) return ad__num_failed();
+    if ((pa = ad__num_place(T, op, "a", a)) < 0 || (pb = ad__num_place(T, op, "b", b)) < 0)
+        return ad__num_failed();
+    y = ad__binary_op(kind, a.value, b.value);
+    yv = &y;
+    switch (kind) {
+#define AD__NUM_BINARY(ID, NAME, SPLIT, FORWARD, GRAD_A, GRAD_B)                                     \
+    case AD__B_##ID: da = (GRAD_A); db = (GRAD_B); break;
+        AD__BINARY_OPS(AD__NUM_BINARY)
+#undef AD__NUM_BINARY
+    default: AUTODIFF_ASSERT(0); da = db = 0;
+    }
+    (void)g;
+    (void)av;
+    (void)bv;
+    (void)yv;
+    (void)i;
+    return ad__num_push(T, op, y, (unsigned)pa, da, (unsigned)pb, db);
+}
+#undef AD__DSL_MODE
+
+/* The sweep: from y's place down, each reached place passes its gradient times the local
+   derivatives to its inputs. Places not reached pass nothing, so a derivative that is infinite
+   where no route leads adds no NaN; gradients start at -0, so that one contribution arrives
+   bit for bit (as in the tensors' sweep). */
+AUTODIFF_API int ad_num_backward(ad_tape *T, ad_num y)
+{
+    ad__nums *N;
+    const ad__num_entry *e;
+    ad_real *grad;
+    unsigned char *reached;
+    long top;
+    unsigned i;
+    if (!T) return -1;
+    if ((top = ad__num_place(T, "ad_num_backward", "y", y)) < 0) return -1;
+    N = &T->nums;
+    if (!N->cap && !ad__nums_grow(T, "ad_num_backward")) return -1;
+    e = N->entries;
+    grad = N->grad;
+    reached = N->reached;
+    for (i = 0; i <= (unsigned)top; i++) grad[i] = -(ad_real)0;
+    memset(reached, 0, (size_t)top + 1);
+    grad[top] = 1;
+    reached[top] = 1;
+    for (i = (unsigned)top; i > 0; i--) {
+        ad_real gi = grad[i];
+        if (!reached[i]) continue;
+        grad[e[i].a] += e[i].da * gi;
+        reached[e[i].a] = 1;
+        grad[e[i].b] += e[i].db * gi;
+        reached[e[i].b] = 1;
+    }
+    N->swept = (unsigned)top + 1;
+    return 0;
+}
+
+AUTODIFF_API ad_real ad_num_grad(ad_tape *T, ad_num x)
+{
+    long place;
+    if (!T) return (ad_real)NAN;
+    if ((place = ad__num_place(T, "ad_num_grad", "x", x)) < 0) return (ad_real)NAN;
+    if (place == 0 || (unsigned)place >= T->nums.swept || !T->nums.reached[place]) return 0;
+    return T->nums.grad[place];
+}
+
+AUTODIFF_API ad_num ad_num_add(ad_tape *T, ad_num a, ad_num b) { return ad__num_binary(T, "ad_num_add", a, b, AD__B_ADD); }
+AUTODIFF_API ad_num ad_num_sub(ad_tape *T, ad_num a, ad_num b) { return ad__num_binary(T, "ad_num_sub", a, b, AD__B_SUB); }
+AUTODIFF_API ad_num ad_num_mul(ad_tape *T, ad_num a, ad_num b) { return ad__num_binary(T, "ad_num_mul", a, b, AD__B_MUL); }
+AUTODIFF_API ad_num ad_num_div(ad_tape *T, ad_num a, ad_num b) { return ad__num_binary(T, "ad_num_div", a, b, AD__B_DIV); }
+AUTODIFF_API ad_num ad_num_maximum(ad_tape *T, ad_num a, ad_num b) { return ad__num_binary(T, "ad_num_maximum", a, b, AD__B_MAX); }
+AUTODIFF_API ad_num ad_num_minimum(ad_tape *T, ad_num a, ad_num b) { return ad__num_binary(T, "ad_num_minimum", a, b, AD__B_MIN); }
+AUTODIFF_API ad_num ad_num_pow_num(ad_tape *T, ad_num a, ad_num b) { return ad__num_binary(T, "ad_num_pow_num", a, b, AD__B_POW); }
+
+AUTODIFF_API ad_num ad_num_neg(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_neg", x, AD__U_NEG, 0, 0); }
+AUTODIFF_API ad_num ad_num_exp(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_exp", x, AD__U_EXP, 0, 0); }
+AUTODIFF_API ad_num ad_num_log(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_log", x, AD__U_LOG, 0, 0); }
+AUTODIFF_API ad_num ad_num_sin(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_sin", x, AD__U_SIN, 0, 0); }
+AUTODIFF_API ad_num ad_num_cos(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_cos", x, AD__U_COS, 0, 0); }
+AUTODIFF_API ad_num ad_num_tanh(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_tanh", x, AD__U_TANH, 0, 0); }
+AUTODIFF_API ad_num ad_num_sigmoid(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_sigmoid", x, AD__U_SIGMOID, 0, 0); }
+AUTODIFF_API ad_num ad_num_relu(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_relu", x, AD__U_RELU, 0, 0); }
+AUTODIFF_API ad_num ad_num_leaky_relu(ad_tape *T, ad_num x, ad_real slope)
+{
+    return ad__num_unary(T, "ad_num_leaky_relu", x, AD__U_LEAKY_RELU, slope, 0);
+}
+AUTODIFF_API ad_num ad_num_gelu(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_gelu", x, AD__U_GELU, 0, 0); }
+AUTODIFF_API ad_num ad_num_sqrt(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_sqrt", x, AD__U_SQRT, 0, 0); }
+AUTODIFF_API ad_num ad_num_abs(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_abs", x, AD__U_ABS, 0, 0); }
+AUTODIFF_API ad_num ad_num_square(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_square", x, AD__U_SQUARE, 0, 0); }
+AUTODIFF_API ad_num ad_num_pow(ad_tape *T, ad_num x, ad_real p) { return ad__num_unary(T, "ad_num_pow", x, AD__U_POW, p, 0); }
+AUTODIFF_API ad_num ad_num_log1p(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_log1p", x, AD__U_LOG1P, 0, 0); }
+AUTODIFF_API ad_num ad_num_expm1(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_expm1", x, AD__U_EXPM1, 0, 0); }
+AUTODIFF_API ad_num ad_num_softplus(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_softplus", x, AD__U_SOFTPLUS, 0, 0); }
+AUTODIFF_API ad_num ad_num_silu(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_silu", x, AD__U_SILU, 0, 0); }
+AUTODIFF_API ad_num ad_num_erf(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_erf", x, AD__U_ERF, 0, 0); }
+AUTODIFF_API ad_num ad_num_atan(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_atan", x, AD__U_ATAN, 0, 0); }
+AUTODIFF_API ad_num ad_num_reciprocal(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_reciprocal", x, AD__U_RECIPROCAL, 0, 0); }
+AUTODIFF_API ad_num ad_num_rsqrt(ad_tape *T, ad_num x) { return ad__num_unary(T, "ad_num_rsqrt", x, AD__U_RSQRT, 0, 0); }
+AUTODIFF_API ad_num ad_num_elu(ad_tape *T, ad_num x, ad_real alpha) { return ad__num_unary(T, "ad_num_elu", x, AD__U_ELU, alpha, 0); }
+AUTODIFF_API ad_num ad_num_clamp(ad_tape *T, ad_num x, ad_real lo, ad_real hi)
+{
+    if (T && !(lo <= hi)) {
+        ad__fail(T, "ad_num_clamp: lower bound %g is above upper bound %g", (double)lo, (double)hi);
+        return ad__num_failed();
+    }
+    return ad__num_unary(T, "ad_num_clamp", x, AD__U_CLAMP, lo, hi);
+}
+AUTODIFF_API ad_num ad_num_affine(ad_tape *T, ad_num x, ad_real scale, ad_real shift)
+{
+    return ad__num_unary(T, "ad_num_affine", x, AD__U_AFFINE, scale, shift);
+}
 
 /* >>ops:reduce ------------------------------------------------------------------------------- */
 /* Reductions along one axis, or over the whole tensor (axis -1): one row each of

@@ -356,7 +356,8 @@ static void test_first_error_sticks(ad_tape *T)
 
 /* ---- out of memory ---------------------------------------------------------------------- */
 /* A small training step that touches every kind of allocation: the tape, arena chunks (one larger
-   than a chunk), the GEMM packing buffer, the thread pool, gradients and a recorded backward.
+   than a chunk), the GEMM packing buffer, the thread pool, gradients and a recorded backward,
+   and a chain of numbers whose entries grow.
    Returns the loss plus the sum of a gradient, or a NaN when something failed. */
 static double oom_scenario(const char **error, int *tape_made)
 {
@@ -365,6 +366,7 @@ static double oom_scenario(const char **error, int *tape_made)
     double result = NAN;
     ad_tape *T = ad_tape_new();
     ad_tensor *x, *W, *W2, *h, *loss, *g, *gg;
+    ad_num v, y;
     static char message[320];
     *tape_made = T != NULL;
     *error = NULL;
@@ -380,8 +382,13 @@ static double oom_scenario(const char **error, int *tape_made)
     loss = ad_cross_entropy(T, ad_linear(T, ad_tanh(T, ad_mul_scalar(T, h, 1e-5f)), W2, NULL), labels);
     g = ad_grad(T, loss, W2, 1);
     gg = ad_grad(T, ad_sum(T, ad_square(T, g)), W, 0);
-    if (loss && g && gg && ad_backward(T, loss) == 0)
-        result = (double)ad_item(loss) + (double)ad_item(ad_sum(T, gg)) + (double)W->grad[7];
+    /* numbers: 451 of them, so that their entries grow three times */
+    v = ad_num_var(T, 0.5);
+    y = v;
+    for (i = 0; i < 150; i++) y = ad_num_add(T, ad_num_mul(T, y, ad_num_const(T, 0.99)), ad_num_sin(T, v));
+    if (loss && g && gg && ad_backward(T, loss) == 0 && ad_num_backward(T, y) == 0)
+        result = (double)ad_item(loss) + (double)ad_item(ad_sum(T, gg)) + (double)W->grad[7] +
+                 (double)ad_num_grad(T, v);
     if (ad_tape_error(T)) {
         snprintf(message, sizeof message, "%s", ad_tape_error(T));
         *error = message;

@@ -1,0 +1,412 @@
+/* The lean tape for single numbers (ad_num, >>api:numbers).
+
+   Every op: its value and its derivatives against the same op on one-element tensors (the same
+   table row, so equal up to the order of a product's factors) and against central finite
+   differences of its own values; points on both sides of every kink. Then routes (a number used
+   many times, a long chain, a deep tree), several sweeps of one tape, growth of the tape after a
+   sweep, places no route reaches (an infinite local derivative there adds no NaN), and misuse:
+   numbers kept from before a reset, numbers of another tape, failed numbers carried on, bad
+   bounds. Each family prints the number of its checks. */
+#define AUTODIFF_DOUBLE
+#define AUTODIFF_IMPLEMENTATION
+#include "autodiff.h"
+#include "tests/harness.h"
+
+/* Relative closeness with an absolute floor of tol for values near 0. */
+static int close_to(double got, double want, double tol)
+{
+    if (isnan(got) || isnan(want)) return isnan(got) && isnan(want);
+    if (isinf(got) || isinf(want)) return got == want;
+    return fabs(got - want) <= tol * (fabs(want) > 1 ? fabs(want) : 1);
+}
+
+/* ---- unary ops ---------------------------------------------------------------------------- */
+typedef struct unary_case {
+    const char *name;
+    ad_num (*num)(ad_tape *T, ad_num x, double p0, double p1);
+    ad_tensor *(*tensor)(ad_tape *T, ad_tensor *x, double p0, double p1);
+    double p0, p1;
+    double points[6]; /* where it is smooth; NaN ends the list */
+} unary_case;
+
+#define UNARY0(name)                                                                                   \
+    static ad_num num_##name(ad_tape *T, ad_num x, double p0, double p1)                               \
+    {                                                                                                  \
+        (void)p0;                                                                                      \
+        (void)p1;                                                                                      \
+        return ad_num_##name(T, x);                                                                    \
+    }                                                                                                  \
+    static ad_tensor *ten_##name(ad_tape *T, ad_tensor *x, double p0, double p1)                       \
+    {                                                                                                  \
+        (void)p0;                                                                                      \
+        (void)p1;                                                                                      \
+        return ad_##name(T, x);                                                                        \
+    }
+UNARY0(neg)
+UNARY0(exp)
+UNARY0(log)
+UNARY0(sin)
+UNARY0(cos)
+UNARY0(tanh)
+UNARY0(sigmoid)
+UNARY0(relu)
+UNARY0(gelu)
+UNARY0(sqrt)
+UNARY0(abs)
+UNARY0(square)
+UNARY0(log1p)
+UNARY0(expm1)
+UNARY0(softplus)
+UNARY0(silu)
+UNARY0(erf)
+UNARY0(atan)
+UNARY0(reciprocal)
+UNARY0(rsqrt)
+#undef UNARY0
+static ad_num num_leaky_relu(ad_tape *T, ad_num x, double p0, double p1) { (void)p1; return ad_num_leaky_relu(T, x, p0); }
+static ad_tensor *ten_leaky_relu(ad_tape *T, ad_tensor *x, double p0, double p1) { (void)p1; return ad_leaky_relu(T, x, p0); }
+static ad_num num_pow(ad_tape *T, ad_num x, double p0, double p1) { (void)p1; return ad_num_pow(T, x, p0); }
+static ad_tensor *ten_pow(ad_tape *T, ad_tensor *x, double p0, double p1) { (void)p1; return ad_pow(T, x, p0); }
+static ad_num num_elu(ad_tape *T, ad_num x, double p0, double p1) { (void)p1; return ad_num_elu(T, x, p0); }
+static ad_tensor *ten_elu(ad_tape *T, ad_tensor *x, double p0, double p1) { (void)p1; return ad_elu(T, x, p0); }
+static ad_num num_clamp(ad_tape *T, ad_num x, double p0, double p1) { return ad_num_clamp(T, x, p0, p1); }
+static ad_tensor *ten_clamp(ad_tape *T, ad_tensor *x, double p0, double p1) { return ad_clamp(T, x, p0, p1); }
+static ad_num num_affine(ad_tape *T, ad_num x, double p0, double p1) { return ad_num_affine(T, x, p0, p1); }
+static ad_tensor *ten_affine(ad_tape *T, ad_tensor *x, double p0, double p1) { return ad_affine(T, x, p0, p1); }
+
+#define END NAN
+static const unary_case unary_cases[] = {
+    {"neg", num_neg, ten_neg, 0, 0, {-1.3, 0.4, 2.5, END}},
+    {"exp", num_exp, ten_exp, 0, 0, {-2.1, 0.3, 1.7, END}},
+    {"log", num_log, ten_log, 0, 0, {0.05, 0.9, 7.5, END}},
+    {"sin", num_sin, ten_sin, 0, 0, {-2.5, 0.2, 4.0, END}},
+    {"cos", num_cos, ten_cos, 0, 0, {-2.5, 0.2, 4.0, END}},
+    {"tanh", num_tanh, ten_tanh, 0, 0, {-1.9, 0.1, 0.8, END}},
+    {"sigmoid", num_sigmoid, ten_sigmoid, 0, 0, {-3.0, 0.25, 2.2, END}},
+    {"relu", num_relu, ten_relu, 0, 0, {-1.5, 0.7, 3.0, END}},
+    {"leaky_relu", num_leaky_relu, ten_leaky_relu, 0.07, 0, {-1.5, 0.7, END}},
+    {"gelu", num_gelu, ten_gelu, 0, 0, {-2.2, -0.3, 0.6, 1.9, END}},
+    {"sqrt", num_sqrt, ten_sqrt, 0, 0, {0.04, 1.3, 9.0, END}},
+    {"abs", num_abs, ten_abs, 0, 0, {-2.0, 0.35, END}},
+    {"square", num_square, ten_square, 0, 0, {-1.7, 0.2, 3.1, END}},
+    {"pow", num_pow, ten_pow, 2.5, 0, {0.3, 1.1, 2.4, END}},
+    {"pow (negative)", num_pow, ten_pow, -1.5, 0, {0.3, 1.1, 2.4, END}},
+    {"clamp", num_clamp, ten_clamp, -0.5, 1.25, {-2.0, -0.1, 0.9, 3.0, END}},
+    {"affine", num_affine, ten_affine, -1.75, 0.3, {-2.0, 0.5, END}},
+    {"log1p", num_log1p, ten_log1p, 0, 0, {-0.6, 1e-4, 2.0, END}},
+    {"expm1", num_expm1, ten_expm1, 0, 0, {-1.2, 1e-4, 0.9, END}},
+    {"softplus", num_softplus, ten_softplus, 0, 0, {-25.0, -0.4, 0.6, 30.0, END}},
+    {"silu", num_silu, ten_silu, 0, 0, {-2.5, 0.1, 1.6, END}},
+    {"erf", num_erf, ten_erf, 0, 0, {-1.1, 0.05, 0.7, END}},
+    {"atan", num_atan, ten_atan, 0, 0, {-3.0, 0.4, 1.2, END}},
+    {"reciprocal", num_reciprocal, ten_reciprocal, 0, 0, {-2.5, 0.3, 4.0, END}},
+    {"rsqrt", num_rsqrt, ten_rsqrt, 0, 0, {0.09, 1.0, 6.2, END}},
+    {"elu", num_elu, ten_elu, 0.8, 0, {-1.3, 0.45, 2.0, END}},
+};
+
+static double unary_value(ad_tape *T, const unary_case *c, double x)
+{
+    ad_num y = c->num(T, ad_num_const(T, x), c->p0, c->p1);
+    return y.value;
+}
+
+static void test_unary(void)
+{
+    ad_tape *T = ad_tape_new();
+    size_t k;
+    int j;
+    for (k = 0; k < sizeof unary_cases / sizeof unary_cases[0]; k++) {
+        const unary_case *c = &unary_cases[k];
+        for (j = 0; j < 6 && !isnan(c->points[j]); j++) {
+            double x0 = c->points[j], h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1), fd, tensor_value, tensor_grad;
+            ad_num x, y;
+            ad_tensor *tx, *ty;
+            ad_tape_reset(T);
+            x = ad_num_var(T, x0);
+            y = c->num(T, x, c->p0, c->p1);
+            TH_CHECK(ad_num_ok(y) && ad_num_backward(T, y) == 0, "%s(%g): %s", c->name, x0, th_errs(T));
+            tx = ad_var(T, x0);
+            ty = c->tensor(T, tx, c->p0, c->p1);
+            TH_CHECK(ty && ad_backward(T, ty) == 0, "%s(%g) on a tensor: %s", c->name, x0, th_errs(T));
+            if (!ty) continue;
+            tensor_value = ad_item(ty);
+            tensor_grad = ad_grad_item(tx);
+            TH_CHECK(y.value == tensor_value, "%s(%g) = %.17g, on a tensor %.17g", c->name, x0, y.value,
+                     tensor_value);
+            TH_CHECK(close_to(ad_num_grad(T, x), tensor_grad, 1e-15), "%s'(%g) = %.17g, on a tensor %.17g",
+                     c->name, x0, ad_num_grad(T, x), tensor_grad);
+            fd = (unary_value(T, c, x0 + h) - unary_value(T, c, x0 - h)) / (2 * h);
+            TH_CHECK(close_to(ad_num_grad(T, x), fd, 1e-6), "%s'(%g) = %.12g, central difference %.12g", c->name,
+                     x0, ad_num_grad(T, x), fd);
+        }
+    }
+    ad_tape_free(T);
+    th_family("unary ops against tensors and differences");
+}
+
+/* ---- binary ops --------------------------------------------------------------------------- */
+typedef struct binary_case {
+    const char *name;
+    ad_num (*num)(ad_tape *T, ad_num a, ad_num b);
+    ad_tensor *(*tensor)(ad_tape *T, ad_tensor *a, ad_tensor *b);
+    double a[4], b[4];
+} binary_case;
+
+static const binary_case binary_cases[] = {
+    {"add", ad_num_add, ad_add, {-1.5, 0.25, 3.0, 0.7}, {2.0, -0.75, 0.5, 0.7}},
+    {"sub", ad_num_sub, ad_sub, {-1.5, 0.25, 3.0, 0.7}, {2.0, -0.75, 0.5, 0.7}},
+    {"mul", ad_num_mul, ad_mul, {-1.5, 0.25, 3.0, 0.7}, {2.0, -0.75, 0.5, 0.7}},
+    {"div", ad_num_div, ad_div, {-1.5, 0.25, 3.0, 0.7}, {2.0, -0.75, 0.5, 0.7}},
+    {"maximum", ad_num_maximum, ad_maximum, {-1.5, 0.25, 3.0, -0.2}, {2.0, -0.75, 0.5, 0.9}},
+    {"minimum", ad_num_minimum, ad_minimum, {-1.5, 0.25, 3.0, -0.2}, {2.0, -0.75, 0.5, 0.9}},
+    {"pow_num", ad_num_pow_num, ad_pow_tensor, {0.3, 1.25, 2.5, 0.8}, {2.0, -0.75, 0.5, 3.0}},
+};
+
+static double binary_value(ad_tape *T, const binary_case *c, double a, double b)
+{
+    return c->num(T, ad_num_const(T, a), ad_num_const(T, b)).value;
+}
+
+static void test_binary(void)
+{
+    ad_tape *T = ad_tape_new();
+    size_t k;
+    int j, side;
+    ad_num a, b, y;
+    for (k = 0; k < sizeof binary_cases / sizeof binary_cases[0]; k++) {
+        const binary_case *c = &binary_cases[k];
+        for (j = 0; j < 4; j++) {
+            double a0 = c->a[j], b0 = c->b[j];
+            ad_tensor *ta, *tb, *ty;
+            ad_tape_reset(T);
+            a = ad_num_var(T, a0);
+            b = ad_num_var(T, b0);
+            y = c->num(T, a, b);
+            TH_CHECK(ad_num_ok(y) && ad_num_backward(T, y) == 0, "%s(%g, %g): %s", c->name, a0, b0, th_errs(T));
+            ta = ad_var(T, a0);
+            tb = ad_var(T, b0);
+            ty = c->tensor(T, ta, tb);
+            TH_CHECK(ty && ad_backward(T, ty) == 0, "%s(%g, %g) on tensors: %s", c->name, a0, b0, th_errs(T));
+            if (!ty) continue;
+            TH_CHECK(y.value == ad_item(ty), "%s(%g, %g) = %.17g, on tensors %.17g", c->name, a0, b0, y.value,
+                     ad_item(ty));
+            TH_CHECK(close_to(ad_num_grad(T, a), ad_grad_item(ta), 1e-15) &&
+                         close_to(ad_num_grad(T, b), ad_grad_item(tb), 1e-15),
+                     "%s(%g, %g): gradients %.17g %.17g, on tensors %.17g %.17g", c->name, a0, b0,
+                     ad_num_grad(T, a), ad_num_grad(T, b), ad_grad_item(ta), ad_grad_item(tb));
+            for (side = 0; side < 2; side++) {
+                double h = 1e-6, fd, got = ad_num_grad(T, side ? b : a);
+                if (side) fd = (binary_value(T, c, a0, b0 + h) - binary_value(T, c, a0, b0 - h)) / (2 * h);
+                else fd = (binary_value(T, c, a0 + h, b0) - binary_value(T, c, a0 - h, b0)) / (2 * h);
+                TH_CHECK(close_to(got, fd, 1e-6), "%s(%g, %g): d/d%c = %.12g, central difference %.12g", c->name, a0,
+                         b0, side ? 'b' : 'a', got, fd);
+            }
+        }
+        /* a constant on either side, and one number on both */
+        ad_tape_reset(T);
+        a = ad_num_var(T, c->a[1]);
+        y = c->num(T, a, ad_num_const(T, c->b[1]));
+        TH_CHECK(ad_num_backward(T, y) == 0 &&
+                     close_to(ad_num_grad(T, a),
+                              (binary_value(T, c, c->a[1] + 1e-6, c->b[1]) - binary_value(T, c, c->a[1] - 1e-6, c->b[1])) /
+                                  2e-6,
+                              1e-6),
+                 "%s with a constant b: %.12g", c->name, ad_num_grad(T, a));
+        b = ad_num_var(T, c->b[1]);
+        y = c->num(T, ad_num_const(T, c->a[1]), b);
+        TH_CHECK(ad_num_backward(T, y) == 0 &&
+                     close_to(ad_num_grad(T, b),
+                              (binary_value(T, c, c->a[1], c->b[1] + 1e-6) - binary_value(T, c, c->a[1], c->b[1] - 1e-6)) /
+                                  2e-6,
+                              1e-6),
+                 "%s with a constant a: %.12g", c->name, ad_num_grad(T, b));
+        y = c->num(T, b, b);
+        TH_CHECK(ad_num_backward(T, y) == 0 &&
+                     close_to(ad_num_grad(T, b),
+                              (binary_value(T, c, c->b[1] + 1e-6, c->b[1] + 1e-6) -
+                               binary_value(T, c, c->b[1] - 1e-6, c->b[1] - 1e-6)) /
+                                  2e-6,
+                              1e-6),
+                 "%s of one number on both sides: %.12g", c->name, ad_num_grad(T, b));
+    }
+    ad_tape_free(T);
+    th_family("binary ops against tensors and differences");
+}
+
+/* ---- routes ------------------------------------------------------------------------------- */
+/* The tutorial's f(a, b) = (a/b - a) * (b/a + a + b) * (a - b): a and b each take five routes. */
+static ad_num tutorial_f(ad_tape *T, ad_num a, ad_num b)
+{
+    ad_num left = ad_num_sub(T, ad_num_div(T, a, b), a);
+    ad_num middle = ad_num_add(T, ad_num_add(T, ad_num_div(T, b, a), a), b);
+    return ad_num_mul(T, ad_num_mul(T, left, middle), ad_num_sub(T, a, b));
+}
+
+/* A long chain with a side route at every step: x_{k+1} = 0.999 x_k + sin(v) x_k / (1 + v^2). */
+#define CHAIN_STEPS 5000
+static double chain_value(double v)
+{
+    double x = v;
+    int k;
+    for (k = 0; k < CHAIN_STEPS; k++) x = 0.999 * x + sin(v) * x / (1 + v * v);
+    return x;
+}
+
+static void test_routes(void)
+{
+    ad_tape *T = ad_tape_new();
+    double a0 = 1.5, b0 = 0.7, da, db, h = 1e-6;
+    ad_num a, b, y, v, x, w;
+    ad_tensor *ta, *tb, *ty, *tx;
+    int k;
+    /* the tutorial: analytic derivatives, and the tensor tape */
+    a = ad_num_var(T, a0);
+    b = ad_num_var(T, b0);
+    y = tutorial_f(T, a, b);
+    TH_CHECK(ad_num_backward(T, y) == 0, "f: %s", th_errs(T));
+    {
+        double l = a0 / b0 - a0, m = b0 / a0 + a0 + b0, r = a0 - b0;
+        da = (1 / b0 - 1) * m * r + l * (-b0 / (a0 * a0) + 1) * r + l * m;
+        db = (-a0 / (b0 * b0)) * m * r + l * (1 / a0 + 1) * r - l * m;
+        TH_CHECK(close_to(y.value, l * m * r, 1e-15), "f = %.17g, expected %.17g", y.value, l * m * r);
+    }
+    TH_CHECK(close_to(ad_num_grad(T, a), da, 1e-14) && close_to(ad_num_grad(T, b), db, 1e-14),
+             "f: gradients %.17g %.17g, analytic %.17g %.17g", ad_num_grad(T, a), ad_num_grad(T, b), da, db);
+    ta = ad_var(T, a0);
+    tb = ad_var(T, b0);
+    ty = ad_mul(T, ad_mul(T, ad_sub(T, ad_div(T, ta, tb), ta), ad_add(T, ad_add(T, ad_div(T, tb, ta), ta), tb)),
+                ad_sub(T, ta, tb));
+    TH_CHECK(ty && ad_backward(T, ty) == 0 && ad_item(ty) == y.value &&
+                 close_to(ad_num_grad(T, a), ad_grad_item(ta), 1e-15) &&
+                 close_to(ad_num_grad(T, b), ad_grad_item(tb), 1e-15),
+             "f on tensors: %.17g %.17g %.17g", ty ? ad_item(ty) : 0.0, ta->grad ? ad_grad_item(ta) : 0.0,
+             tb->grad ? ad_grad_item(tb) : 0.0);
+    TH_CHECK(ad_num_count(T) == 10, "f recorded %zu numbers, expected 2 + 8", ad_num_count(T));
+
+    /* a long chain (15,001 numbers: the tape grows many times) */
+    ad_tape_reset(T);
+    v = ad_num_var(T, 0.3);
+    x = v;
+    w = ad_num_div(T, ad_num_sin(T, v), ad_num_add(T, ad_num_const(T, 1), ad_num_square(T, v)));
+    for (k = 0; k < CHAIN_STEPS; k++)
+        x = ad_num_add(T, ad_num_mul(T, ad_num_const(T, 0.999), x), ad_num_mul(T, w, x));
+    TH_CHECK(ad_num_ok(x) && ad_num_backward(T, x) == 0, "chain: %s", th_errs(T));
+    TH_CHECK(close_to(x.value, chain_value(0.3), 1e-12), "chain value %.17g, expected %.17g", x.value,
+             chain_value(0.3));
+    da = (chain_value(0.3 + h) - chain_value(0.3 - h)) / (2 * h);
+    TH_CHECK(close_to(ad_num_grad(T, v), da, 1e-6), "chain: gradient %.12g, central difference %.12g",
+             ad_num_grad(T, v), da);
+    tx = ad_var(T, 0.3);
+    ty = tx;
+    {
+        ad_tensor *tw = ad_div(T, ad_sin(T, tx), ad_add(T, ad_scalar(T, 1), ad_square(T, tx)));
+        for (k = 0; k < CHAIN_STEPS; k++) ty = ad_add(T, ad_mul(T, ad_scalar(T, 0.999), ty), ad_mul(T, tw, ty));
+    }
+    TH_CHECK(ty && ad_backward(T, ty) == 0 && close_to(ad_num_grad(T, v), ad_grad_item(tx), 1e-13),
+             "chain: gradient %.17g, on tensors %.17g", ad_num_grad(T, v), ty ? ad_grad_item(tx) : 0.0);
+
+    /* a second sweep from a number in the middle, and numbers made after the sweep's y, on a
+       new tape (whose room is still the first) */
+    ad_tape_free(T);
+    T = ad_tape_new();
+    a = ad_num_var(T, 2);
+    b = ad_num_var(T, 3);
+    x = ad_num_mul(T, a, b);
+    y = ad_num_add(T, ad_num_square(T, x), a);
+    TH_CHECK(ad_num_backward(T, y) == 0 && ad_num_grad(T, a) == 2 * 6 * 3 + 1 && ad_num_grad(T, b) == 2 * 6 * 2 &&
+                 ad_num_grad(T, x) == 12 && ad_num_grad(T, y) == 1,
+             "y = (ab)^2 + a: %g %g %g", ad_num_grad(T, a), ad_num_grad(T, b), ad_num_grad(T, x));
+    TH_CHECK(ad_num_backward(T, x) == 0 && ad_num_grad(T, a) == 3 && ad_num_grad(T, b) == 2 && ad_num_grad(T, y) == 0,
+             "x = ab after y: %g %g, y's %g", ad_num_grad(T, a), ad_num_grad(T, b), ad_num_grad(T, y));
+    TH_CHECK(ad_num_grad(T, ad_num_const(T, 5)) == 0, "a constant has a gradient");
+    /* the tape grows past its first room after a sweep: the sweep's gradients stay */
+    for (k = 0; k < 500; k++) w = ad_num_sin(T, a);
+    TH_CHECK(ad_num_grad(T, a) == 3 && ad_num_grad(T, b) == 2 && ad_num_grad(T, w) == 0,
+             "gradients after the tape grew: %g %g %g", ad_num_grad(T, a), ad_num_grad(T, b), ad_num_grad(T, w));
+    TH_CHECK(ad_num_backward(T, b) == 0 && ad_num_grad(T, b) == 1 && ad_num_grad(T, a) == 0,
+             "y = b itself: %g %g", ad_num_grad(T, b), ad_num_grad(T, a));
+
+    /* a place no route from y reaches passes nothing on: log's infinite derivative at 0 there
+       adds no NaN (as the tensors' sweep, and PyTorch, which never visits it) */
+    ad_tape_reset(T);
+    a = ad_num_var(T, 0);
+    w = ad_num_log(T, a);
+    y = ad_num_mul(T, a, ad_num_const(T, 2));
+    TH_CHECK(isinf(w.value) && ad_num_backward(T, y) == 0 && ad_num_grad(T, a) == 2,
+             "log(0) off the route: d y / d a = %g", ad_num_grad(T, a));
+    /* a route that carries 0 does pass it on, as PyTorch does: 0 * inf is NaN */
+    y = ad_num_mul(T, w, ad_num_const(T, 0));
+    TH_CHECK(ad_num_backward(T, y) == 0 && isnan(ad_num_grad(T, a)), "0 * log(0): d/da = %g, expected NaN",
+             ad_num_grad(T, a));
+    /* a sign of zero that arrives by one route is kept */
+    a = ad_num_var(T, 1);
+    y = ad_num_mul(T, a, ad_num_const(T, -0.0));
+    TH_CHECK(ad_num_backward(T, y) == 0 && ad_num_grad(T, a) == 0 && signbit(ad_num_grad(T, a)),
+             "a * -0: d/da = %g, expected -0", ad_num_grad(T, a));
+    ad_tape_free(T);
+    th_family("routes, sweeps and growth");
+}
+
+/* ---- misuse ------------------------------------------------------------------------------- */
+static void test_misuse(void)
+{
+    ad_tape *T = ad_tape_new(), *U = ad_tape_new();
+    ad_num a, b, y, stale, other, bad;
+    a = ad_num_var(T, 1);
+    stale = ad_num_var(T, 2);
+    other = ad_num_var(U, 3);
+    ad_tape_reset(T);
+    a = ad_num_var(T, 1);
+    b = ad_num_var(T, 4); /* stale's place, taken again */
+    y = ad_num_add(T, a, stale);
+    TH_CHECK(!ad_num_ok(y) && isnan(y.value), "a number from before the reset was accepted");
+    TH_CHECK_ERROR(T, "ad_num_add: b is not a number of this tape (made before its last reset");
+    ad_tape_clear_error(T);
+    y = ad_num_exp(T, stale);
+    TH_CHECK_ERROR(T, "ad_num_exp: the input is not a number of this tape");
+    ad_tape_clear_error(T);
+    TH_CHECK(ad_num_backward(T, stale) == -1, "ad_num_backward of a stale number did not fail");
+    TH_CHECK_ERROR(T, "ad_num_backward: y is not a number of this tape");
+    ad_tape_clear_error(T);
+    TH_CHECK(isnan(ad_num_grad(T, stale)), "the gradient of a stale number is not NaN");
+    TH_CHECK_ERROR(T, "ad_num_grad: x is not a number of this tape");
+    ad_tape_clear_error(T);
+    y = ad_num_mul(T, other, a);
+    TH_CHECK(!ad_num_ok(y), "a number of another tape was accepted");
+    TH_CHECK_ERROR(T, "ad_num_mul: a is not a number of this tape");
+    /* a failed number is carried on without a second message */
+    ad_tape_clear_error(T);
+    bad = ad_num_clamp(T, a, 2, 1);
+    TH_CHECK(!ad_num_ok(bad), "clamp with lo > hi gave a number");
+    TH_CHECK_ERROR(T, "ad_num_clamp: lower bound 2 is above upper bound 1");
+    y = ad_num_sin(T, ad_num_add(T, a, bad));
+    b = ad_num_mul(T, y, stale);
+    TH_CHECK(!ad_num_ok(y) && !ad_num_ok(b) && ad_num_backward(T, b) == -1, "a failed number was not carried on");
+    TH_CHECK_ERROR(T, "ad_num_clamp: lower bound 2 is above upper bound 1");
+    /* a NULL tape */
+    TH_CHECK(!ad_num_ok(ad_num_var(NULL, 1)) && !ad_num_ok(ad_num_add(NULL, a, a)) &&
+                 !ad_num_ok(ad_num_const(NULL, 1)) && ad_num_backward(NULL, a) == -1 && isnan(ad_num_grad(NULL, a)) &&
+                 ad_num_count(NULL) == 0,
+             "a NULL tape");
+    /* a NaN value is a number, not a failure */
+    ad_tape_reset(T);
+    a = ad_num_var(T, -1);
+    y = ad_num_log(T, a);
+    TH_CHECK(ad_num_ok(y) && isnan(y.value) && ad_tape_error(T) == NULL, "log(-1) is not an ok NaN");
+    /* numbers and tensors on one tape, and a reset that forgets both */
+    TH_CHECK(ad_num_count(T) == 2, "count %zu, expected 2", ad_num_count(T));
+    ad_tape_reset(T);
+    TH_CHECK(ad_num_count(T) == 0, "count %zu after a reset", ad_num_count(T));
+    ad_tape_free(T);
+    ad_tape_free(U);
+    th_family("misuse");
+}
+
+int main(void)
+{
+    test_unary();
+    test_binary();
+    test_routes();
+    test_misuse();
+    return th_summary();
+}
