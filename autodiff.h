@@ -6685,36 +6685,50 @@ AD__COLD int ad__nums_grow(ad_tape *T, const char *op)
     return 1;
 }
 
-/* The place of x on T, or -1 with the error recorded (once: not for a failed number that
-   carries an earlier error on, which the tape already has). */
-AD__COLD long ad__num_refuse(ad_tape *T, const char *op, const char *what)
+/* Records the refusal of x, an operand of op named what, and returns a failed number. No
+   message for a failed number, which carries an earlier error on (the tape has it). */
+AD__COLD ad_num ad__num_refuse(ad_tape *T, const char *op, const char *what)
 {
     if (!T->has_error)
         ad__fail(T, "%s: %s is not a number of this tape (made before its last reset, on another tape, "
                     "or by a call that failed)", op, what);
-    return -1;
+    return ad__num_failed();
 }
 
-AD__HOT long ad__num_place(ad_tape *T, const char *op, const char *what, ad_num x)
+/* Whether x is on T, with its place. */
+AD__HOT int ad__num_at(const ad_tape *T, ad_num x, unsigned *place)
 {
-    unsigned place = x.id - T->nums.base;
-    return place < T->nums.count ? (long)place : ad__num_refuse(T, op, what);
+    *place = x.id - T->nums.base;
+    return *place < T->nums.count;
 }
+
+AD__COLD ad_num ad__num_push_grown(ad_tape *T, const char *op, ad_real value, unsigned a, ad_real da,
+                                   unsigned b, ad_real db);
 
 /* Records a number of the given value whose inputs are at places a and b with the local
-   derivatives da and db. */
+   derivatives da and db. The rare paths are calls in tail position, so that the common one
+   saves no registers. */
 AD__HOT ad_num ad__num_push(ad_tape *T, const char *op, ad_real value, unsigned a, ad_real da, unsigned b,
                             ad_real db)
 {
     ad__nums *N = &T->nums;
+    unsigned place = N->count;
     ad__num_entry *e;
-    if (N->count >= N->cap && !ad__nums_grow(T, op)) return ad__num_failed();
-    e = N->entries + N->count;
+    if (place >= N->cap) return ad__num_push_grown(T, op, value, a, da, b, db);
+    e = N->entries + place;
     e->a = a;
     e->b = b;
     e->da = da;
     e->db = db;
-    return ad__num_make(value, N->base + N->count++);
+    N->count = place + 1;
+    return ad__num_make(value, N->base + place);
+}
+
+AD__COLD ad_num ad__num_push_grown(ad_tape *T, const char *op, ad_real value, unsigned a, ad_real da,
+                                   unsigned b, ad_real db)
+{
+    if (!ad__nums_grow(T, op)) return ad__num_failed();
+    return ad__num_push(T, op, value, a, da, b, db);
 }
 
 AUTODIFF_API ad_num ad_num_var(ad_tape *T, ad_real value)
@@ -6741,12 +6755,12 @@ AD__HOT ad_num ad__num_unary(ad_tape *T, const char *op, ad_num a, int kind, ad_
 {
     const ad_real one = 1, *g = &one, *xv = &a.value, *yv;
     ad_real x = a.value, y, d;
-    long place;
+    unsigned place;
     size_t i = 0;
     (void)g;
     (void)p1;
     if (!T) return ad__num_failed();
-    if ((place = ad__num_place(T, op, "the input", a)) < 0) return ad__num_failed();
+    if (!ad__num_at(T, a, &place)) return ad__num_refuse(T, op, "the input");
     yv = &y;
     switch (kind) {
 #define AD__NUM_UNARY(ID, NAME, SPLIT, FORWARD, DERIV)                                               \
@@ -6761,7 +6775,7 @@ AD__HOT ad_num ad__num_unary(ad_tape *T, const char *op, ad_num a, int kind, ad_
     (void)xv;
     (void)yv;
     (void)i;
-    return ad__num_push(T, op, y, (unsigned)place, d, 0, 0);
+    return ad__num_push(T, op, y, place, d, 0, 0);
 }
 
 /* kind(a, b), and what each side receives from an incoming gradient of 1. */
@@ -6769,11 +6783,11 @@ AD__HOT ad_num ad__num_binary(ad_tape *T, const char *op, ad_num a, ad_num b, in
 {
     const ad_real one = 1, *g = &one, *av = &a.value, *bv = &b.value, *yv;
     ad_real y, da, db;
-    long pa, pb;
+    unsigned pa, pb;
     size_t i = 0;
     if (!T) return ad__num_failed();
-    if ((pa = ad__num_place(T, op, "a", a)) < 0 || (pb = ad__num_place(T, op, "b", b)) < 0)
-        return ad__num_failed();
+    if (!ad__num_at(T, a, &pa)) return ad__num_refuse(T, op, "a");
+    if (!ad__num_at(T, b, &pb)) return ad__num_refuse(T, op, "b");
     y = ad__binary_op(kind, a.value, b.value);
     yv = &y;
     switch (kind) {
@@ -6788,7 +6802,7 @@ AD__HOT ad_num ad__num_binary(ad_tape *T, const char *op, ad_num a, ad_num b, in
     (void)bv;
     (void)yv;
     (void)i;
-    return ad__num_push(T, op, y, (unsigned)pa, da, (unsigned)pb, db);
+    return ad__num_push(T, op, y, pa, da, pb, db);
 }
 #undef AD__DSL_MODE
 
@@ -6802,37 +6816,48 @@ AUTODIFF_API int ad_num_backward(ad_tape *T, ad_num y)
     const ad__num_entry *e;
     ad_real *grad;
     unsigned char *reached;
-    long top;
-    unsigned i;
+    unsigned top, i;
+    ad_real carry = -(ad_real)0; /* what entry i + 1 passed to place i, kept in a register */
     if (!T) return -1;
-    if ((top = ad__num_place(T, "ad_num_backward", "y", y)) < 0) return -1;
+    if (!ad__num_at(T, y, &top)) {
+        ad__num_refuse(T, "ad_num_backward", "y");
+        return -1;
+    }
     N = &T->nums;
     if (!N->cap && !ad__nums_grow(T, "ad_num_backward")) return -1;
     e = N->entries;
     grad = N->grad;
     reached = N->reached;
-    for (i = 0; i <= (unsigned)top; i++) grad[i] = -(ad_real)0;
+    for (i = 0; i <= top; i++) grad[i] = -(ad_real)0;
     memset(reached, 0, (size_t)top + 1);
     grad[top] = 1;
     reached[top] = 1;
-    for (i = (unsigned)top; i > 0; i--) {
-        ad_real gi = grad[i];
+    for (i = top; i > 0; i--) {
+        const ad__num_entry *en = e + i;
+        ad_real gi, ca, cb;
         if (!reached[i]) continue;
-        grad[e[i].a] += e[i].da * gi;
-        reached[e[i].a] = 1;
-        grad[e[i].b] += e[i].db * gi;
-        reached[e[i].b] = 1;
+        gi = grad[i] + carry;
+        grad[i] = gi;
+        ca = en->da * gi;
+        cb = en->db * gi;
+        carry = -(ad_real)0;
+        if (en->a == i - 1) carry = ca;
+        else grad[en->a] += ca;
+        if (en->b == i - 1) carry += cb;
+        else grad[en->b] += cb;
+        reached[en->a] = 1;
+        reached[en->b] = 1;
     }
-    N->swept = (unsigned)top + 1;
+    N->swept = top + 1;
     return 0;
 }
 
 AUTODIFF_API ad_real ad_num_grad(ad_tape *T, ad_num x)
 {
-    long place;
+    unsigned place;
     if (!T) return (ad_real)NAN;
-    if ((place = ad__num_place(T, "ad_num_grad", "x", x)) < 0) return (ad_real)NAN;
-    if (place == 0 || (unsigned)place >= T->nums.swept || !T->nums.reached[place]) return 0;
+    if (!ad__num_at(T, x, &place)) return ad__num_refuse(T, "ad_num_grad", "x").value;
+    if (place == 0 || place >= T->nums.swept || !T->nums.reached[place]) return 0;
     return T->nums.grad[place];
 }
 
