@@ -267,7 +267,8 @@ ROWS=$OUT/rows.txt
         key=$1; shift
         echo "GEMM $*, bfloat16 products against float32, GFLOP/s|bf16.gemm.$key.ours|gemm.$key.ours|autodiff.h float32|hi"
     done
-    echo "scalar tape f(a,b): record+backward+reset, ns/op|tape.ns_op.ours|tape.ns_op.torch|PyTorch|lo"
+    echo "scalar tape f(a,b) on numbers (ad_num): record+backward+reset, ns/op|tape.ns_op.ours|tape.ns_op.torch|PyTorch|lo"
+    echo "scalar tape f(a,b) on one-element tensors (ad_var), ns/op|tape.tensors.ns_op.ours|tape.ns_op.torch|PyTorch|lo"
     echo "SGD step, 535818 parameters (MLP 784-512-256-10), us|optim.sgd.us.ours|optim.sgd.us.torch|PyTorch|lo"
     echo "SGD momentum 0.9 step, same parameters, us|optim.momentum.us.ours|optim.momentum.us.torch|PyTorch|lo"
     echo "Adam step, same parameters, us|optim.adam.us.ours|optim.adam.us.torch|PyTorch|lo"
