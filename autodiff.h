@@ -556,13 +556,23 @@ AUTODIFF_API ad_tensor *ad_pow_tensor(ad_tape *T, ad_tensor *a, ad_tensor *b);
    ad_num_backward multiplies them along every route and adds the routes in one pass. The ops are
    the rows of the elementwise and binary tables, with the same formulas for the value and the
    derivative; first order only (for second derivatives use one-element tensors, ad_var, with
-   ad_grad's create_graph).
+   ad_grad's create_graph). Where they differ from the tensor ops:
+   - a local derivative is taken before the incoming gradient multiplies it, so where it
+     overflows (d(a/b)/db = -a/b^2 for a tiny b) the gradient is infinite even when the tensors',
+     which take the gradient into the formula first, is not;
+   - in float builds the tensors' exp, log, sin, cos, tanh, sigmoid and GELU run on vectors, and
+     the numbers' on the C library, so their last bits can differ;
+   - anomaly mode does not watch numbers (a NaN is a value; ad_num_ok tells a failure).
+   An op whose inputs are all constants, or any op in no-grad mode (ad_set_grad_enabled),
+   records nothing and gives a constant.
    Numbers live on a tape, beside its tensors, until ad_tape_reset. Errors follow the tape's
    rules: the first is recorded on the tape, the failing call returns a failed number (value
    NaN, ad_num_ok 0), and every op given one returns one, so a chain needs one check at the
-   end. A number kept from before the tape's last reset, or one of another tape, is refused
-   (the check compares its place with the tape's current range of places, so a number of
-   another tape passes only in the unlikely case that the two ranges meet). */
+   end. A number kept from before the tape's last reset, or one of another tape, is refused:
+   the check compares its place with the range of places the tape gives out now, which moves on
+   at every reset and starts at a different point on every tape. So a number of another tape
+   passes only if the two ranges happen to meet, and a stale one only after about 2^31 numbers,
+   when the places start again. */
 typedef struct ad_num {
     ad_real value;
     unsigned id;                 /* private: its place on the tape */
@@ -6649,8 +6659,8 @@ AD__PRIVATE void ad__nums_init(ad_tape *T)
 
 AD__PRIVATE void ad__nums_reset(ad__nums *N)
 {
-    N->base += N->count;
-    if (N->base > 0x80000000u) N->base = 1;
+    uint64_t next = (uint64_t)N->base + N->count;
+    N->base = next > 0x80000000u ? 1 : (unsigned)next;
     N->count = 1;
     N->swept = 0;
 }
@@ -6671,11 +6681,12 @@ AD__INLINE ad_num ad__num_failed(void) { return ad__num_make((ad_real)NAN, 0); }
 AD__COLD int ad__nums_grow(ad_tape *T, const char *op)
 {
     ad__nums *N = &T->nums;
+    const size_t per_place = sizeof(ad__num_entry) + sizeof(ad_real) + 1;
     size_t cap = N->cap ? 2 * (size_t)N->cap : 64;
-    size_t bytes = cap * (sizeof(ad__num_entry) + sizeof(ad_real) + 1);
     unsigned char *block;
     ad__nums grown = *N;
-    if (cap > 0x80000000u || !(block = (unsigned char *)AUTODIFF_MALLOC(bytes))) {
+    if (cap > 0x80000000u || cap > (size_t)-1 / per_place ||
+        !(block = (unsigned char *)AUTODIFF_MALLOC(cap * per_place))) {
         ad__fail(T, "%s: out of memory recording the number", op);
         return 0;
     }
@@ -6741,6 +6752,15 @@ AD__COLD ad_num ad__num_push_grown(ad_tape *T, const char *op, ad_real value, un
     return ad__num_push(T, op, value, a, da, b, db);
 }
 
+/* An op's result: recorded when an input is not a constant and recording is on, else a
+   constant, as the tensor ops record nothing for inputs without gradients or in no-grad mode. */
+AD__HOT ad_num ad__num_result(ad_tape *T, const char *op, ad_real value, unsigned a, ad_real da, unsigned b,
+                              ad_real db)
+{
+    if ((a | b) == 0 || !T->grad_enabled) return ad__num_make(value, T->nums.base);
+    return ad__num_push(T, op, value, a, da, b, db);
+}
+
 AUTODIFF_API ad_num ad_num_var(ad_tape *T, ad_real value)
 {
     if (!T) return ad__num_failed();
@@ -6785,7 +6805,7 @@ AD__HOT ad_num ad__num_unary(ad_tape *T, const char *op, ad_num a, int kind, ad_
     (void)xv;
     (void)yv;
     (void)i;
-    return ad__num_push(T, op, y, place, d, 0, 0);
+    return ad__num_result(T, op, y, place, d, 0, 0);
 }
 
 /* kind(a, b), and what each side receives from an incoming gradient of 1. */
@@ -6812,7 +6832,7 @@ AD__HOT ad_num ad__num_binary(ad_tape *T, const char *op, ad_num a, ad_num b, in
     (void)bv;
     (void)yv;
     (void)i;
-    return ad__num_push(T, op, y, pa, da, pb, db);
+    return ad__num_result(T, op, y, pa, da, pb, db);
 }
 #undef AD__DSL_MODE
 
@@ -6834,7 +6854,10 @@ AUTODIFF_API int ad_num_backward(ad_tape *T, ad_num y)
         return -1;
     }
     N = &T->nums;
-    if (!N->cap && !ad__nums_grow(T, "ad_num_backward")) return -1;
+    if (top == 0) { /* a constant: every gradient is 0 */
+        N->swept = 0;
+        return 0;
+    }
     e = N->entries;
     grad = N->grad;
     reached = N->reached;

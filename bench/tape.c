@@ -35,8 +35,9 @@ static ad_tensor *tutorial_f_tensors(ad_tape *T, ad_tensor *a, ad_tensor *b)
 static size_t step_nums(ad_tape *T, ad_real av, ad_real bv, ad_real *out)
 {
     ad_num a = ad_num_var(T, av), b = ad_num_var(T, bv), y = tutorial_f_nums(T, a, b);
-    size_t ops = ad_num_count(T) - 2; /* the leaves are not ops */
+    size_t ops;
     if (ad_num_backward(T, y) != 0) return 0;
+    ops = ad_num_count(T) - 2; /* the leaves are not ops */
     out[0] = y.value;
     out[1] = ad_num_grad(T, a);
     out[2] = ad_num_grad(T, b);

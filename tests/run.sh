@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs every test program (test_tape also without vector functions and without
-# threads, test_lbfgs in both precisions), the compile matrix, the test programs and fuzz
-# corpora under AddressSanitizer + UBSan with gcc and with clang, the examples,
+# threads, test_lbfgs and test_numbers in both precisions), the compile matrix, the test
+# programs and fuzz corpora under AddressSanitizer + UBSan with gcc and with clang, the examples,
 # tests/resume.sh, tests/mpi.sh and tests/shakespeare.sh, then prints one line "N passed, N
 # failed". Exits non-zero when anything failed. Says which stage it is in as it goes ("== NAME"),
 # and each stage's count and time when it ends.
@@ -148,7 +148,8 @@ for name in "${tests[@]}"; do
 done
 # test programs built once more with an option: NAME:MACRO
 variants=()
-for v in test_tape:AUTODIFF_NO_DISPATCH test_tape:AUTODIFF_NO_THREADS test_lbfgs:AUTODIFF_DOUBLE; do
+for v in test_tape:AUTODIFF_NO_DISPATCH test_tape:AUTODIFF_NO_THREADS test_lbfgs:AUTODIFF_DOUBLE \
+         test_numbers:AUTODIFF_DOUBLE; do
     name=${v%%:*} opt=${v#*:}
     [ -e "tests/$name.c" ] || continue
     variants+=("${name}_$opt")
