@@ -2479,6 +2479,14 @@ AUTODIFF_API void ad_tape_free(ad_tape *T)
 AUTODIFF_API void ad_tape_reset(ad_tape *T)
 {
     if (!T) return;
+    if (!T->ntensors && !T->nentries && !T->marks && ad_tape_bytes_used(T) == 0) {
+        /* nothing in the arenas to rewind (a tape of numbers only): the rest of the reset */
+        T->gen++;
+        ad__nums_reset(&T->nums);
+        T->has_error = 0;
+        T->error[0] = 0;
+        return;
+    }
     T->gen++;
     T->peak = ad_tape_bytes_peak(T);
     ad__arena_reset(&T->arena, 0);
