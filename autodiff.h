@@ -2476,18 +2476,9 @@ AUTODIFF_API void ad_tape_free(ad_tape *T)
     AUTODIFF_FREE(T);
 }
 
-AUTODIFF_API void ad_tape_reset(ad_tape *T)
+/* Forgets T's tensors, entries and marks and rewinds its arenas (T->gen already moved on). */
+AD__PRIVATE void ad__tape_forget_tensors(ad_tape *T)
 {
-    if (!T) return;
-    if (!T->ntensors && !T->nentries && !T->marks && ad_tape_bytes_used(T) == 0) {
-        /* nothing in the arenas to rewind (a tape of numbers only): the rest of the reset */
-        T->gen++;
-        ad__nums_reset(&T->nums);
-        T->has_error = 0;
-        T->error[0] = 0;
-        return;
-    }
-    T->gen++;
     T->peak = ad_tape_bytes_peak(T);
     ad__arena_reset(&T->arena, 0);
     ad__arena_reset(&T->heads, ad__heads_start(&T->heads, T->gen));
@@ -2496,6 +2487,14 @@ AUTODIFF_API void ad_tape_reset(ad_tape *T)
     T->marks = NULL;
     T->ntensors = 0;
     T->nentries = 0;
+}
+
+AUTODIFF_API void ad_tape_reset(ad_tape *T)
+{
+    if (!T) return;
+    T->gen++;
+    /* a tape of numbers only has nothing in its arenas to rewind */
+    if (T->ntensors || T->nentries || T->marks || ad_tape_bytes_used(T)) ad__tape_forget_tensors(T);
     ad__nums_reset(&T->nums);
     T->has_error = 0;
     T->error[0] = 0;
@@ -6177,12 +6176,17 @@ AUTODIFF_API ad_tensor *ad_atan(ad_tape *T, ad_tensor *a) { return ad__unary(T, 
 AUTODIFF_API ad_tensor *ad_reciprocal(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_RECIPROCAL, 0, 0); }
 AUTODIFF_API ad_tensor *ad_rsqrt(ad_tape *T, ad_tensor *a) { return ad__unary(T, a, AD__U_RSQRT, 0, 0); }
 AUTODIFF_API ad_tensor *ad_elu(ad_tape *T, ad_tensor *a, ad_real alpha) { return ad__unary(T, a, AD__U_ELU, alpha, 0); }
+/* Whether lo and hi bound a clamp (NaN does not); records op's error when they do not. */
+AD__PRIVATE int ad__clamp_bounds(ad_tape *T, const char *op, ad_real lo, ad_real hi)
+{
+    if (lo <= hi) return 1;
+    ad__fail(T, "%s: lower bound %g is above upper bound %g", op, (double)lo, (double)hi);
+    return 0;
+}
+
 AUTODIFF_API ad_tensor *ad_clamp(ad_tape *T, ad_tensor *a, ad_real lo, ad_real hi)
 {
-    if (T && a && !(lo <= hi)) {
-        ad__fail(T, "ad_clamp: lower bound %g is above upper bound %g", (double)lo, (double)hi);
-        return NULL;
-    }
+    if (T && a && !ad__clamp_bounds(T, "ad_clamp", lo, hi)) return NULL;
     return ad__unary(T, a, AD__U_CLAMP, lo, hi);
 }
 AUTODIFF_API ad_tensor *ad_affine(ad_tape *T, ad_tensor *a, ad_real scale, ad_real shift)
@@ -6938,10 +6942,7 @@ AUTODIFF_API ad_num ad_num_rsqrt(ad_tape *T, ad_num x) { return ad__num_unary(T,
 AUTODIFF_API ad_num ad_num_elu(ad_tape *T, ad_num x, ad_real alpha) { return ad__num_unary(T, "ad_num_elu", x, AD__U_ELU, alpha, 0); }
 AUTODIFF_API ad_num ad_num_clamp(ad_tape *T, ad_num x, ad_real lo, ad_real hi)
 {
-    if (T && !(lo <= hi)) {
-        ad__fail(T, "ad_num_clamp: lower bound %g is above upper bound %g", (double)lo, (double)hi);
-        return ad__num_failed();
-    }
+    if (T && !ad__clamp_bounds(T, "ad_num_clamp", lo, hi)) return ad__num_failed();
     return ad__num_unary(T, "ad_num_clamp", x, AD__U_CLAMP, lo, hi);
 }
 AUTODIFF_API ad_num ad_num_affine(ad_tape *T, ad_num x, ad_real scale, ad_real shift)
