@@ -8,10 +8,10 @@
       4 eps ((sigma/r)^12 - (sigma/r)^6), a forward and a backward (the forces) on plain arrays,
       as a physics code has them. First order only; the check covers it.
 
-   Build: cc examples/custom_op.c -I. -lm -lpthread. Exits non-zero when a check fails. */
+   Build: cc -O2 examples/custom_op.c -lm. Exits non-zero when a check fails. */
 #define AUTODIFF_DOUBLE /* tight gradient checks; the ops work in float builds too */
 #define AUTODIFF_IMPLEMENTATION
-#include "autodiff.h"
+#include "../autodiff.h"
 
 #include <math.h>
 #include <stdio.h>

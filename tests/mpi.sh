@@ -17,7 +17,8 @@
 #     from a different checkpoint.
 #   - the character-level GPT trains the same way (5. below; needs SHAKESPEARE_DIR).
 # Needs MNIST_DIR, mpicc and mpirun (skipped without them). Environment: CC (default cc),
-# MPICC (default mpicc).
+# MPICC (default mpicc), PROGRAMS (a folder where the programs are built already: tests/run.sh
+# builds them once for every script).
 set -u
 cd "$(dirname "$0")/.."
 if [ -z "${MNIST_DIR:-}" ] || [ ! -d "$MNIST_DIR" ]; then
@@ -36,20 +37,23 @@ MNIST_DIR=$(cd "$MNIST_DIR" && pwd)
 failed=0
 fail() { echo "FAIL $1"; tail -8 "$OUT/last.log"; failed=$((failed + 1)); }
 
-"$MPICC" -O2 -Wall -Wextra -pedantic -Werror examples/mnist_mpi.c -o "$OUT/mnist_mpi" -lm ||
-    { echo "FAIL build examples/mnist_mpi.c with $MPICC"; exit 1; }
-$CC -O2 examples/mnist.c -o "$OUT/mnist" -lm || { echo "FAIL build examples/mnist.c"; exit 1; }
-$CC -O2 -I. tests/params_compare.c -o "$OUT/params_compare" -lm -lpthread ||
-    { echo "FAIL build tests/params_compare.c"; exit 1; }
+BIN=${PROGRAMS:-$OUT}
+if [ -z "${PROGRAMS:-}" ]; then
+    "$MPICC" -O2 -Wall -Wextra -pedantic -Werror examples/mnist_mpi.c -o "$OUT/mnist_mpi" -lm ||
+        { echo "FAIL build examples/mnist_mpi.c with $MPICC"; exit 1; }
+    $CC -O2 examples/mnist.c -o "$OUT/mnist" -lm || { echo "FAIL build examples/mnist.c"; exit 1; }
+    $CC -O2 -I. tests/params_compare.c -o "$OUT/params_compare" -lm -lpthread ||
+        { echo "FAIL build tests/params_compare.c"; exit 1; }
+fi
 
 LIMIT=120
 read -ra FLAGS <<<"$(bash scripts/mpirun.sh --flags 3)"
 # mpi NP ARGS...: the program on NP processes, its output in last.log, at most LIMIT seconds
 mpi() {
     local np=$1; shift
-    timeout "$LIMIT" mpirun "${FLAGS[@]}" -np "$np" "$OUT/mnist_mpi" --plot "$OUT/plot.svg" "$@" >"$OUT/last.log" 2>&1
+    timeout "$LIMIT" mpirun "${FLAGS[@]}" -np "$np" "$BIN/mnist_mpi" --plot "$OUT/plot.svg" "$@" >"$OUT/last.log" 2>&1
 }
-one() { "$OUT/mnist" --data "$MNIST_DIR" --plot "$OUT/plot.svg" "$@" >"$OUT/last.log" 2>&1; }
+one() { "$BIN/mnist" --data "$MNIST_DIR" --plot "$OUT/plot.svg" "$@" >"$OUT/last.log" 2>&1; }
 # the parameter hashes of the last run, one line
 hashes() { grep -E '^rank [0-9]+ parameters: ' "$OUT/last.log" | awk '{ print $4 }' | tr '\n' ' '; }
 # same_hashes N [LAST]: the last run printed N hash lines, all equal, and its last line matches
@@ -88,7 +92,7 @@ fi
 one --limit 6400 --epochs 1 --checkpoint "$OUT/one.ckpt" || fail "mpi: examples/mnist.c --limit 6400"
 for np in 2 3; do
     if mpi "$np" --data "$MNIST_DIR" --limit 6400 --epochs 1 --checkpoint "$OUT/np$np.ckpt" && same_hashes "$np" &&
-        "$OUT/params_compare" "$OUT/one.ckpt" "$OUT/np$np.ckpt" 4e-6 >"$OUT/compare.log"; then
+        "$BIN/params_compare" "$OUT/one.ckpt" "$OUT/np$np.ckpt" 4e-6 >"$OUT/compare.log"; then
         echo "mpi: $np ranks against one process after 100 steps: $(cat "$OUT/compare.log")"
     else
         cat "$OUT/compare.log" 2>/dev/null
@@ -130,8 +134,8 @@ ln -sfn "$MNIST_DIR" "$OUT/rank0/data"
 # mpmd "ARGS OF RANK 0" "ARGS OF RANK 1": two ranks with arguments of their own, in their folders
 mpmd() {
     local t0=$SECONDS rc
-    timeout "$LIMIT" mpirun "${FLAGS[@]}" -np 1 -wdir "$OUT/rank0" "$OUT/mnist_mpi" --plot plot.svg $1 \
-        : -np 1 -wdir "$OUT/rank1" "$OUT/mnist_mpi" --plot plot.svg $2 >"$OUT/last.log" 2>&1
+    timeout "$LIMIT" mpirun "${FLAGS[@]}" -np 1 -wdir "$OUT/rank0" "$BIN/mnist_mpi" --plot plot.svg $1 \
+        : -np 1 -wdir "$OUT/rank1" "$BIN/mnist_mpi" --plot plot.svg $2 >"$OUT/last.log" 2>&1
     rc=$?
     elapsed=$((SECONDS - t0))
     return $rc
@@ -159,18 +163,20 @@ check_fault "a rank that resumes another checkpoint" "^rank 1: its model, optimi
 #    a stop and resume byte-identical to a run that did not stop, and the recurrent models
 #    refused (needs SHAKESPEARE_DIR)
 if [ -n "${SHAKESPEARE_DIR:-}" ] && [ -f "$SHAKESPEARE_DIR/input.txt" ]; then
-    "$MPICC" -O2 -Wall -Wextra -pedantic -Werror examples/shakespeare_mpi.c -o "$OUT/shakespeare_mpi" -lm ||
-        { echo "FAIL build examples/shakespeare_mpi.c with $MPICC"; exit 1; }
-    $CC -O2 examples/shakespeare.c -o "$OUT/shakespeare" -lm || { echo "FAIL build examples/shakespeare.c"; exit 1; }
+    if [ -z "${PROGRAMS:-}" ]; then
+        "$MPICC" -O2 -Wall -Wextra -pedantic -Werror examples/shakespeare_mpi.c -o "$OUT/shakespeare_mpi" -lm ||
+            { echo "FAIL build examples/shakespeare_mpi.c with $MPICC"; exit 1; }
+        $CC -O2 examples/shakespeare.c -o "$OUT/shakespeare" -lm || { echo "FAIL build examples/shakespeare.c"; exit 1; }
+    fi
     GPT=(--data "$SHAKESPEARE_DIR" --limit 200000 --iters 30 --eval-interval 10 --eval-batches 4 --final-batches 8
          --sample-chars 40 --quiet --plot "$OUT/plot.svg")
     gpt() {
         local np=$1; shift
-        timeout "$LIMIT" mpirun "${FLAGS[@]}" -np "$np" "$OUT/shakespeare_mpi" "$@" >"$OUT/last.log" 2>&1
+        timeout "$LIMIT" mpirun "${FLAGS[@]}" -np "$np" "$BIN/shakespeare_mpi" "$@" >"$OUT/last.log" 2>&1
     }
-    "$OUT/shakespeare" "${GPT[@]}" --checkpoint "$OUT/gpt_one.ckpt" >"$OUT/last.log" 2>&1 || fail "mpi: examples/shakespeare.c"
+    "$BIN/shakespeare" "${GPT[@]}" --checkpoint "$OUT/gpt_one.ckpt" >"$OUT/last.log" 2>&1 || fail "mpi: examples/shakespeare.c"
     if gpt 2 "${GPT[@]}" --checkpoint "$OUT/gpt_np2.ckpt" && same_hashes 2 '^val loss: '; then
-        if "$OUT/params_compare" "$OUT/gpt_one.ckpt" "$OUT/gpt_np2.ckpt" 5e-5 >"$OUT/compare.log"; then
+        if "$BIN/params_compare" "$OUT/gpt_one.ckpt" "$OUT/gpt_np2.ckpt" 5e-5 >"$OUT/compare.log"; then
             echo "mpi: GPT, 2 ranks against one process after 30 steps: $(cat "$OUT/compare.log")"
         else
             cat "$OUT/compare.log"; fail "mpi: the GPT on 2 ranks does not train as on one process"

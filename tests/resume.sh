@@ -3,7 +3,8 @@
 # MLP with bfloat16 products, 2 epochs in one run and 1 epoch, stopped, then --resume to 2 epochs
 # must write byte-identical checkpoints.
 # Also: a resume whose options clash with the saved run, and one from a file without a run, are
-# refused. Needs MNIST_DIR (skipped without it). Environment: CC (default cc).
+# refused. Needs MNIST_DIR (skipped without it). Environment: CC (default cc); PROGRAMS, a folder
+# where the examples are built already (tests/run.sh builds them once for every script).
 set -u
 cd "$(dirname "$0")/.."
 if [ -z "${MNIST_DIR:-}" ] || [ ! -d "$MNIST_DIR" ]; then
@@ -14,10 +15,13 @@ CC=${CC:-cc}
 OUT=build/tests/resume
 mkdir -p "$OUT"
 failed=0
-for prog in mnist mnist_cnn; do
-    $CC -O2 -I. "examples/$prog.c" -o "$OUT/$prog" -lm || { echo "FAIL build $prog"; exit 1; }
-done
-run() { "$OUT/$1" --data "$MNIST_DIR" --limit 1500 --plot "$OUT/plot.svg" "${@:2}" >"$OUT/last.log" 2>&1; }
+BIN=${PROGRAMS:-$OUT}
+if [ -z "${PROGRAMS:-}" ]; then
+    for prog in mnist mnist_cnn; do
+        $CC -O2 "examples/$prog.c" -o "$OUT/$prog" -lm || { echo "FAIL build $prog"; exit 1; }
+    done
+fi
+run() { "$BIN/$1" --data "$MNIST_DIR" --limit 1500 --plot "$OUT/plot.svg" "${@:2}" >"$OUT/last.log" 2>&1; }
 for prog in mnist mnist_cnn; do
     for optimizer in sgd adam; do
         name="$prog $optimizer"

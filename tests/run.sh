@@ -5,11 +5,15 @@
 # tests/resume.sh, tests/mpi.sh and tests/shakespeare.sh, then prints one line "N passed, N
 # failed". Exits non-zero when anything failed. Says which stage it is in as it goes ("== NAME"),
 # and each stage's count and time when it ends.
-# Builds run in the background, JOBS at a time, while the tests already built run.
-# Environment: CC (default cc) for the optimised test programs and the examples; JOBS (default:
-# the number of processors); SANITIZE (default 1: gcc and clang; 0: no sanitizer builds; or the
-# compilers to use, e.g. SANITIZE=clang); MNIST_DIR and SHAKESPEARE_DIR (tests that need MNIST
-# or Tiny Shakespeare skip themselves without them; those over MPI without mpicc and mpirun).
+# Builds run in the background, JOBS at a time, while the tests already built run. Compiling the
+# implementation takes 20-40 s, most of this script's time, so it is compiled once per precision
+# and build, and linked with each test program marked TH_LINKED_IMPLEMENTATION (those that use
+# only the public API and the default options); the examples are built once for every stage.
+# Environment: CC (default cc) for the optimised test programs and the examples; MPICC (default
+# mpicc) for the examples over MPI; JOBS (default: the number of processors); SANITIZE (default
+# 1: gcc and clang; 0: no sanitizer builds; or the compilers to use, e.g. SANITIZE=clang);
+# MNIST_DIR and SHAKESPEARE_DIR (tests that need MNIST or Tiny Shakespeare skip themselves
+# without them; those over MPI without mpicc and mpirun).
 set -u
 cd "$(dirname "$0")/.."
 CC=${CC:-cc}
@@ -111,6 +115,8 @@ for cc in "${wanted[@]}"; do have "$cc" && sanitizers+=("$cc"); done
 tests=(); for src in tests/test_*.c; do [ -e "$src" ] && tests+=("$(basename "$src" .c)"); done
 fuzzers=(); for src in tests/fuzz/*.c; do [ -e "$src" ] && fuzzers+=("$(basename "$src" .c)"); done
 examples=(); for src in examples/*.c; do [ -e "$src" ] && examples+=("$(basename "$src" .c)"); done
+PROGRAMS=$OUT/programs
+mkdir -p "$PROGRAMS"
 
 # 1. the header alone, in every configuration it promises to compile in
 printf '#define AUTODIFF_IMPLEMENTATION\n#include "autodiff.h"\nint main(void){ad_tape *T = ad_tape_new(); ad_tape_free(T); return 0;}\n' > "$OUT/impl.c"
@@ -142,9 +148,49 @@ for f in tests/compile/*.sh; do
     queue "compile_$(basename "$f" .sh)" bash "$f" "$OUT"
 done
 
-# the builds of the later stages, queued in the order they run
+# the builds of the later stages, queued in the order they run; first the implementation alone,
+# in each precision, optimised and for each sanitizer
+printf '#define STB_IMAGE_IMPLEMENTATION\n#include <stb/stb_image.h>\n#define AUTODIFF_IMPLEMENTATION\n#include "autodiff.h"\n' \
+    > "$OUT/implementation.c"
+OPT="-O2 -g -std=c99 -Wall -Wextra"
+for precision in float double; do
+    define=; [ $precision = double ] && define=-DAUTODIFF_DOUBLE
+    queue "impl_$precision" $CC $OPT $define -I. -c "$OUT/implementation.c" -o "$OUT/impl_$precision.o"
+    for cc in "${sanitizers[@]}"; do
+        queue "impl_$precision.san_$cc" $cc $SAN -std=c99 $define -I. -c "$OUT/implementation.c" \
+            -o "$OUT/impl_$precision.san_$cc.o"
+    done
+done
+# queue_program NAME SOURCE BUILD COMPILER FLAGS...: queues the build of one test program; a
+# source marked TH_LINKED_IMPLEMENTATION is compiled alone, and `ready` links it with the
+# implementation of its precision and BUILD ("" optimised, ".san_CC" for a sanitizer)
+declare -A link_with link_flags
+queue_program() {
+    local name=$1 src=$2 build=$3; shift 3
+    if grep -q TH_LINKED_IMPLEMENTATION "$src"; then
+        local precision=float
+        if grep -q '^#define AUTODIFF_DOUBLE' "$src" || [[ " $* " == *" -DAUTODIFF_DOUBLE "* ]]; then
+            precision=double
+        fi
+        queue "$name" "$@" -DTH_LINKED_IMPLEMENTATION -I. -c "$src" -o "$OUT/$name.o"
+        link_with[$name]=impl_$precision$build
+        link_flags[$name]="$*"
+    else
+        queue "$name" "$@" -I. "$src" -o "$OUT/$name" $LIBS
+    fi
+}
+# ready NAME: waits for a test program's build, links it when it is linked with the
+# implementation, and succeeds when the program is there
+ready() {
+    local name=$1 impl=${link_with[$1]:-}
+    built "$name" || return 1
+    [ -z "$impl" ] && return 0
+    built "$impl" || { cat "$OUT/$impl.build.log" >>"$OUT/$name.build.log"; return 1; }
+    # shellcheck disable=SC2086 # the flags are words
+    ${link_flags[$name]} "$OUT/$name.o" "$OUT/$impl.o" -o "$OUT/$name" $LIBS >>"$OUT/$name.build.log" 2>&1
+}
 for name in "${tests[@]}"; do
-    queue "$name" $CC -O2 -g -std=c99 -Wall -Wextra -I. "tests/$name.c" -o "$OUT/$name" $LIBS
+    queue_program "$name" "tests/$name.c" "" $CC $OPT
 done
 # test programs built once more with an option: NAME:MACRO
 variants=()
@@ -153,23 +199,33 @@ for v in test_tape:AUTODIFF_NO_DISPATCH test_tape:AUTODIFF_NO_THREADS test_lbfgs
     name=${v%%:*} opt=${v#*:}
     [ -e "tests/$name.c" ] || continue
     variants+=("${name}_$opt")
-    queue "${name}_$opt" $CC -O2 -g -std=c99 -Wall -Wextra -D$opt -I. "tests/$name.c" -o "$OUT/${name}_$opt" $LIBS
+    queue_program "${name}_$opt" "tests/$name.c" "" $CC $OPT -D$opt
 done
 for cc in "${sanitizers[@]}"; do
     for name in "${tests[@]}"; do
         grep -q 'no-sanitizer-run' "tests/$name.c" && continue
-        queue "$name.san_$cc" $cc $SAN -std=c99 -I. "tests/$name.c" -o "$OUT/$name.san_$cc" $LIBS
+        queue_program "$name.san_$cc" "tests/$name.c" ".san_$cc" $cc $SAN -std=c99
     done
 done
 for cc in "${sanitizers[@]}"; do
     for name in "${fuzzers[@]}"; do
-        queue "$name.san_$cc" $cc $SAN -I. "tests/fuzz/$name.c" -o "$OUT/$name.san_$cc" $LIBS
+        queue_program "$name.san_$cc" "tests/fuzz/$name.c" ".san_$cc" $cc $SAN
     done
 done
+# the examples as a user builds them (plain cc and -lm), into PROGRAMS for the later stages too,
+# with the programs those stages build besides: over MPI, and the checkpoints' comparison
 for name in "${examples[@]}"; do
     grep -q '#include <mpi.h>' "examples/$name.c" && continue
-    queue "example_$name" $CC -O2 -Wall -Wextra -I. "examples/$name.c" -o "$OUT/example_$name" $LIBS
+    queue "example_$name" $CC -O2 -Wall -Wextra "examples/$name.c" -o "$PROGRAMS/$name" -lm
 done
+MPICC=${MPICC:-mpicc}
+if have "$MPICC" && have mpirun; then
+    for name in "${examples[@]}"; do
+        grep -q '#include <mpi.h>' "examples/$name.c" || continue
+        queue "example_$name" "$MPICC" -O2 -Wall -Wextra -pedantic -Werror "examples/$name.c" -o "$PROGRAMS/$name" -lm
+    done
+fi
+queue params_compare $CC -O2 -I. tests/params_compare.c -o "$PROGRAMS/params_compare" $LIBS
 start_builds
 
 stage "compile matrix"
@@ -184,7 +240,7 @@ done
 #    of the vector ones, and without threads; test_lbfgs again in double precision
 stage "test programs ($CC -O2)"
 for name in "${tests[@]}" "${variants[@]}"; do
-    if built "$name"; then
+    if ready "$name"; then
         run_counted "$name" "$OUT/$name"
     else
         fail "build $name"; show "$OUT/$name.build.log"
@@ -197,7 +253,7 @@ for cc in "${wanted[@]}"; do
     if ! have "$cc"; then echo "no $cc: skipped"; continue; fi
     for name in "${tests[@]}"; do
         grep -q 'no-sanitizer-run' "tests/$name.c" && continue
-        if built "$name.san_$cc"; then
+        if ready "$name.san_$cc"; then
             check "asan+ubsan $cc $name" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
                 TH_QUICK=1 "$OUT/$name.san_$cc" && echo "$name: ok"
         else
@@ -212,7 +268,7 @@ stage "fuzz corpora"
 [ ${#sanitizers[@]} -gt 0 ] || echo "no sanitizer build (SANITIZE=${SANITIZE:-}): skipped"
 for cc in "${sanitizers[@]}"; do
     for name in "${fuzzers[@]}"; do
-        if built "$name.san_$cc"; then
+        if ready "$name.san_$cc"; then
             check "fuzz corpus $cc $name" env UBSAN_OPTIONS=print_stacktrace=1 "$OUT/$name.san_$cc"
         else
             fail "build $cc $name"; show "$OUT/$name.san_$cc.build.log"
@@ -220,32 +276,34 @@ for cc in "${sanitizers[@]}"; do
     done
 done
 
-# 5. examples: each builds with plain cc; the quick ones run
+# 5. examples: each builds with plain cc (those over MPI with mpicc, where it is installed); the
+#    quick ones run
 stage "examples"
-for name in "${examples[@]}"; do
-    grep -q '#include <mpi.h>' "examples/$name.c" && continue
-    if built "example_$name"; then pass; else fail "build example $name"; show "$OUT/example_$name.build.log"; fi
+for name in "${examples[@]}" params_compare; do
+    build=example_$name; [ $name = params_compare ] && build=$name
+    [[ " ${build_names[*]} " == *" $build "* ]] || continue
+    if built "$build"; then pass; else fail "build $name"; show "$OUT/$build.build.log"; fi
 done
 for name in scalar sigmoid hessian lbfgs_fit newton custom_op; do
-    [ -x "$OUT/example_$name" ] && check "run example $name" "$OUT/example_$name"
+    [ -x "$PROGRAMS/$name" ] && check "run example $name" "$PROGRAMS/$name"
 done
 
 # 6. training stopped and resumed from its checkpoint (skips itself without MNIST_DIR)
 if [ -e tests/resume.sh ]; then
     stage "resume (tests/resume.sh)"
-    check "resume" bash tests/resume.sh && tail -1 "$OUT/resume.log"
+    check "resume" env PROGRAMS="$(pwd)/$PROGRAMS" bash tests/resume.sh && tail -1 "$OUT/resume.log"
 fi
 
 # 7. data-parallel training over MPI (skips itself without MNIST_DIR, mpicc or mpirun)
 if [ -e tests/mpi.sh ]; then
     stage "mpi (tests/mpi.sh)"
-    check "mpi" bash tests/mpi.sh && grep '^mpi' "$OUT/mpi.log"
+    check "mpi" env PROGRAMS="$(pwd)/$PROGRAMS" bash tests/mpi.sh && grep '^mpi' "$OUT/mpi.log"
 fi
 
 # 8. the character-level models on a slice of Tiny Shakespeare (skips itself without SHAKESPEARE_DIR)
 if [ -e tests/shakespeare.sh ]; then
     stage "shakespeare (tests/shakespeare.sh)"
-    check "shakespeare" bash tests/shakespeare.sh && cat "$OUT/shakespeare.log" 2>/dev/null
+    check "shakespeare" env PROGRAMS="$(pwd)/$PROGRAMS" bash tests/shakespeare.sh && cat "$OUT/shakespeare.log" 2>/dev/null
 fi
 stage ""
 

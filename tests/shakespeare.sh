@@ -15,7 +15,8 @@
 #     from a file without a run is refused, and one of a run that has ended changes nothing;
 #   - --sample-only rebuilds a saved model and prints the characters asked for;
 #   - a damaged checkpoint is refused with the reason.
-# Needs SHAKESPEARE_DIR (the folder of input.txt; skipped without it). Environment: CC (default cc).
+# Needs SHAKESPEARE_DIR (the folder of input.txt; skipped without it). Environment: CC (default cc);
+# PROGRAMS, a folder where the examples are built already (tests/run.sh builds them once).
 set -u
 cd "$(dirname "$0")/.."
 if [ -z "${SHAKESPEARE_DIR:-}" ] || [ ! -f "$SHAKESPEARE_DIR/input.txt" ]; then
@@ -26,10 +27,13 @@ CC=${CC:-cc}
 OUT=build/tests/shakespeare
 mkdir -p "$OUT"
 failed=0
-$CC -O2 examples/shakespeare.c -o "$OUT/shakespeare" -lm || { echo "FAIL build examples/shakespeare.c"; exit 1; }
-run() { "$OUT/shakespeare" --data "$SHAKESPEARE_DIR" --limit 200000 --quiet --plot "$OUT/plot.svg" "$@" >"$OUT/last.log" 2>&1; }
+BIN=${PROGRAMS:-$OUT}
+if [ -z "${PROGRAMS:-}" ]; then
+    $CC -O2 examples/shakespeare.c -o "$OUT/shakespeare" -lm || { echo "FAIL build examples/shakespeare.c"; exit 1; }
+fi
+run() { "$BIN/shakespeare" --data "$SHAKESPEARE_DIR" --limit 200000 --quiet --plot "$OUT/plot.svg" "$@" >"$OUT/last.log" 2>&1; }
 # a resumed run takes its options from the checkpoint: only the data, the plot and the sample
-resume() { "$OUT/shakespeare" --data "$SHAKESPEARE_DIR" --quiet --plot "$OUT/plot.svg" "$@" >"$OUT/last.log" 2>&1; }
+resume() { "$BIN/shakespeare" --data "$SHAKESPEARE_DIR" --quiet --plot "$OUT/plot.svg" "$@" >"$OUT/last.log" 2>&1; }
 fail() { echo "FAIL $1"; tail -5 "$OUT/last.log"; failed=$((failed + 1)); }
 
 # "val loss: X" of the last run is below $1
@@ -85,7 +89,7 @@ else
     fail "resume with --lr: $(tail -1 "$OUT/last.log")"
 fi
 sed '1s/First/Frist/' "$SHAKESPEARE_DIR/input.txt" >"$OUT/other.txt"
-if "$OUT/shakespeare" --data "$OUT/other.txt" --quiet --resume "$OUT/stopped_gpt.ckpt" >"$OUT/last.log" 2>&1; then
+if "$BIN/shakespeare" --data "$OUT/other.txt" --quiet --resume "$OUT/stopped_gpt.ckpt" >"$OUT/last.log" 2>&1; then
     fail "a resume on another text was accepted"
 elif grep -q 'is not the text the run in' "$OUT/last.log"; then
     echo "shakespeare: a resume on another text is refused"
@@ -108,14 +112,14 @@ else
     fail "resume from junk: $(tail -1 "$OUT/last.log")"
 fi
 
-if "$OUT/shakespeare" --sample-only "$OUT/gpt.ckpt" --sample-chars 200 --start "ROMEO:" >"$OUT/last.log" 2>&1 &&
+if "$BIN/shakespeare" --sample-only "$OUT/gpt.ckpt" --sample-chars 200 --start "ROMEO:" >"$OUT/last.log" 2>&1 &&
     [ "$(tail -n +2 "$OUT/last.log" | wc -c)" -eq 207 ]; then
     echo "shakespeare: --sample-only prints the start and 200 characters"
 else
     fail "--sample-only"
 fi
 head -c 3000 "$OUT/gpt.ckpt" >"$OUT/cut.ckpt"
-if "$OUT/shakespeare" --sample-only "$OUT/cut.ckpt" >"$OUT/last.log" 2>&1; then
+if "$BIN/shakespeare" --sample-only "$OUT/cut.ckpt" >"$OUT/last.log" 2>&1; then
     fail "a truncated checkpoint was accepted"
 elif grep -q 'cannot load' "$OUT/last.log"; then
     echo "shakespeare: a truncated checkpoint is refused: $(head -1 "$OUT/last.log")"

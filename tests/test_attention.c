@@ -13,7 +13,9 @@
    bit; its derivatives against finite differences; its recorded derivative against the fused
    one; its threads; its errors. Each family prints the number of its checks. */
 #define AUTODIFF_DOUBLE
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 

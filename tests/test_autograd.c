@@ -6,7 +6,9 @@
    the Jacobian of a gradient, third derivatives); bad arguments, whose messages name the function
    and the shapes. */
 #define AUTODIFF_DOUBLE
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 

@@ -3,7 +3,9 @@
    picture of a graph that holds a custom op. Each feature has its own tests; these check that
    they compose as a user would combine them. */
 #define AUTODIFF_DOUBLE
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 

@@ -1,7 +1,9 @@
 /* Checkpoints: bitwise round trips, resuming training, and refusal of truncated, corrupt,
    foreign and mismatched files with nothing changed. Works with float and double ad_real. */
 #define AUTODIFF_DOUBLE
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 #include <time.h>

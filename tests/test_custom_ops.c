@@ -7,7 +7,9 @@
    gradients, failing callbacks), each message naming the op. The checker itself must catch a
    deliberately wrong first and second derivative and name the worst element. */
 #define AUTODIFF_DOUBLE
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 

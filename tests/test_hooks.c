@@ -1,6 +1,8 @@
 /* Gradient hooks, retain_grad, a parameter store's hook, anomaly mode, names and DOT pictures. */
 #define AUTODIFF_DOUBLE
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 

@@ -4,7 +4,9 @@
    numbers PyTorch itself printed. In both precisions: convergence, the limits on iterations and
    evaluations of each step, frozen parameters, failures of the closure, non-finite losses and
    gradients, and settings refused. tests/run.sh builds it both ways. */
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 

@@ -5,9 +5,11 @@
    runs in a child process, so a crash is reported as a failure of that case alone. Scratch
    files go to a folder made under /tmp and are removed at the end. */
 #define _POSIX_C_SOURCE 200809L
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define STB_IMAGE_IMPLEMENTATION
 #include <stb/stb_image.h>
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 

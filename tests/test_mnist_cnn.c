@@ -3,9 +3,11 @@
    5000 images, evaluated on the same 2000 test images. The CNN must do better, batch norm must
    have learned running statistics, and evaluation mode must be deterministic (dropout off).
    no-sanitizer-run: this trains for real; the ops run under the sanitizers in test_nn. */
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define STB_IMAGE_IMPLEMENTATION
 #include <stb/stb_image.h>
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 #include "examples/mnist_model.h"

@@ -3,9 +3,11 @@
    and require a test accuracy well above chance. Also checks that training is reproducible: the
    same seed gives bitwise the same parameters, whatever the thread count.
    no-sanitizer-run: this trains for real; the loaders run under the sanitizers in test_data. */
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define STB_IMAGE_IMPLEMENTATION
 #include <stb/stb_image.h>
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 

@@ -11,7 +11,9 @@
    gradients on two and three threads equal to one thread's bit for bit. Each family prints the
    number of its checks. */
 #define AUTODIFF_DOUBLE
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 

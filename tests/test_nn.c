@@ -2,7 +2,9 @@
    derivatives against finite differences, forward values against naive loops, running
    statistics, dropout statistics, and the error messages of every misuse. */
 #define AUTODIFF_DOUBLE
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 

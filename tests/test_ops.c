@@ -6,7 +6,9 @@
    clamp, max) are kept away from every input by construction, so no finite difference straddles
    one. The forwards are then compared with plain-C computations written here. */
 #define AUTODIFF_DOUBLE
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 

@@ -1,7 +1,9 @@
 /* Optimizers against updates computed here in plain double loops (PyTorch's documented
    algorithms), gradient clipping, and learning-rate schedules. */
 #define AUTODIFF_DOUBLE
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 

@@ -1,6 +1,8 @@
 /* Parameter store: layout, handles, ad_param on tapes, gradients, errors and initialisers. */
 #define AUTODIFF_DOUBLE
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 

@@ -10,7 +10,9 @@
    messages name the op and every shape, and NULL inputs. Each family prints its number of
    checks. */
 #define AUTODIFF_DOUBLE
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 #include "tests/harness.h"
 

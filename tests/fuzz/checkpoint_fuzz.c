@@ -25,7 +25,9 @@
                                                valid inputs, hostile ones and damaged copies */
 #include "fuzz_common.h"
 
+#ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
+#endif
 #include "autodiff.h"
 
 #include <stdio.h>
