@@ -1,4 +1,4 @@
-/* autodiff.h - v0.9.0 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.9.1 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -278,6 +278,11 @@
                       table rows as the tensor ops; ad_num_backward sweeps them in one pass.
                       The tutorial's f(a, b) takes half the instructions of one-element
                       tensors and 2.1-2.5x less time.
+   0.9.1  2026-11-27  speed, AVX2: the GEMM micro-kernel stores its tile from a function of
+                      its own, so GCC 12 keeps all twelve accumulators in registers (it kept
+                      one on the stack through the loop). The same bits; on a Zen 3 products
+                      1.8-2.1x, MNIST MLP epochs 1.56x and 1.93x, GPT and LSTM steps 1.83x
+                      and 1.68x.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -287,7 +292,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 9
-#define AUTODIFF_VERSION_PATCH 0
+#define AUTODIFF_VERSION_PATCH 1
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -4032,9 +4037,36 @@ AD__INLINE void ad__copy_part(ad_real *AD__RESTRICT dst, const ad_real *AD__REST
    1: the strides are MR and 1, known to the compiler) or anywhere (PACKED 0: a_row, a_k); B kc
    rows of NV * VL values, ldb apart (a packed panel, or B itself); the first rows x cols of the
    tile are stored to C (row stride ldc), or added to it when accumulate is set. An edge tile's
-   part of a vector is stored in pieces, so nothing outside those rows x cols is touched. */
-#define AD__DEFINE_KERNEL(NAME, ATTR, VBYTES, MR, NV, PACKED)                                     \
+   part of a vector is stored in pieces, so nothing outside those rows x cols is touched.
+   The tile is stored by NAME_store, given STORE_ATTR: kernels for 16 vector registers keep it
+   apart (AD__NOINLINE), for with the stores in the same function GCC 12 kept one of the twelve
+   accumulators of the 6 x 16 AVX2 tile on the stack through the whole loop (15 of 16 registers
+   in use), a store and a load on every step, and the kernel ran at half speed; the AVX-512
+   kernels, with 32 registers, take it inline. */
+#define AD__DEFINE_KERNEL(NAME, ATTR, VBYTES, MR, NV, PACKED, STORE_ATTR)                         \
     typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                            \
+    static ATTR STORE_ATTR AD__UNUSED void NAME##_store(const NAME##_vec *tile, ad_real *C,    \
+                                                         ptrdiff_t ldc, int rows, int cols,      \
+                                                         int accumulate)                         \
+    {                                                                                            \
+        enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
+        int i, j;                                                                                \
+        if (rows == MR && cols == NV * VL) {                                                     \
+            _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)                                    \
+            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++)                                    \
+                AD__STORE_LANES(NAME##_vec, VBYTES, VL, C + i * ldc + j * VL, tile[i * NV + j],  \
+                                VL, accumulate);                                                 \
+            return;                                                                              \
+        }                                                                                        \
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                      \
+            if (i >= rows) break;                                                                \
+            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) {                                  \
+                if (cols <= j * VL) break;                                                       \
+                AD__STORE_LANES(NAME##_vec, VBYTES, VL, C + i * ldc + j * VL, tile[i * NV + j],  \
+                                cols - j * VL, accumulate);                                      \
+            }                                                                                    \
+        }                                                                                        \
+    }                                                                                            \
     static ATTR AD__CODE_ALIGN AD__UNUSED void NAME(                                             \
         int kc, const ad_real *AD__RESTRICT A, ptrdiff_t a_row, ptrdiff_t a_k,                   \
         const ad_real *AD__RESTRICT B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int rows,       \
@@ -4042,7 +4074,7 @@ AD__INLINE void ad__copy_part(ad_real *AD__RESTRICT dst, const ad_real *AD__REST
     {                                                                                            \
         enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
         const ptrdiff_t row_step = PACKED ? 1 : a_row, k_step = PACKED ? MR : a_k;               \
-        NAME##_vec c[MR][NV], zero;                                                              \
+        NAME##_vec c[MR][NV], tile[MR * NV], zero;                                               \
         int i, j, k;                                                                             \
         memset(&zero, 0, sizeof zero);                                                           \
         _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                      \
@@ -4060,21 +4092,9 @@ AD__INLINE void ad__copy_part(ad_real *AD__RESTRICT dst, const ad_real *AD__REST
                 _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) c[i][j] += a * b[j];           \
             }                                                                                    \
         }                                                                                        \
-        if (rows == MR && cols == NV * VL) {                                                     \
-            _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)                                    \
-            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++)                                    \
-                AD__STORE_LANES(NAME##_vec, VBYTES, VL, C + i * ldc + j * VL, c[i][j], VL,       \
-                                accumulate);                                                     \
-            return;                                                                              \
-        }                                                                                        \
-        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                      \
-            if (i >= rows) break;                                                                \
-            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) {                                  \
-                if (cols <= j * VL) break;                                                       \
-                AD__STORE_LANES(NAME##_vec, VBYTES, VL, C + i * ldc + j * VL, c[i][j], cols - j * VL, \
-                                accumulate);                                                     \
-            }                                                                                    \
-        }                                                                                        \
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)                                        \
+        _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) tile[i * NV + j] = c[i][j];            \
+        NAME##_store(tile, C, ldc, rows, cols, accumulate);                                      \
     }
 /* A narrow kernel (see ad__narrow_kernel), MR rows by one vector of VBYTES: for products with
    at most a vector's width of columns, such as a classifier's ten. B is read where it lies, so
@@ -4158,15 +4178,15 @@ AD__DEFINE_NARROW_KERNEL(ad__narrow_avx512, __attribute__((target("avx512f,avx2,
 #undef AD__DEFINE_NARROW_KERNEL
 #undef AD__DEFINE_COLUMN_KERNEL
 
-AD__DEFINE_KERNEL(ad__kernel_generic, , 16, 6, 2, 1)
-AD__DEFINE_KERNEL(ad__kernel_generic_strided, , 16, 6, 2, 0)
+AD__DEFINE_KERNEL(ad__kernel_generic, , 16, 6, 2, 1, AD__NOINLINE)
+AD__DEFINE_KERNEL(ad__kernel_generic_strided, , 16, 6, 2, 0, AD__NOINLINE)
 #if AD__X86_DISPATCH
-AD__DEFINE_KERNEL(ad__kernel_avx2, __attribute__((target("avx2,fma"))), 32, 6, 2, 1)
-AD__DEFINE_KERNEL(ad__kernel_avx2_strided, __attribute__((target("avx2,fma"))), 32, 6, 2, 0)
-AD__DEFINE_KERNEL(ad__kernel_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 2, 1)
-AD__DEFINE_KERNEL(ad__kernel_avx512_strided, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 2, 0)
-AD__DEFINE_KERNEL(ad__kernel_avx512_narrow, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 1, 1)
-AD__DEFINE_KERNEL(ad__kernel_avx512_narrow_strided, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 1, 0)
+AD__DEFINE_KERNEL(ad__kernel_avx2, __attribute__((target("avx2,fma"))), 32, 6, 2, 1, AD__NOINLINE)
+AD__DEFINE_KERNEL(ad__kernel_avx2_strided, __attribute__((target("avx2,fma"))), 32, 6, 2, 0, AD__NOINLINE)
+AD__DEFINE_KERNEL(ad__kernel_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 2, 1, AD__ALWAYS_INLINE AD__INLINE_KEYWORD)
+AD__DEFINE_KERNEL(ad__kernel_avx512_strided, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 2, 0, AD__ALWAYS_INLINE AD__INLINE_KEYWORD)
+AD__DEFINE_KERNEL(ad__kernel_avx512_narrow, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 1, 1, AD__ALWAYS_INLINE AD__INLINE_KEYWORD)
+AD__DEFINE_KERNEL(ad__kernel_avx512_narrow_strided, __attribute__((target("avx512f,avx2,fma"))), 64, 8, 1, 0, AD__ALWAYS_INLINE AD__INLINE_KEYWORD)
 #endif
 #undef AD__DEFINE_KERNEL
 #undef AD__STORE_LANES
