@@ -1,11 +1,12 @@
 /* GEMM throughput: autodiff.h's ad__gemm (the routine behind ad_matmul, ad_matmul_t and
    ad_linear) against OpenBLAS's cblas_sgemm, both on AUTODIFF_THREADS threads (default 1), at
    square sizes and at the products of the 784-128-10 and 784-512-256-10 MLPs trained with batch
-   64. Also measures one core's fp32 peak with an FMA loop on 512-bit vectors and, on several
-   threads, how much faster that loop runs on all of them at once than on one (the most any
-   threaded code could gain on the machine at that moment), and checks that both libraries give
-   the same product. Timed batches of the two libraries alternate, and with them batches of
-   autodiff.h's products in bfloat16 (ad_set_matmul_precision), reported beside its float ones.
+   64. Also measures one core's fp32 peak with an FMA loop on the widest vectors (AVX-512 or
+   AVX2) and, on several threads, how much faster that loop runs on all of them at once than on
+   one (the most any threaded code could gain on the machine at that moment), and checks that
+   both libraries give the same product. Timed batches of the two libraries alternate, and with
+   them batches of autodiff.h's products in bfloat16 (ad_set_matmul_precision), reported beside
+   its float ones.
 
    Build: cc -O2 -I. bench/gemm.c -lm -lpthread                        (autodiff.h alone)
           cc -O2 -I. -DBENCH_CBLAS bench/gemm.c -lopenblas -lm -lpthread  (with OpenBLAS)
@@ -61,48 +62,72 @@ static const gemm_shape shapes[] = {
 };
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
 
-/* ---- peak: independent FMA chains on 512-bit vectors ---------------------------------------- */
+/* ---- peak: independent FMA chains on the widest vectors ------------------------------------ */
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-typedef float bench_v16 __attribute__((vector_size(64)));
+/* NAME(iters, m, a): CHAINS independent chains of fused multiply-adds on vectors of VBYTES,
+   enough to keep two FMA pipes busy through the FMA's latency, few enough to stay in the
+   registers (16 of AVX2's 16 would spill two). Returns a sum, so that nothing is left out. */
+#define BENCH_PEAK_LOOP(NAME, TARGET, VBYTES, CHAINS)                                            \
+    typedef float NAME##_vec __attribute__((vector_size(VBYTES)));                            \
+    __attribute__((target(TARGET), noinline)) static float NAME(long iters, float m, float a)  \
+    {                                                                                          \
+        NAME##_vec acc[CHAINS], vm, va, s;                                                     \
+        int j;                                                                                 \
+        long it;                                                                               \
+        for (j = 0; j < CHAINS; j++) {                                                         \
+            memset(&acc[j], 0, sizeof acc[j]);                                                 \
+            acc[j] += (float)j;                                                                \
+        }                                                                                      \
+        memset(&vm, 0, sizeof vm);                                                             \
+        vm += m;                                                                               \
+        memset(&va, 0, sizeof va);                                                             \
+        va += a;                                                                               \
+        for (it = 0; it < iters; it++) {                                                       \
+            _Pragma("GCC unroll 16") for (j = 0; j < CHAINS; j++) acc[j] = acc[j] * vm + va;   \
+        }                                                                                      \
+        s = acc[0];                                                                            \
+        for (j = 1; j < CHAINS; j++) s += acc[j];                                              \
+        return s[0] + s[1];                                                                    \
+    }
+BENCH_PEAK_LOOP(peak_loop_avx512, "avx512f,avx2,fma", 64, 16)
+BENCH_PEAK_LOOP(peak_loop_avx2, "avx2,fma", 32, 12)
 
-__attribute__((target("avx512f,avx2,fma"), noinline)) static float peak_loop(long iters, float m, float a)
+/* The widest FMA loop this CPU runs: its vector width in bits, 0 with neither AVX2 nor AVX-512. */
+static int peak_bits(void)
 {
-    bench_v16 acc[16], vm, va, s;
-    int j;
-    long it;
-    for (j = 0; j < 16; j++) {
-        memset(&acc[j], 0, sizeof acc[j]);
-        acc[j] += (float)j;
-    }
-    memset(&vm, 0, sizeof vm);
-    vm += m;
-    memset(&va, 0, sizeof va);
-    va += a;
-    for (it = 0; it < iters; it++) {
-#pragma GCC unroll 16
-        for (j = 0; j < 16; j++) acc[j] = acc[j] * vm + va;
-    }
-    s = acc[0];
-    for (j = 1; j < 16; j++) s += acc[j];
-    return s[0] + s[15];
+    if (__builtin_cpu_supports("avx512f")) return 512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 256;
+    return 0;
 }
 
-/* GFLOP/s of one core on fused multiply-adds of 16 floats, or 0 without AVX-512: the best of
-   a few short runs, in thread CPU time, so that other programs on the machine do not lower it. */
+/* One run of the widest loop; its floating-point operations go to *flops. */
+static float peak_loop(long iters, double *flops)
+{
+    if (peak_bits() == 512) {
+        *flops = (double)iters * 16 * 16 * 2;
+        return peak_loop_avx512(iters, 0.999f, 0.001f);
+    }
+    *flops = (double)iters * 12 * 8 * 2;
+    return peak_loop_avx2(iters, 0.999f, 0.001f);
+}
+
+/* GFLOP/s of one core on fused multiply-adds on the widest vectors, or 0 without AVX2 or
+   AVX-512: the best of a few short runs, in thread CPU time, so that other programs on the
+   machine do not lower it. */
 static double measure_peak(void)
 {
-    double best = 0, t;
+    double best = 0, t, flops;
     long iters = 4000000;
     volatile float sink;
     int rep;
-    if (!__builtin_cpu_supports("avx512f")) return 0;
-    sink = peak_loop(1000, 0.999f, 0.001f);
+    if (!peak_bits()) return 0;
+    sink = peak_loop(1000, &flops);
     for (rep = 0; rep < 7; rep++) {
         double gf;
         t = bench_thread_cpu();
-        sink = peak_loop(iters, 0.999f, 0.001f);
+        sink = peak_loop(iters, &flops);
         t = bench_thread_cpu() - t;
-        gf = (double)iters * 16 * 16 * 2 / t * 1e-9;
+        gf = flops / t * 1e-9;
         if (gf > best) best = gf;
     }
     (void)sink;
@@ -113,7 +138,8 @@ static double measure_peak(void)
 
 static void *peak_thread(void *iters)
 {
-    volatile float sink = peak_loop(*(const long *)iters, 0.999f, 0.001f);
+    double flops;
+    volatile float sink = peak_loop(*(const long *)iters, &flops);
     (void)sink;
     return NULL;
 }
@@ -132,14 +158,14 @@ static double peak_wall(int threads, long iters)
 }
 
 /* How many times more FMA work `threads` threads finish per second than one: the median over
-   pairs of runs, one thread then all, in wall time; 0 without AVX-512. A machine whose cores
+   pairs of runs, one thread then all, in wall time; 0 without AVX2 or AVX-512. A machine whose cores
    are shared with other work gives less than the thread count. */
 static double measure_scaling(int threads)
 {
     double ratios[9];
     long iters = 2000000;
     int rep;
-    if (!__builtin_cpu_supports("avx512f") || threads < 2) return 0;
+    if (!peak_bits() || threads < 2) return 0;
     for (rep = 0; rep < 9; rep++) {
         double one = peak_wall(1, iters), all = peak_wall(threads, iters);
         ratios[rep] = threads * one / all;
@@ -147,6 +173,7 @@ static double measure_scaling(int threads)
     return bench_median(ratios, 9);
 }
 #else
+static int peak_bits(void) { return 0; }
 static double measure_peak(void) { return 0; }
 static double measure_scaling(int threads) { (void)threads; return 0; }
 #endif
@@ -213,7 +240,7 @@ int main(int argc, char **argv)
     ad_set_matmul_precision(Tb, AD_MATMUL_BFLOAT16);
     ad_rng_seed(&rng, 42);
     peak = measure_peak();
-    printf("# peak of one core (FMA loop on 512-bit vectors): %.1f GFLOP/s\n", peak);
+    printf("# peak of one core (FMA loop on %d-bit vectors): %.1f GFLOP/s\n", peak_bits(), peak);
     if (peak > 0) bench_result("peak.gflops", peak);
     if (bench_threads() > 1) {
         double scaling = measure_scaling(bench_threads());

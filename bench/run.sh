@@ -409,7 +409,7 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
         printf "ratio = autodiff.h speed / peer speed (above 1: autodiff.h is faster), the median of per-run ratios; "
         printf "values are medians of %d runs (%d for epochs, %d for the GPT and LSTM steps). GEMM vs OpenBLAS: both in one process, batches interleaved; ", runs, eruns, sruns
         printf "vs PyTorch: separate processes run back to back, order alternating. "
-        if (peak > 0) printf "(%%) = share of the measured peak, %.1f GFLOP/s per core (FMA loop on 512-bit vectors), times the threads.\n", peak
+        if (peak > 0) printf "(%%) = share of the measured peak, %.1f GFLOP/s per core (an FMA loop on the widest vectors), times the threads.\n", peak
         else printf "\n"
         gf = med(tl[1], "gpt.gflop_step")
         if (found) {
