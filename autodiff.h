@@ -283,9 +283,10 @@
                       one on the stack through the loop). The same bits; on a Zen 3 products
                       1.8-2.1x, MNIST MLP epochs 1.56x and 1.93x, GPT and LSTM steps 1.83x
                       and 1.68x.
-   0.9.2  2026-11-27  speed, AVX2: an operand whose rows crowd L1's sets is packed only when
-                      eight of the 6 x 16 kernel's tiles read it (four as before with AVX-512):
-                      the LSTM's g . W is read in place. LSTM step 1.11x on a Zen 3.
+   0.9.2  2026-11-27  speed, AVX2: a B whose rows crowd L1's sets is packed only when eight
+                      of the 6 x 16 kernel's tiles read it (four as before with AVX-512, and
+                      for A): the LSTM's g . W is read in place. LSTM step 1.11x on a Zen 3
+                      (median of 12 alternating runs).
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -3988,8 +3989,8 @@ typedef struct ad__gemm_kernel {
     int column_height, column_width;
     ad__narrow_kernel narrow;    /* for at most one vector of columns, B untransposed; NULL where none */
     int narrow_height, narrow_width;
-    int pack_reuse;              /* tiles that must read a crowded strided operand before packing
-                                    it pays (ad__gemm_pack_strided) */
+    int pack_b_reuse;            /* tiles that must read a crowded B in place before packing it
+                                    pays (ad__gemm_pack_strided) */
 } ad__gemm_kernel;
 
 /* Copies n values, n < lanes <= 16, in pieces of 8, 4, 2 and 1: copies of a constant size become
@@ -4219,7 +4220,7 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
     k.column_height = k.column_width = 0;
     k.narrow = NULL;
     k.narrow_height = k.narrow_width = 0;
-    k.pack_reuse = 4;
+    k.pack_b_reuse = 4;
 #if AD__X86_DISPATCH
     if (ad__isa() == AD__ISA_AVX512) {
         int narrow = N <= 64 / (int)sizeof(ad_real);
@@ -4238,7 +4239,7 @@ AD__PRIVATE ad__gemm_kernel ad__gemm_pick(int N)
     if (ad__isa() == AD__ISA_AVX2) {
         k.fn = ad__kernel_avx2;
         k.fn_strided = ad__kernel_avx2_strided;
-        k.pack_reuse = 8;
+        k.pack_b_reuse = 8;
         k.mr = 6;
         k.nr = 2 * 32 / (int)sizeof(ad_real);
         k.narrow = ad__narrow_avx2;
@@ -4538,16 +4539,17 @@ AD__INLINE int ad__l1_sets_of_stride(ptrdiff_t ld)
 }
 
 /* Whether an operand that the micro-kernels would read in place, kc rows ld values apart, is
-   better packed: when its panel is read again by at least ker.pack_reuse register tiles (reuse)
-   and its rows crowd into too few L1 sets to stay there until then (more than four rows a set:
-   L1 has 8 ways on Zen 3 and 4, 12 on Intel's cores, and the other operand and C need room
-   too). With AVX-512's kernels (8 x 32) four tiles: the weight gradient x^T g of a GPT's layer,
-   128 x 512 from K = 768, runs 1.2x faster packed; with few tiles, as in a small convolution's
-   products, reading in place stays the faster. With AVX2's (6 x 16) eight: on a Zen 3, the
-   LSTM's g . W (32 x 256 from K = 1024, six tiles) runs faster in place. */
-AD__INLINE int ad__gemm_pack_strided(ad__gemm_kernel ker, ptrdiff_t ld, int kc, int reuse)
+   better packed: when its panel is read again by at least min_reuse register tiles (reuse) and
+   its rows crowd into too few L1 sets to stay there until then (more than four rows a set: L1
+   has 8 ways on Zen 3 and 4, 12 on Intel's cores, and the other operand and C need room too).
+   Four tiles for a transposed A, and for B with AVX-512's kernels (8 x 32): the weight
+   gradient x^T g of a GPT's layer, 128 x 512 from K = 768, runs 1.2x faster packed; with few
+   tiles, as in a small convolution's products, reading in place stays the faster. Eight for B
+   with AVX2's (6 x 16, ker.pack_b_reuse): on a Zen 3, the LSTM's g . W (32 x 256 from
+   K = 1024, six tiles) runs faster in place. */
+AD__INLINE int ad__gemm_pack_strided(ptrdiff_t ld, int kc, int reuse, int min_reuse)
 {
-    return reuse >= ker.pack_reuse && kc > 4 * ad__l1_sets_of_stride(ld);
+    return reuse >= min_reuse && kc > 4 * ad__l1_sets_of_stride(ld);
 }
 
 /* Rows of a block of C whose A rows are read in place rather than packed: all whole register
@@ -4557,7 +4559,7 @@ AD__INLINE int ad__gemm_pack_strided(ad__gemm_kernel ker, ptrdiff_t ld, int kc, 
 AD__INLINE int ad__gemm_a_in_place(ad__gemm_kernel ker, int ta, ptrdiff_t lda, int mc, int nc, int kc)
 {
     if (!ker.fn_strided || nc > 4 * ker.nr) return 0;
-    if (ta && ad__gemm_pack_strided(ker, lda, kc, (nc + ker.nr - 1) / ker.nr)) return 0;
+    if (ta && ad__gemm_pack_strided(lda, kc, (nc + ker.nr - 1) / ker.nr, 4)) return 0;
     return mc / ker.mr * ker.mr;
 }
 
@@ -4573,7 +4575,8 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
                                  ad_real *C, ptrdiff_t ldc, int accumulate)
 {
     const int kstep = ad__gemm_kc(K);
-    int jc, pc, ic, b_direct = !tb && M <= AD__MC && !ad__gemm_pack_strided(ker, ldb, kstep, (M + ker.mr - 1) / ker.mr);
+    int jc, pc, ic,
+        b_direct = !tb && M <= AD__MC && !ad__gemm_pack_strided(ldb, kstep, (M + ker.mr - 1) / ker.mr, ker.pack_b_reuse);
     const ad_real *b_end = ad__gemm_b_end(tb, B, ldb, N, K);
     if (ta && !tb && N <= ker.column_width && ker.columns) {
         ad__gemm_columns(ker, pa, pb, M, N, K, A, lda, B, ldb, b_end, C, ldc, accumulate);

@@ -17,8 +17,8 @@
 #     from a different checkpoint.
 #   - the character-level GPT trains the same way (5. below; needs SHAKESPEARE_DIR).
 # Needs MNIST_DIR, mpicc and mpirun (skipped without them). Environment: CC (default cc),
-# MPICC (default mpicc), PROGRAMS (a folder where the programs are built already: tests/run.sh
-# builds them once for every script).
+# MPICC (default mpicc), TEST_PROGRAMS (a folder where the programs are built already:
+# tests/run.sh builds them once for every script).
 set -u
 cd "$(dirname "$0")/.."
 if [ -z "${MNIST_DIR:-}" ] || [ ! -d "$MNIST_DIR" ]; then
@@ -37,8 +37,8 @@ MNIST_DIR=$(cd "$MNIST_DIR" && pwd)
 failed=0
 fail() { echo "FAIL $1"; tail -8 "$OUT/last.log"; failed=$((failed + 1)); }
 
-BIN=${PROGRAMS:-$OUT}
-if [ -z "${PROGRAMS:-}" ]; then
+BIN=${TEST_PROGRAMS:-$OUT}
+if [ -z "${TEST_PROGRAMS:-}" ]; then
     "$MPICC" -O2 -Wall -Wextra -pedantic -Werror examples/mnist_mpi.c -o "$OUT/mnist_mpi" -lm ||
         { echo "FAIL build examples/mnist_mpi.c with $MPICC"; exit 1; }
     $CC -O2 examples/mnist.c -o "$OUT/mnist" -lm || { echo "FAIL build examples/mnist.c"; exit 1; }
@@ -163,7 +163,7 @@ check_fault "a rank that resumes another checkpoint" "^rank 1: its model, optimi
 #    a stop and resume byte-identical to a run that did not stop, and the recurrent models
 #    refused (needs SHAKESPEARE_DIR)
 if [ -n "${SHAKESPEARE_DIR:-}" ] && [ -f "$SHAKESPEARE_DIR/input.txt" ]; then
-    if [ -z "${PROGRAMS:-}" ]; then
+    if [ -z "${TEST_PROGRAMS:-}" ]; then
         "$MPICC" -O2 -Wall -Wextra -pedantic -Werror examples/shakespeare_mpi.c -o "$OUT/shakespeare_mpi" -lm ||
             { echo "FAIL build examples/shakespeare_mpi.c with $MPICC"; exit 1; }
         $CC -O2 examples/shakespeare.c -o "$OUT/shakespeare" -lm || { echo "FAIL build examples/shakespeare.c"; exit 1; }

@@ -3,8 +3,8 @@
 # MLP with bfloat16 products, 2 epochs in one run and 1 epoch, stopped, then --resume to 2 epochs
 # must write byte-identical checkpoints.
 # Also: a resume whose options clash with the saved run, and one from a file without a run, are
-# refused. Needs MNIST_DIR (skipped without it). Environment: CC (default cc); PROGRAMS, a folder
-# where the examples are built already (tests/run.sh builds them once for every script).
+# refused. Needs MNIST_DIR (skipped without it). Environment: CC (default cc); TEST_PROGRAMS, a
+# folder where the examples are built already (tests/run.sh builds them once for every script).
 set -u
 cd "$(dirname "$0")/.."
 if [ -z "${MNIST_DIR:-}" ] || [ ! -d "$MNIST_DIR" ]; then
@@ -15,8 +15,8 @@ CC=${CC:-cc}
 OUT=build/tests/resume
 mkdir -p "$OUT"
 failed=0
-BIN=${PROGRAMS:-$OUT}
-if [ -z "${PROGRAMS:-}" ]; then
+BIN=${TEST_PROGRAMS:-$OUT}
+if [ -z "${TEST_PROGRAMS:-}" ]; then
     for prog in mnist mnist_cnn; do
         $CC -O2 "examples/$prog.c" -o "$OUT/$prog" -lm || { echo "FAIL build $prog"; exit 1; }
     done

@@ -116,6 +116,7 @@ tests=(); for src in tests/test_*.c; do [ -e "$src" ] && tests+=("$(basename "$s
 fuzzers=(); for src in tests/fuzz/*.c; do [ -e "$src" ] && fuzzers+=("$(basename "$src" .c)"); done
 examples=(); for src in examples/*.c; do [ -e "$src" ] && examples+=("$(basename "$src" .c)"); done
 PROGRAMS=$OUT/programs
+rm -rf "$PROGRAMS" # so that a stage never runs a program left from an earlier run
 mkdir -p "$PROGRAMS"
 
 # 1. the header alone, in every configuration it promises to compile in
@@ -156,6 +157,9 @@ OPT="-O2 -g -std=c99 -Wall -Wextra"
 for precision in float double; do
     define=; [ $precision = double ] && define=-DAUTODIFF_DOUBLE
     queue "impl_$precision" $CC $OPT $define -I. -c "$OUT/implementation.c" -o "$OUT/impl_$precision.o"
+done
+for precision in float double; do
+    define=; [ $precision = double ] && define=-DAUTODIFF_DOUBLE
     for cc in "${sanitizers[@]}"; do
         queue "impl_$precision.san_$cc" $cc $SAN -std=c99 $define -I. -c "$OUT/implementation.c" \
             -o "$OUT/impl_$precision.san_$cc.o"
@@ -163,13 +167,19 @@ for precision in float double; do
 done
 # queue_program NAME SOURCE BUILD COMPILER FLAGS...: queues the build of one test program; a
 # source marked TH_LINKED_IMPLEMENTATION is compiled alone, and `ready` links it with the
-# implementation of its precision and BUILD ("" optimised, ".san_CC" for a sanitizer)
+# implementation of its precision and BUILD ("" optimised, ".san_CC" for a sanitizer), unless it
+# or the flags set an option of the library other than AUTODIFF_DOUBLE (then it is built whole)
 declare -A link_with link_flags
 queue_program() {
     local name=$1 src=$2 build=$3; shift 3
-    if grep -q TH_LINKED_IMPLEMENTATION "$src"; then
+    local options
+    options=$( { grep -oE '^[[:space:]]*#[[:space:]]*define[[:space:]]+AUTODIFF_[A-Z_]+' "$src" | grep -oE 'AUTODIFF_[A-Z_]+'
+                 printf '%s\n' "$@" | grep -oE '^-DAUTODIFF_[A-Z_]+' | cut -c3-; } |
+             grep -vxE 'AUTODIFF_(DOUBLE|IMPLEMENTATION)')
+    if grep -q TH_LINKED_IMPLEMENTATION "$src" && [ -z "$options" ]; then
         local precision=float
-        if grep -q '^#define AUTODIFF_DOUBLE' "$src" || [[ " $* " == *" -DAUTODIFF_DOUBLE "* ]]; then
+        if grep -qE '^[[:space:]]*#[[:space:]]*define[[:space:]]+AUTODIFF_DOUBLE' "$src" ||
+            [[ " $* " == *" -DAUTODIFF_DOUBLE "* ]]; then
             precision=double
         fi
         queue "$name" "$@" -DTH_LINKED_IMPLEMENTATION -I. -c "$src" -o "$OUT/$name.o"
@@ -212,8 +222,9 @@ for cc in "${sanitizers[@]}"; do
         queue_program "$name.san_$cc" "tests/fuzz/$name.c" ".san_$cc" $cc $SAN
     done
 done
-# the examples as a user builds them (plain cc and -lm), into PROGRAMS for the later stages too,
-# with the programs those stages build besides: over MPI, and the checkpoints' comparison
+# the examples as a user builds them (plain cc and -lm), into PROGRAMS for the later stages too
+# (TEST_PROGRAMS in tests/resume.sh, mpi.sh and shakespeare.sh), with the programs those stages
+# build besides: over MPI, and the checkpoints' comparison
 for name in "${examples[@]}"; do
     grep -q '#include <mpi.h>' "examples/$name.c" && continue
     queue "example_$name" $CC -O2 -Wall -Wextra "examples/$name.c" -o "$PROGRAMS/$name" -lm
@@ -291,19 +302,19 @@ done
 # 6. training stopped and resumed from its checkpoint (skips itself without MNIST_DIR)
 if [ -e tests/resume.sh ]; then
     stage "resume (tests/resume.sh)"
-    check "resume" env PROGRAMS="$(pwd)/$PROGRAMS" bash tests/resume.sh && tail -1 "$OUT/resume.log"
+    check "resume" env TEST_PROGRAMS="$(pwd)/$PROGRAMS" bash tests/resume.sh && tail -1 "$OUT/resume.log"
 fi
 
 # 7. data-parallel training over MPI (skips itself without MNIST_DIR, mpicc or mpirun)
 if [ -e tests/mpi.sh ]; then
     stage "mpi (tests/mpi.sh)"
-    check "mpi" env PROGRAMS="$(pwd)/$PROGRAMS" bash tests/mpi.sh && grep '^mpi' "$OUT/mpi.log"
+    check "mpi" env TEST_PROGRAMS="$(pwd)/$PROGRAMS" bash tests/mpi.sh && grep '^mpi' "$OUT/mpi.log"
 fi
 
 # 8. the character-level models on a slice of Tiny Shakespeare (skips itself without SHAKESPEARE_DIR)
 if [ -e tests/shakespeare.sh ]; then
     stage "shakespeare (tests/shakespeare.sh)"
-    check "shakespeare" env PROGRAMS="$(pwd)/$PROGRAMS" bash tests/shakespeare.sh && cat "$OUT/shakespeare.log" 2>/dev/null
+    check "shakespeare" env TEST_PROGRAMS="$(pwd)/$PROGRAMS" bash tests/shakespeare.sh && cat "$OUT/shakespeare.log" 2>/dev/null
 fi
 stage ""
 

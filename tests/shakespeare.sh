@@ -16,7 +16,7 @@
 #   - --sample-only rebuilds a saved model and prints the characters asked for;
 #   - a damaged checkpoint is refused with the reason.
 # Needs SHAKESPEARE_DIR (the folder of input.txt; skipped without it). Environment: CC (default cc);
-# PROGRAMS, a folder where the examples are built already (tests/run.sh builds them once).
+# TEST_PROGRAMS, a folder where the examples are built already (tests/run.sh builds them once).
 set -u
 cd "$(dirname "$0")/.."
 if [ -z "${SHAKESPEARE_DIR:-}" ] || [ ! -f "$SHAKESPEARE_DIR/input.txt" ]; then
@@ -27,8 +27,8 @@ CC=${CC:-cc}
 OUT=build/tests/shakespeare
 mkdir -p "$OUT"
 failed=0
-BIN=${PROGRAMS:-$OUT}
-if [ -z "${PROGRAMS:-}" ]; then
+BIN=${TEST_PROGRAMS:-$OUT}
+if [ -z "${TEST_PROGRAMS:-}" ]; then
     $CC -O2 examples/shakespeare.c -o "$OUT/shakespeare" -lm || { echo "FAIL build examples/shakespeare.c"; exit 1; }
 fi
 run() { "$BIN/shakespeare" --data "$SHAKESPEARE_DIR" --limit 200000 --quiet --plot "$OUT/plot.svg" "$@" >"$OUT/last.log" 2>&1; }

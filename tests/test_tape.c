@@ -539,12 +539,12 @@ static void test_float_gemm_narrow(void)
    values, which is read in place, must give the same bits, and both must hold to the bound of
    (h). Shapes that read A in place (transposed, at most four panels of columns) and B in place
    (few rows), with K over one cache block; each is packed where the kernel's tiles read it often
-   enough (pack_reuse), and one at least is on every kernel. */
+   enough (four for A, the kernel's pack_b_reuse for B), and one at least is on every kernel. */
 static void test_float_gemm_stride_paths(void)
 {
     static const int cases[][5] = {/* ta, tb, m, n, k */
                                    {1, 0, 128, 128, 300}, {1, 0, 64, 100, 260}, {0, 0, 100, 128, 300},
-                                   {0, 0, 37, 64, 280}, {1, 0, 192, 100, 513}};
+                                   {0, 0, 37, 64, 280}, {1, 0, 192, 100, 513}, {1, 0, 64, 64, 300}};
     ad_tape *T = ad_tape_new();
     ad_rng rng;
     size_t ci;
@@ -576,12 +576,13 @@ static void test_float_gemm_stride_paths(void)
             {
                 ad__gemm_kernel ker = ad__gemm_pick(n);
                 int kc = ad__gemm_kc(k), reuse = ta ? (n + ker.nr - 1) / ker.nr : (m + ker.mr - 1) / ker.mr;
-                /* packed where enough tiles read it (AVX2's kernels want more than the others) */
-                TH_CHECK(ad__gemm_pack_strided(ker, ta ? lda : ldb, kc, reuse) == (reuse >= ker.pack_reuse) &&
-                             !ad__gemm_pack_strided(ker, ta ? lda_p : ldb_p, kc, reuse),
-                         "case %d: packed %d with %d tiles", (int)ci,
-                         ad__gemm_pack_strided(ker, ta ? lda : ldb, kc, reuse), reuse);
-                both_paths += reuse >= ker.pack_reuse;
+                /* packed where enough tiles read it: four for A, ker.pack_b_reuse for B */
+                int min_reuse = ta ? 4 : ker.pack_b_reuse;
+                int packed = ad__gemm_pack_strided(ta ? lda : ldb, kc, reuse, min_reuse);
+                TH_CHECK(packed == (reuse >= min_reuse) && !ad__gemm_pack_strided(ta ? lda_p : ldb_p, kc, reuse, min_reuse),
+                         "case %d: packed %d with %d tiles", (int)ci, packed, reuse);
+                /* a transposed A is read in place only with few panels of B's columns */
+                both_paths += packed && (!ta || ad__gemm_a_in_place(ker, ta, lda_p, m, n, kc) > 0);
             }
             ok = ad__gemm(T, ta, tb, m, n, k, A, lda, B, ldb, C, n, 0) == 0 &&
                  ad__gemm(T, ta, tb, m, n, k, Ap, lda_p, Bp, ldb_p, Cp, n, 0) == 0;
