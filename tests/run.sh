@@ -6,7 +6,7 @@
 # failed". Exits non-zero when anything failed. Says which stage it is in as it goes ("== NAME"),
 # and each stage's count and time when it ends.
 # Builds run in the background, JOBS at a time, while the tests already built run. Compiling the
-# implementation takes 20-40 s, most of this script's time, so it is compiled once per precision
+# implementation takes 13-40 s, most of this script's time, so it is compiled once per precision
 # and build, and linked with each test program marked TH_LINKED_IMPLEMENTATION (those that use
 # only the public API and the default options); the examples are built once for every stage.
 # Environment: CC (default cc) for the optimised test programs and the examples; MPICC (default
@@ -150,19 +150,16 @@ for f in tests/compile/*.sh; do
 done
 
 # the builds of the later stages, queued in the order they run; first the implementation alone,
-# in each precision, optimised and for each sanitizer
+# in each precision, optimised (cc "") and then for each sanitizer
 printf '#define STB_IMAGE_IMPLEMENTATION\n#include <stb/stb_image.h>\n#define AUTODIFF_IMPLEMENTATION\n#include "autodiff.h"\n' \
     > "$OUT/implementation.c"
 OPT="-O2 -g -std=c99 -Wall -Wextra"
-for precision in float double; do
-    define=; [ $precision = double ] && define=-DAUTODIFF_DOUBLE
-    queue "impl_$precision" $CC $OPT $define -I. -c "$OUT/implementation.c" -o "$OUT/impl_$precision.o"
-done
-for precision in float double; do
-    define=; [ $precision = double ] && define=-DAUTODIFF_DOUBLE
-    for cc in "${sanitizers[@]}"; do
-        queue "impl_$precision.san_$cc" $cc $SAN -std=c99 $define -I. -c "$OUT/implementation.c" \
-            -o "$OUT/impl_$precision.san_$cc.o"
+for cc in "" "${sanitizers[@]}"; do
+    for precision in float double; do
+        name=impl_$precision${cc:+.san_$cc} define=
+        [ $precision = double ] && define=-DAUTODIFF_DOUBLE
+        if [ -z "$cc" ]; then flags=($CC $OPT); else flags=($cc $SAN -std=c99); fi
+        queue "$name" "${flags[@]}" $define -I. -c "$OUT/implementation.c" -o "$OUT/$name.o"
     done
 done
 # queue_program NAME SOURCE BUILD COMPILER FLAGS...: queues the build of one test program; a
@@ -172,16 +169,13 @@ done
 declare -A link_with link_flags
 queue_program() {
     local name=$1 src=$2 build=$3; shift 3
-    local options
-    options=$( { grep -oE '^[[:space:]]*#[[:space:]]*define[[:space:]]+AUTODIFF_[A-Z_]+' "$src" | grep -oE 'AUTODIFF_[A-Z_]+'
-                 printf '%s\n' "$@" | grep -oE '^-DAUTODIFF_[A-Z_]+' | cut -c3-; } |
-             grep -vxE 'AUTODIFF_(DOUBLE|IMPLEMENTATION)')
-    if grep -q TH_LINKED_IMPLEMENTATION "$src" && [ -z "$options" ]; then
-        local precision=float
-        if grep -qE '^[[:space:]]*#[[:space:]]*define[[:space:]]+AUTODIFF_DOUBLE' "$src" ||
-            [[ " $* " == *" -DAUTODIFF_DOUBLE "* ]]; then
-            precision=double
-        fi
+    local macros others precision=float
+    # the library's options the source defines or the flags set, one a line
+    macros=$( { grep -oE '^[[:space:]]*#[[:space:]]*define[[:space:]]+AUTODIFF_[A-Z_]+' "$src" | grep -oE 'AUTODIFF_[A-Z_]+'
+                printf '%s\n' "$@" | grep -oE '^-DAUTODIFF_[A-Z_]+' | cut -c3-; } | sort -u)
+    others=$(grep -vxE 'AUTODIFF_(DOUBLE|IMPLEMENTATION)' <<<"$macros")
+    grep -qx AUTODIFF_DOUBLE <<<"$macros" && precision=double
+    if grep -q TH_LINKED_IMPLEMENTATION "$src" && [ -z "$others" ]; then
         queue "$name" "$@" -DTH_LINKED_IMPLEMENTATION -I. -c "$src" -o "$OUT/$name.o"
         link_with[$name]=impl_$precision$build
         link_flags[$name]="$*"
