@@ -1699,7 +1699,17 @@ AUTODIFF_API int ad_batcher_set_state(ad_batcher *b, const unsigned char *state,
 #endif
 #if AD__HAS_VECTOR_EXT && (defined(__x86_64__) || defined(__i386__)) && !defined(AUTODIFF_NO_DISPATCH)
 #define AD__X86_DISPATCH 1
+/* GCC 12's AVX-512 intrinsics initialise a variable from itself (GCC bug 105593), which g++
+   reports as maybe uninitialised wherever one is inlined; the headers of later releases turn
+   the warning off around them, as this does. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h> /* for the few steps vector extensions do not name */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #else
 #define AD__X86_DISPATCH 0
 #endif
@@ -7524,7 +7534,7 @@ static const ad__reduce_row ad__reduce_rows[AD__R_COUNT] = { AD__REDUCE_OPS(AD__
 AD__PRIVATE ad_tensor *ad__reduce(ad_tape *T, ad_tensor *a, int kind, int axis, int keepdim, int correction,
                                   const char *op)
 {
-    int shape[AD_MAX_DIMS], ndim = ad__reduced_shape(a, axis, keepdim, shape);
+    int shape[AD_MAX_DIMS] = {0}, ndim = ad__reduced_shape(a, axis, keepdim, shape);
     size_t outer;
     ad__axis_job job;
     ad_tensor *y;
@@ -13821,7 +13831,7 @@ AD__PRIVATE ad_tensor *ad__run_hooks(ad__sweep *S, ad__watch *W, ad_tensor *x)
     ad_tensor *g = S->gacc[x->id], *r;
     ad__mark *m;
     int retain = 0, had_error = T->has_error;
-    char a[96], b[96];
+    char a[160], b[96];
     for (m = W->chain[x->id]; m; m = m->chain) {
         if (m->kind == AD__MARK_RETAIN) { retain = 1; continue; } /* after the hooks, as PyTorch */
         r = m->hook(T, x, g, m->ctx);
