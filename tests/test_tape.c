@@ -2386,10 +2386,11 @@ static const int bf16_shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {8, 1, 3
                                 {64, 128, 784}, {129, 257, 65}, {64, 10, 128}, {31, 47, 257}, {200, 96, 530}};
 #define BF16_SHAPES ((int)(sizeof bf16_shapes / sizeof bf16_shapes[0]))
 
-static ad__bf16_gemm_kernel bf16_kernel(ad__bf16_kernel fn, int mr, int nr, int a_by_rows, int pair_block)
+/* A kernel of pair panels (fn), or a float kernel on rounded floats (floats). */
+static ad__bf16_gemm_kernel bf16_kernel(ad__bf16_kernel fn, ad__microkernel floats, int mr, int nr)
 {
     ad__bf16_gemm_kernel k;
-    k.fn = fn, k.block = NULL, k.mr = mr, k.nr = nr, k.a_by_rows = a_by_rows, k.pair_block = pair_block;
+    k.fn = fn, k.block = NULL, k.floats = floats, k.mr = mr, k.nr = nr, k.a_by_rows = 0, k.pair_block = 1;
     return k;
 }
 
@@ -2403,26 +2404,26 @@ static void test_bf16_kernels(void)
     float *A, *B, *C;
     ad_real *pack = (ad_real *)malloc(AD__PACK_PER_THREAD * sizeof(ad_real) + 64);
     ad_rng_seed(&rng, 11);
-    kernels[nk] = bf16_kernel(ad__bf16_widen_generic, 4, AD__HAS_VECTOR_EXT ? 8 : 4, 0, 1);
-    names[nk++] = "widening, generic";
+    kernels[nk] = bf16_kernel(NULL, ad__kernel_generic, AD__HAS_VECTOR_EXT ? 6 : 4, AD__HAS_VECTOR_EXT ? 8 : 4);
+    names[nk++] = "float kernel, generic";
 #if AD__X86_DISPATCH
     if (ad__isa() >= AD__ISA_AVX2) {
-        kernels[nk] = bf16_kernel(ad__bf16_widen_avx2, 4, 16, 0, 1);
-        names[nk++] = "widening, AVX2";
+        kernels[nk] = bf16_kernel(NULL, ad__kernel_avx2, 6, 16);
+        names[nk++] = "float kernel, AVX2";
     }
     if (ad__isa() == AD__ISA_AVX512) {
-        kernels[nk] = bf16_kernel(ad__bf16_widen_avx512, 8, 32, 0, 1);
-        names[nk++] = "widening, AVX-512";
+        kernels[nk] = bf16_kernel(NULL, ad__kernel_avx512, 8, 32);
+        names[nk++] = "float kernel, AVX-512";
     }
 #if AD__HAS_BF16_INSTRUCTION
     if (ad__isa_features() & AD__ISA_BF16) {
-        kernels[nk] = bf16_kernel(ad__bf16_dot_avx512, 8, 32, 0, 1);
+        kernels[nk] = bf16_kernel(ad__bf16_dot_avx512, NULL, 8, 32);
         names[nk++] = "AVX512-BF16 dot product";
     }
 #endif
 #if AD__HAS_AMX
     if (ad__amx_permitted()) {
-        kernels[nk] = ad__bf16_pick(AD__BF16_AMX);
+        kernels[nk] = ad__bf16_pick(AD__BF16_AMX, ad__gemm_pick(32));
         names[nk++] = "AMX tiles";
     }
 #endif
@@ -2443,8 +2444,12 @@ static void test_bf16_kernels(void)
                 if ((size_t)M * K > 300 * 800 || (size_t)K * N > 800 * 300 || (size_t)M * N > 300 * 300) continue;
                 bf16_fill(A, (size_t)M * K, &rng);
                 bf16_fill(B, (size_t)K * N, &rng);
-                ad__gemm_serial_bf16(kernels[k], pack, pack + (size_t)AD__MC * AD__KC, ta, tb, M, N, K, A,
-                                     ta ? M : K, B, tb ? K : N, C, N, 0);
+                if (kernels[k].floats)
+                    ad__gemm_serial_bf16_floats(kernels[k], pack, pack + (size_t)AD__MC * AD__KC, ta, tb, M, N, K,
+                                                A, ta ? M : K, B, tb ? K : N, C, N, 0);
+                else
+                    ad__gemm_serial_bf16(kernels[k], pack, pack + (size_t)AD__MC * AD__KC, ta, tb, M, N, K, A,
+                                         ta ? M : K, B, tb ? K : N, C, N, 0);
                 w = bf16_check_product(names[k], ta, tb, M, N, K, A, B, C);
                 if (w > worst) worst = w;
             }
