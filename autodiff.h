@@ -290,9 +290,9 @@
    0.9.3  2026-11-28  speed, bfloat16 products without AVX512-BF16 or AMX (AVX2, and
                       AVX-512 without BF16): the operands are packed as floats already
                       rounded, in the dot product's order, for the float micro-kernel, in
-                      place of the kernels that widened the pairs. The same bits; on a Zen 3
-                      products 1.1-1.7x (0.77-0.96 of float's speed), large MNIST MLP epoch
-                      1.34-1.45x (0.8 of float's).
+                      place of the kernels that widened the pairs. The same bits (but for a
+                      NaN's sign); on a Zen 3 products 1.1-1.7x (0.77-0.96 of float's
+                      speed), large MNIST MLP epoch 1.34-1.45x (0.8 of float's).
    0.9.4  2026-11-28  speed, AVX2: an untransposed A is packed into the 6-row kernel's panels
                       through 8 x 8 register transposes (it was copied one value at a time, a
                       fifth of a 64 x 784 . 784 x 128 product's time), and bfloat16 panels of
@@ -4781,11 +4781,10 @@ AD__DEFINE_BF16_PACK(_avx512, __attribute__((target("avx512f,avx512bw,avx2,fma")
 
 /* Panels of floats for a float micro-kernel, where the processor has no bfloat16 instruction:
    packed as float products pack them (ad__pack_a, ad__pack_b), then each value rounded to
-   bfloat16 and the two of each pair of k swapped, value k to row k ^ 1, so that the kernel's
-   multiply-adds are those of the widened pair, k + 1 first, as the dot-product instruction adds
-   them. An odd kc's last value goes to row kc, after a row of zeros: a panel has kc rounded up
-   to even rows. (A product of two bfloat16 values is exact in float, so the results are the
-   same bits whether the kernel fuses its multiply-adds or not.)
+   bfloat16 and the two of each pair of k swapped, value k to row k ^ 1, so that the kernel adds
+   each pair's products in the dot-product instruction's order, k + 1's first. An odd kc's last
+   value goes to row kc, after a row of zeros: a panel has kc rounded up to even rows (at most
+   AD__KC, which is even).
    ad__bf16_round_pairs: that rounding and swap, in place, of a panel of kc rows of n values. */
 #define AD__DEFINE_BF16_ROUND_PAIRS(SUFFIX, ATTR)                                                  \
     static ATTR AD__ALWAYS_INLINE AD__INLINE_KEYWORD void ad__bf16_round_pair##SUFFIX(float *AD__RESTRICT lo, \
@@ -5058,7 +5057,9 @@ AD__PRIVATE ad__bf16_gemm_kernel ad__bf16_pick(int kind, ad__gemm_kernel float_k
 
 /* The bfloat16 product on one thread through a float micro-kernel (ker.floats), in that
    thread's packing buffers pa and pb: blocked as ad__gemm_serial is, with A and B always packed,
-   since packing is where they are rounded (ad__pack_*_bf16_floats). */
+   since packing is where they are rounded (ad__pack_*_bf16_floats). The panels' rows, kc
+   rounded up to even, fit the buffers because AD__KC is even. */
+typedef char ad__kc_is_even[AD__KC % 2 == 0 ? 1 : -1];
 AD__PRIVATE void ad__gemm_serial_bf16_floats(ad__bf16_gemm_kernel ker, float *pa, float *pb, int ta, int tb, int M,
                                              int N, int K, const float *A, ptrdiff_t lda, const float *B,
                                              ptrdiff_t ldb, float *C, ptrdiff_t ldc, int accumulate)

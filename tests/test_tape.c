@@ -2352,24 +2352,25 @@ static void bf16_fill(float *x, size_t n, ad_rng *rng)
     }
 }
 
-/* Checks C (M x N, float) against sums in double of op(A) op(B)'s rounded operands: each element
-   within 4 K 2^-24 of the sum of its products' magnitudes, the room float sums need. Returns the
-   largest |C - reference| relative to that bound. */
+/* Checks C (M x N, float; C0 what it held before, when the product was added to it, else NULL)
+   against sums in double of op(A) op(B)'s rounded operands: each element within 4 K 2^-24 of the
+   sum of its terms' magnitudes (4 (K + 1) with C0, for the one more addition), the room float
+   sums need. Returns the largest |C - reference| relative to that bound. */
 static double bf16_check_product(const char *what, int ta, int tb, int M, int N, int K, const float *A, const float *B,
-                            const float *C)
+                                 const float *C0, const float *C)
 {
     double worst = 0;
     int i, j, k, bad = 0;
     for (i = 0; i < M; i++)
         for (j = 0; j < N; j++) {
-            double sum = 0, mag = 0, bound;
+            double sum = C0 ? C0[(size_t)i * N + j] : 0, mag = fabs(sum), bound;
             for (k = 0; k < K; k++) {
                 double a = bf16_rounded(ta ? A[(size_t)k * M + i] : A[(size_t)i * K + k]);
                 double b = bf16_rounded(tb ? B[(size_t)j * K + k] : B[(size_t)k * N + j]);
                 sum += a * b;
                 mag += fabs(a * b);
             }
-            bound = 4.0 * K * ldexp(1.0, -24) * mag + 1e-30;
+            bound = 4.0 * (K + (C0 ? 1 : 0)) * ldexp(1.0, -24) * mag + 1e-30;
             if (fabs(C[(size_t)i * N + j] - sum) > bound) {
                 if (bad++ < 3)
                     printf("  %s [%d,%d]: %.9g, rounded operands give %.9g (bound %.3g)\n", what, i, j,
@@ -2382,8 +2383,44 @@ static double bf16_check_product(const char *what, int ta, int tb, int M, int N,
     return worst;
 }
 
+/* Checks that C is, bit for bit, what the bfloat16 dot-product instruction's order of operations
+   gives: per K block of ad__gemm_kc, a sum from 0 that adds each pair's k + 1 product, then its k
+   product (an odd K block's last pair with a zero for k + 1), each rounded to float, then the
+   block's sum added to C (or stored, for the first block without C0). The kernels on floats
+   promise exactly this; the products of rounded operands are exact in float for these values. */
+static void bf16_check_pair_order(const char *what, int ta, int tb, int M, int N, int K, const float *A,
+                                  const float *B, const float *C0, const float *C)
+{
+    int i, j, k0, k, kstep = ad__gemm_kc(K), bad = 0;
+    for (i = 0; i < M; i++)
+        for (j = 0; j < N; j++) {
+            float c = C0 ? C0[(size_t)i * N + j] : 0;
+            for (k0 = 0; k0 < K; k0 += kstep) {
+                int kc = K - k0 < kstep ? K - k0 : kstep;
+                float block = 0;
+                for (k = k0; k < k0 + kc; k += 2) {
+                    float a_lo = bf16_rounded(ta ? A[(size_t)k * M + i] : A[(size_t)i * K + k]);
+                    float b_lo = bf16_rounded(tb ? B[(size_t)j * K + k] : B[(size_t)k * N + j]);
+                    float a_hi = 0, b_hi = 0;
+                    if (k + 1 < k0 + kc) {
+                        a_hi = bf16_rounded(ta ? A[(size_t)(k + 1) * M + i] : A[(size_t)i * K + k + 1]);
+                        b_hi = bf16_rounded(tb ? B[(size_t)j * K + k + 1] : B[(size_t)(k + 1) * N + j]);
+                    }
+                    block += a_hi * b_hi;
+                    block += a_lo * b_lo;
+                }
+                c = k0 == 0 && !C0 ? block : c + block;
+            }
+            if (memcmp(&c, &C[(size_t)i * N + j], sizeof c) != 0 && bad++ < 3)
+                printf("  %s [%d,%d]: %a, the pairs' order gives %a\n", what, i, j, (double)C[(size_t)i * N + j],
+                       (double)c);
+        }
+    TH_CHECK(bad == 0, "%s %dx%dx%d ta %d tb %d: %d elements not in the pairs' order", what, M, N, K, ta, tb, bad);
+}
+
 static const int bf16_shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {8, 1, 300}, {1, 40, 515}, {300, 2, 3},
-                                {64, 128, 784}, {129, 257, 65}, {64, 10, 128}, {31, 47, 257}, {200, 96, 530}};
+                                {64, 128, 784}, {129, 257, 65}, {64, 10, 128}, {31, 47, 257}, {200, 96, 530},
+                                {5, 2100, 255}};
 #define BF16_SHAPES ((int)(sizeof bf16_shapes / sizeof bf16_shapes[0]))
 
 /* A kernel of pair panels (fn), or a float kernel on rounded floats (floats). */
@@ -2394,16 +2431,36 @@ static ad__bf16_gemm_kernel bf16_kernel(ad__bf16_kernel fn, ad__microkernel floa
     return k;
 }
 
-/* Every kernel this machine can run, on the packed path, against the rounded operands. */
+/* One product on kernel ker's path, through packing buffers first filled with NaN (so that a
+   value the packing leaves unwritten shows). */
+static void bf16_product(ad__bf16_gemm_kernel ker, ad_real *pack, int ta, int tb, int M, int N, int K, const float *A,
+                         const float *B, float *C, int accumulate)
+{
+    size_t i;
+    for (i = 0; i < AD__PACK_PER_THREAD; i++) pack[i] = (ad_real)NAN;
+    if (ker.floats)
+        ad__gemm_serial_bf16_floats(ker, pack, pack + (size_t)AD__MC * AD__KC, ta, tb, M, N, K, A, ta ? M : K, B,
+                                    tb ? K : N, C, N, accumulate);
+    else
+        ad__gemm_serial_bf16(ker, pack, pack + (size_t)AD__MC * AD__KC, ta, tb, M, N, K, A, ta ? M : K, B,
+                             tb ? K : N, C, N, accumulate);
+}
+
+/* Every kernel this machine can run, and the one ad__bf16_pick picks for each product's width, on
+   the packed path, against the rounded operands, half the products added to what C held; the
+   kernels on floats also bit for bit against the dot product's order. */
 static void test_bf16_kernels(void)
 {
-    ad__bf16_gemm_kernel kernels[5];
-    const char *names[5];
+    ad__bf16_gemm_kernel kernels[6];
+    const char *names[6];
     int nk = 0, s, t, k;
+    size_t a_max = 0, b_max = 0, c_max = 0;
     ad_rng rng;
-    float *A, *B, *C;
-    ad_real *pack = (ad_real *)malloc(AD__PACK_PER_THREAD * sizeof(ad_real) + 64);
+    float *A, *B, *C, *C0;
+    ad_real *pack = (ad_real *)malloc(AD__PACK_PER_THREAD * sizeof(ad_real));
     ad_rng_seed(&rng, 11);
+    kernels[nk] = bf16_kernel(NULL, NULL, 0, 0); /* replaced by ad__bf16_pick's for each product */
+    names[nk++] = "as picked for the product";
     kernels[nk] = bf16_kernel(NULL, ad__kernel_generic, AD__HAS_VECTOR_EXT ? 6 : 4, AD__HAS_VECTOR_EXT ? 8 : 4);
     names[nk++] = "float kernel, generic";
 #if AD__X86_DISPATCH
@@ -2428,11 +2485,19 @@ static void test_bf16_kernels(void)
     }
 #endif
 #endif
-    A = (float *)malloc(300 * 800 * sizeof(float));
-    B = (float *)malloc(800 * 300 * sizeof(float));
-    C = (float *)malloc(300 * 300 * sizeof(float));
-    if (!pack || !A || !B || !C) {
+    for (s = 0; s < BF16_SHAPES; s++) {
+        size_t M = (size_t)bf16_shapes[s][0], N = (size_t)bf16_shapes[s][1], K = (size_t)bf16_shapes[s][2];
+        if (M * K > a_max) a_max = M * K;
+        if (K * N > b_max) b_max = K * N;
+        if (M * N > c_max) c_max = M * N;
+    }
+    A = (float *)malloc(a_max * sizeof(float));
+    B = (float *)malloc(b_max * sizeof(float));
+    C = (float *)malloc(c_max * sizeof(float));
+    C0 = (float *)malloc(c_max * sizeof(float));
+    if (!pack || !A || !B || !C || !C0) {
         TH_CHECK(0, "out of memory");
+        free(A), free(B), free(C), free(C0), free(pack);
         return;
     }
     for (k = 0; k < nk; k++) {
@@ -2440,24 +2505,24 @@ static void test_bf16_kernels(void)
         for (s = 0; s < BF16_SHAPES; s++)
             for (t = 0; t < 4; t += bf16_quick ? 3 : 1) {
                 int M = bf16_shapes[s][0], N = bf16_shapes[s][1], K = bf16_shapes[s][2], ta = t & 1, tb = t >> 1;
+                int accumulate = (s + t) & 1;
+                ad__bf16_gemm_kernel ker = k == 0 ? ad__bf16_pick(AD__BF16_VECTORS, ad__gemm_pick(N)) : kernels[k];
                 double w;
-                if ((size_t)M * K > 300 * 800 || (size_t)K * N > 800 * 300 || (size_t)M * N > 300 * 300) continue;
                 bf16_fill(A, (size_t)M * K, &rng);
                 bf16_fill(B, (size_t)K * N, &rng);
-                if (kernels[k].floats)
-                    ad__gemm_serial_bf16_floats(kernels[k], pack, pack + (size_t)AD__MC * AD__KC, ta, tb, M, N, K,
-                                                A, ta ? M : K, B, tb ? K : N, C, N, 0);
-                else
-                    ad__gemm_serial_bf16(kernels[k], pack, pack + (size_t)AD__MC * AD__KC, ta, tb, M, N, K, A,
-                                         ta ? M : K, B, tb ? K : N, C, N, 0);
-                w = bf16_check_product(names[k], ta, tb, M, N, K, A, B, C);
+                bf16_fill(C0, (size_t)M * N, &rng);
+                memcpy(C, C0, (size_t)M * N * sizeof(float));
+                bf16_product(ker, pack, ta, tb, M, N, K, A, B, C, accumulate);
+                w = bf16_check_product(names[k], ta, tb, M, N, K, A, B, accumulate ? C0 : NULL, C);
                 if (w > worst) worst = w;
+                if (ker.floats) bf16_check_pair_order(names[k], ta, tb, M, N, K, A, B, accumulate ? C0 : NULL, C);
             }
         printf("  %-28s largest error %.2f of the bound\n", names[k], worst);
     }
     free(A);
     free(B);
     free(C);
+    free(C0);
     free(pack);
     th_family("bfloat16 kernels");
 }
@@ -2495,7 +2560,7 @@ static void test_bf16_matmul(void)
             b = bf16_tensor(T, 2, sb, &rng);
             c = ad_matmul_t(T, a, b, ta, tb);
             TH_CHECK(c != NULL, "matmul: %s", th_errs(T));
-            if (c) bf16_check_product("ad_matmul_t", ta, tb, M, N, K, a->data, b->data, c->data);
+            if (c) bf16_check_product("ad_matmul_t", ta, tb, M, N, K, a->data, b->data, NULL, c->data);
             ad_tape_reset(T);
         }
     ad_tape_free(T);
@@ -2525,10 +2590,10 @@ static void test_bf16_linear(void)
         ad_tape_free(T);
         return;
     }
-    bf16_check_product("ad_linear forward", 0, 0, 37, 29, 91, x->data, W->data, y->data);
+    bf16_check_product("ad_linear forward", 0, 0, 37, 29, 91, x->data, W->data, NULL, y->data);
     g = y->data; /* the incoming gradient */
-    bf16_check_product("ad_linear dx = g W^T", 0, 1, 37, 91, 29, g, W->data, x->grad);
-    bf16_check_product("ad_linear dW = x^T g", 1, 0, 91, 29, 37, x->data, g, W->grad);
+    bf16_check_product("ad_linear dx = g W^T", 0, 1, 37, 91, 29, g, W->data, NULL, x->grad);
+    bf16_check_product("ad_linear dW = x^T g", 1, 0, 91, 29, 37, x->data, g, NULL, W->grad);
     xs = x->data, ws = W->data;
     float_y = (float *)malloc(37 * 29 * sizeof(float));
     for (i = 0; float_y && i < 37 * 29; i++) {
