@@ -299,10 +299,10 @@
                       six rows are rounded with vectors. The same bits; on a Zen 3 the GPT's
                       h . W_proj and g . W_fc^T 1.15-1.25x, the MLP's x . W1 1.1-1.2x, their
                       bfloat16 products 1.3-1.45x.
-   0.9.5  2026-11-28  speed, AVX2: a transposed A's six-row panels are copied six values at a
-                      time with a copy of constant size (GCC made the loop a call to memcpy
-                      per k). The same bits; on a Zen 3 the weight gradients x^T . g 1.02-1.16x
-                      (the MLP's 784 x 64 . 64 x 128 1.15x, the GPT's h^T . g 1.08x).
+   0.9.5  2026-11-28  speed: a transposed A's panels are copied in pieces of constant size
+                      (GCC made the loop over a panel's rows a call to memcpy per k). The
+                      same bits; on a Zen 3 the weight gradients x^T . g 1.02-1.16x (the
+                      MLP's 784 x 64 . 64 x 128 1.15x, the GPT's h^T . g 1.08x).
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -4376,33 +4376,27 @@ AD__PRIVATE AD__CODE_ALIGN void ad__pack_a(int ta, const ad_real *A, ptrdiff_t l
     int p, r, k;
     for (p = 0; p < mc; p += mr, dst += (size_t)mr * kc) {
         int rows = mc - p < mr ? mc - p : mr;
-        if (mr == 8 && rows == 8) {
-            /* a full panel of eight rows: not transposed, 8 x 8 register transposes where the
+        if (!ta && mr == 8 && rows == 8) {
+            /* a full panel of eight rows, not transposed: 8 x 8 register transposes where the
                processor has AVX2, else eight read streams and one contiguous write, with
-               constant trip counts the compiler turns into straight-line code; transposed, one
-               copy of eight values per k */
-            if (!ta) {
-                const ad_real *s = A + (ptrdiff_t)(i0 + p) * lda + k0;
+               constant trip counts the compiler turns into straight-line code */
+            const ad_real *s = A + (ptrdiff_t)(i0 + p) * lda + k0;
 #if AD__PACK_BT_FAST
-                if (ad__isa() >= AD__ISA_AVX2) {
-                    ad__pack_bt_panel(s, lda, kc, 8, dst);
-                    continue;
-                }
+            if (ad__isa() >= AD__ISA_AVX2) {
+                ad__pack_bt_panel(s, lda, kc, 8, dst);
+                continue;
+            }
 #endif
-                for (k = 0; k < kc; k++) {
-                    ad_real *d = dst + (size_t)k * 8;
-                    d[0] = s[k];
-                    d[1] = s[lda + k];
-                    d[2] = s[2 * lda + k];
-                    d[3] = s[3 * lda + k];
-                    d[4] = s[4 * lda + k];
-                    d[5] = s[5 * lda + k];
-                    d[6] = s[6 * lda + k];
-                    d[7] = s[7 * lda + k];
-                }
-            } else {
-                for (k = 0; k < kc; k++)
-                    memcpy(dst + (size_t)k * 8, A + (ptrdiff_t)(k0 + k) * lda + i0 + p, 8 * sizeof(ad_real));
+            for (k = 0; k < kc; k++) {
+                ad_real *d = dst + (size_t)k * 8;
+                d[0] = s[k];
+                d[1] = s[lda + k];
+                d[2] = s[2 * lda + k];
+                d[3] = s[3 * lda + k];
+                d[4] = s[4 * lda + k];
+                d[5] = s[5 * lda + k];
+                d[6] = s[6 * lda + k];
+                d[7] = s[7 * lda + k];
             }
             continue;
         }
@@ -4417,15 +4411,14 @@ AD__PRIVATE AD__CODE_ALIGN void ad__pack_a(int ta, const ad_real *A, ptrdiff_t l
                 const ad_real *src = A + (ptrdiff_t)(i0 + p + r) * lda + k0;
                 for (k = 0; k < kc; k++) dst[(size_t)k * mr + r] = src[k];
             }
-        } else if (mr == 6 && rows == 6) {
-            /* a copy of a constant size, a few moves; with rows unknown, GCC turns the loop
-               below into a call to memcpy for every k (a fifth of the time of h^T . g on AVX2) */
-            for (k = 0; k < kc; k++)
-                memcpy(dst + (size_t)k * 6, A + (ptrdiff_t)(k0 + k) * lda + i0 + p, 6 * sizeof(ad_real));
         } else {
+            /* in pieces of constant size: a loop over rows, GCC turns into a call to memcpy for
+               every k (a fifth of the time of h^T . g on AVX2) */
             for (k = 0; k < kc; k++) {
                 const ad_real *src = A + (ptrdiff_t)(k0 + k) * lda + i0 + p;
-                for (r = 0; r < rows; r++) dst[(size_t)k * mr + r] = src[r];
+                ad_real *d = dst + (size_t)k * mr;
+                for (r = 0; r + 8 <= rows; r += 8) memcpy(d + r, src + r, 8 * sizeof(ad_real));
+                ad__copy_part(d + r, src + r, rows - r, 8);
             }
         }
         for (r = rows; r < mr; r++)
