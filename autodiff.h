@@ -1886,7 +1886,8 @@ static AD__UNUSED int ad__isa_features(void)
 #define AD__CONV_OUTPUTS 8                       /* output channels and vectors of positions whose */
 #define AD__CONV_VECTORS 3                       /* convolutions straight from the image are
                                                     summed side by side with AVX-512: 24 of its 32
-                                                    registers */
+                                                    registers (AVX2: half the channels, by three
+                                                    vectors of its width, 12 of 16) */
 #define AD__WGRAD_OUTPUTS 8                      /* output channels and neighbouring taps whose */
 #define AD__WGRAD_TAPS 3                         /* weight gradients are summed side by side (the
                                                     same 24) */
@@ -9685,9 +9686,10 @@ AD__INLINE int ad__col2im_wide(const ad__win2d *G, int channels, const ad_real *
     return 0;
 }
 
-/* Convolutions straight from the images (stride and dilation 1, one group, with AVX-512): the
-   forward map and the weight gradient without im2col's or im2row's matrix, which for a small
-   image cost more than the products (a MNIST CNN's step ran 1.2x faster).
+/* Convolutions straight from the images (stride and dilation 1, one group, with AVX2 or
+   AVX-512): the forward map and the weight gradient without im2col's or im2row's matrix, which
+   for a small image cost more than the products (a MNIST CNN's step ran 1.2x faster with
+   AVX-512, 1.3x with AVX2).
    Both take an output plane sixteen positions at a time, in its own order (across rows; the
    last vector's tail is empty). With stride 1, the inputs that tap (ki, kj) meets under those
    positions lie in the same order in the plane shifted by kj - pw across and by ki - ph down,
@@ -9987,6 +9989,280 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_forward_avx512(cons
                 }
         }
 }
+
+/* AVX2's straight convolutions (ad__conv_forward_avx2, ad__conv_weight_grad_avx2) keep AVX-512's
+   buffers, sixteen positions to a vector there, and take each vector as two halves of eight.
+   With 16 registers, a tile is half of AVX-512's block of output channels
+   (AD__STRAIGHT_AVX2_OUTPUTS) by three halves of positions or three taps: 12 sums, and the
+   operands of one step. */
+#define AD__STRAIGHT_AVX2_OUTPUTS (AD__CONV_OUTPUTS / 2)
+
+/* ad__straight_inputs without masked loads: each row's run inside the input copied
+   (ad__copy_run: the rows are short), 0 around it and after the rows. */
+AD__PRIVATE void ad__straight_inputs_plain(const ad__win2d *G, const float *AD__RESTRICT x, int n0, int n1,
+                                           float *AD__RESTRICT xs)
+{
+    const int rows = ad__straight_rows(G), h = G->h, w = G->w, ow = G->ow;
+    const size_t plane = ad__straight_plane(G);
+    size_t room;
+    int n, c, kj, r, a;
+    for (n = n0; n < n1; n++)
+        for (c = 0; c < G->c; c++) {
+            const float *src = x + ((size_t)n * G->c + c) * h * w;
+            for (kj = 0; kj < G->kw; kj++, xs += plane) {
+                /* output columns [lo, hi) read input columns [lo + shift, hi + shift) */
+                int shift = kj - G->pw, lo = shift < 0 ? -shift : 0, hi = w - shift < ow ? w - shift : ow;
+                if (lo > ow) lo = ow;
+                if (hi < lo) hi = lo;
+                for (r = 0; r < rows; r++) {
+                    float *d = xs + (size_t)r * ow;
+                    int iy = r - G->ph;
+                    if (iy < 0 || iy >= h) {
+                        memset(d, 0, (size_t)ow * sizeof(float));
+                        continue;
+                    }
+                    for (a = 0; a < lo; a++) d[a] = 0;
+                    ad__copy_run(d + lo, src + (size_t)iy * w + lo + shift, hi - lo);
+                    for (a = hi; a < ow; a++) d[a] = 0;
+                }
+                for (room = (size_t)rows * ow; room < plane; room++) xs[room] = 0;
+            }
+        }
+}
+
+/* ad__wgrad_grads without masked loads. */
+AD__PRIVATE void ad__wgrad_grads_plain(const ad__win2d *G, const float *AD__RESTRICT g, int n0, int n1, int o0,
+                                       float *AD__RESTRICT gs)
+{
+    enum { OB = AD__WGRAD_OUTPUTS };
+    const int vectors = ad__straight_vectors(G);
+    const size_t L = (size_t)G->oh * G->ow;
+    int n, o, v;
+    for (n = n0; n < n1; n++, gs += (size_t)vectors * OB * 16)
+        for (o = 0; o < OB; o++) {
+            const float *src = o0 + o < G->o ? g + ((size_t)n * G->o + o0 + o) * L : NULL;
+            for (v = 0; v < vectors; v++) {
+                float *dst = gs + ((size_t)v * OB + o) * 16;
+                size_t p = 16 * (size_t)v, count = !src ? 0 : L - p < 16 ? L - p : 16;
+                if (count == 16) { /* a copy of constant size: a few moves, not a call */
+                    memcpy(dst, src + p, 16 * sizeof(float));
+                    continue;
+                }
+                memset(dst, 0, 16 * sizeof(float));
+                if (count) memcpy(dst, src + p, count * sizeof(float));
+            }
+        }
+}
+
+/* The first count of eight floats at src (0 past them), and a vector's first count lanes stored
+   at dst: nothing outside them is read or written. */
+AD__INLINE __attribute__((target("avx2"))) __m256 ad__load8_part(const float *src, int count)
+{
+    float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (count >= 8) return _mm256_loadu_ps(src);
+    memcpy(t, src, (size_t)count * sizeof(float));
+    return _mm256_loadu_ps(t);
+}
+
+AD__INLINE __attribute__((target("avx2"))) void ad__store8_part(float *dst, __m256 v, int count)
+{
+    float t[8];
+    if (count >= 8) {
+        _mm256_storeu_ps(dst, v);
+        return;
+    }
+    _mm256_storeu_ps(t, v);
+    memcpy(dst, t, (size_t)count * sizeof(float));
+}
+
+/* The sum of a vector's eight lanes: halves, then quarters, then pairs added. */
+AD__INLINE __attribute__((target("avx2"))) float ad__sum8_avx2(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+/* The sums of the lanes of a tile of ad__conv_weight_grad_avx2 (tile[o * AD__WGRAD_TAPS + t]) into
+   dst[o * ld + t] (added when add is set), for the first outputs channels and taps taps. The
+   tile is stored from a function of its own, as the GEMM's are (AD__DEFINE_KERNEL): with the
+   stores in the same function GCC 12 moved the sums through memory on every step. */
+AD__PRIVATE __attribute__((target("avx2"))) AD__NOINLINE void ad__wgrad_store_avx2(const __m256 *tile, float *dst,
+                                                                                size_t ld, int outputs, int taps,
+                                                                                int add)
+{
+    int o, t;
+    for (o = 0; o < outputs; o++)
+        for (t = 0; t < taps; t++) {
+            float s = ad__sum8_avx2(tile[o * AD__WGRAD_TAPS + t]);
+            dst[(size_t)o * ld + t] = add ? dst[(size_t)o * ld + t] + s : s;
+        }
+}
+
+/* ad__conv_weight_grad_avx512 with AVX2: the same chunks and buffers, each vector of sixteen
+   positions as two halves, half the block's output channels at a time; each sum's eight lanes
+   are added at the end of a chunk. */
+AD__PRIVATE __attribute__((target("avx2,fma"))) void ad__conv_weight_grad_avx2(const ad__win2d *G,
+                                                                              const float *AD__RESTRICT x,
+                                                                              const float *AD__RESTRICT g,
+                                                                              int n0, int n1,
+                                                                              float *AD__RESTRICT scratch,
+                                                                              float *AD__RESTRICT sums, size_t ld)
+{
+    enum { OB = AD__WGRAD_OUTPUTS, HB = AD__STRAIGHT_AVX2_OUTPUTS, TB = AD__WGRAD_TAPS };
+    const int kh = G->kh, kw = G->kw, C = G->c, O = G->o, chunk = ad__wgrad_chunk(G);
+    const int vectors = ad__straight_vectors(G);
+    const size_t image_x = ad__straight_input_floats(G), image_g = ad__wgrad_grad_floats(G);
+    const size_t plane = ad__straight_plane(G), L = (size_t)G->oh * G->ow;
+    const int tail = (int)(L - 16 * (size_t)(vectors - 1)); /* positions in the last vector */
+    /* lanes of the last vector's halves that hold positions: its inputs past them are zeroed,
+       so that an infinite input there adds no NaN */
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 keep[2] = {_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(tail), lane)),
+                            _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(tail - 8), lane))};
+    float *xs = scratch, *gs = scratch + (size_t)chunk * image_x;
+    int c0, c1, o0, h0, c, ki, kj0, n, t, o, v, half;
+    for (c0 = n0; c0 < n1; c0 = c1) {
+        c1 = n1 - c0 < chunk ? n1 : c0 + chunk;
+        ad__straight_inputs_plain(G, x, c0, c1, xs);
+        for (o0 = 0; o0 < O; o0 += OB) {
+            ad__wgrad_grads_plain(G, g, c0, c1, o0, gs);
+            for (h0 = 0; h0 < OB && o0 + h0 < O; h0 += HB)
+                for (c = 0; c < C; c++)
+                    for (ki = 0; ki < kh; ki++)
+                        for (kj0 = 0; kj0 < kw; kj0 += TB) {
+                            /* past the last tap: a repeat, not stored */
+                            const int taps = kj0 + TB <= kw ? TB : kw - kj0;
+                            const size_t last = (size_t)(taps - 1) * plane;
+                            const int outputs = O - o0 - h0 < HB ? O - o0 - h0 : HB;
+                            float *dst = sums + (size_t)(o0 + h0) * ld + ((size_t)c * kh + ki) * kw + kj0;
+                            __m256 acc[HB][TB], tile[HB * TB];
+#pragma GCC unroll 4
+                            for (o = 0; o < HB; o++)
+#pragma GCC unroll 4
+                                for (t = 0; t < TB; t++) acc[o][t] = _mm256_setzero_ps();
+                            for (n = c0; n < c1; n++) {
+                                const float *gp = gs + (size_t)(n - c0) * image_g + h0 * 16;
+                                const float *xp = xs + (size_t)(n - c0) * image_x + ((size_t)c * kw + kj0) * plane +
+                                                  (size_t)ki * G->ow;
+                                for (v = 0; v < vectors; v++, xp += 16, gp += OB * 16)
+                                    for (half = 0; half < 2; half++) {
+                                        __m256 xv[TB];
+#pragma GCC unroll 4
+                                        for (t = 0; t < TB; t++) {
+                                            xv[t] = _mm256_loadu_ps(xp + 8 * half + (t * plane < last ? t * plane : last));
+                                            if (v + 1 == vectors) xv[t] = _mm256_and_ps(xv[t], keep[half]);
+                                        }
+#pragma GCC unroll 4
+                                        for (o = 0; o < HB; o++) {
+                                            __m256 gv = _mm256_load_ps(gp + o * 16 + 8 * half);
+#pragma GCC unroll 4
+                                            for (t = 0; t < TB; t++) acc[o][t] = _mm256_fmadd_ps(gv, xv[t], acc[o][t]);
+                                        }
+                                    }
+                            }
+#pragma GCC unroll 4
+                            for (o = 0; o < HB; o++)
+#pragma GCC unroll 4
+                                for (t = 0; t < TB; t++) tile[o * TB + t] = acc[o][t];
+                            ad__wgrad_store_avx2(tile, dst, ld, outputs, taps, c0 > n0);
+                        }
+        }
+    }
+}
+
+/* Stores a tile of ad__conv_forward_avx2 (tile[o * AD__CONV_VECTORS + j]): for each of the first
+   outputs channels, y's plane L values apart, its vectors j <= last at positions p0 + 8 j on,
+   each added to the bias (when given) and to y (when add is set). A function of its own, as
+   ad__wgrad_store_avx2 is. */
+AD__PRIVATE __attribute__((target("avx2"))) AD__NOINLINE void ad__conv_store_avx2(const __m256 *tile,
+                                                                               const float *bias, float *y,
+                                                                               size_t L, size_t p0, int outputs,
+                                                                               int last, int add)
+{
+    int o, j;
+    for (o = 0; o < outputs; o++)
+        for (j = 0; j <= last; j++) {
+            size_t p = p0 + 8 * (size_t)j;
+            float *dst = y + (size_t)o * L + p;
+            int count = L - p < 8 ? (int)(L - p) : 8;
+            __m256 sum = tile[o * AD__CONV_VECTORS + j], base;
+            if (bias) { /* the GEMM's order: the bias (added to y) first, then the sum */
+                base = _mm256_set1_ps(bias[o]);
+                if (add) base = _mm256_add_ps(ad__load8_part(dst, count), base);
+                ad__store8_part(dst, _mm256_add_ps(base, sum), count);
+            } else {
+                ad__store8_part(dst, add ? _mm256_add_ps(ad__load8_part(dst, count), sum) : sum, count);
+            }
+        }
+}
+
+/* ad__conv_forward_avx512 with AVX2: the same packed weights and inputs, half the block's output
+   channels by AD__CONV_VECTORS vectors of eight positions at a time; the same sums, in the same
+   order, so the same bits. */
+AD__PRIVATE __attribute__((target("avx2,fma"))) void ad__conv_forward_avx2(const ad__win2d *G,
+                                                                          const float *AD__RESTRICT x,
+                                                                          const float *AD__RESTRICT packed,
+                                                                          const float *AD__RESTRICT bias,
+                                                                          float *AD__RESTRICT y, int n,
+                                                                          float *AD__RESTRICT scratch, int add)
+{
+    enum { OB = AD__CONV_OUTPUTS, HB = AD__STRAIGHT_AVX2_OUTPUTS, VB = AD__CONV_VECTORS };
+    const int kh = G->kh, kw = G->kw, C = G->c, O = G->o, ow = G->ow;
+    const size_t plane = ad__straight_plane(G), L = (size_t)G->oh * ow, K = (size_t)C * kh * kw;
+    const int vectors = (int)((L + 7) / 8);
+    int o0, h0, v0, c, ki, kj, o, j;
+    ad__straight_inputs_plain(G, x, n, n + 1, scratch);
+    for (o0 = 0; o0 < O; o0 += OB, packed += K * OB)
+        for (h0 = 0; h0 < OB && o0 + h0 < O; h0 += HB)
+            for (v0 = 0; v0 < vectors; v0 += VB) {
+                /* past the last vector: a repeat, not stored */
+                const int last = (v0 + VB <= vectors ? VB : vectors - v0) - 1;
+                const float *wk = packed + h0;
+                __m256 acc[HB][VB], tile[HB * VB];
+#pragma GCC unroll 4
+                for (o = 0; o < HB; o++)
+#pragma GCC unroll 4
+                    for (j = 0; j < VB; j++) acc[o][j] = _mm256_setzero_ps();
+                for (c = 0; c < C; c++)
+                    for (ki = 0; ki < kh; ki++)
+                        for (kj = 0; kj < kw; kj++, wk += OB) {
+                            const float *xp = scratch + ((size_t)c * kw + kj) * plane + (size_t)ki * ow + 8 * v0;
+                            __m256 xv[VB];
+#pragma GCC unroll 4
+                            for (j = 0; j < VB; j++) xv[j] = _mm256_loadu_ps(xp + 8 * (j < last ? j : last));
+#pragma GCC unroll 4
+                            for (o = 0; o < HB; o++) {
+                                __m256 wv = _mm256_broadcast_ss(wk + o);
+#pragma GCC unroll 4
+                                for (j = 0; j < VB; j++) acc[o][j] = _mm256_fmadd_ps(wv, xv[j], acc[o][j]);
+                            }
+                        }
+#pragma GCC unroll 4
+                for (o = 0; o < HB; o++)
+#pragma GCC unroll 4
+                    for (j = 0; j < VB; j++) tile[o * VB + j] = acc[o][j];
+                ad__conv_store_avx2(tile, bias ? bias + o0 + h0 : NULL, y + ((size_t)n * O + o0 + h0) * L, L,
+                                    8 * (size_t)v0, O - o0 - h0 < HB ? O - o0 - h0 : HB, last, add);
+            }
+}
+
+/* The straight maps at the processor's width: AVX-512's, or AVX2's (ad__conv_straight says when
+   they are taken). */
+AD__PRIVATE void ad__conv_forward_straight(const ad__win2d *G, const float *x, const float *packed,
+                                           const float *bias, float *y, int n, float *scratch, int add)
+{
+    if (ad__isa() == AD__ISA_AVX512) ad__conv_forward_avx512(G, x, packed, bias, y, n, scratch, add);
+    else ad__conv_forward_avx2(G, x, packed, bias, y, n, scratch, add);
+}
+
+AD__PRIVATE void ad__conv_weight_grad_straight(const ad__win2d *G, const float *x, const float *g, int n0, int n1,
+                                               float *scratch, float *sums, size_t ld)
+{
+    if (ad__isa() == AD__ISA_AVX512) ad__conv_weight_grad_avx512(G, x, g, n0, n1, scratch, sums, ld);
+    else ad__conv_weight_grad_avx2(G, x, g, n0, n1, scratch, sums, ld);
+}
 #endif
 
 /* Multiply-adds of one image's map. */
@@ -9996,8 +10272,8 @@ AD__INLINE double ad__conv_image_macs(const ad__win2d *G)
 }
 
 /* Are the forward map and the weight gradient taken straight from the images
-   (ad__conv_forward_avx512, ad__conv_weight_grad_avx512): a float build on a processor with
-   AVX-512, products in float32, stride and dilation 1, one group, not a 1x1 kernel without
+   (ad__conv_forward_straight, ad__conv_weight_grad_straight): a float build on a processor with
+   AVX2 or AVX-512, products in float32, stride and dilation 1, one group, not a 1x1 kernel without
    padding (which reads the images in place anyway). The straight maps split over threads only
    by images (see ad__conv_by_images), so they are taken for images whose products would not be
    split anyway, or for batches of AD__STRAIGHT_IMAGES images or more whose im2col matrix is at
@@ -10010,7 +10286,7 @@ AD__INLINE int ad__conv_straight(const ad__win2d *G, int bf16)
     return !bf16 && G->groups == 1 && G->sh == 1 && G->sw == 1 && G->dh == 1 && G->dw == 1 &&
            (G->kh > 1 || G->kw > 1 || G->ph > 0 || G->pw > 0) &&
            (ad__conv_image_macs(G) < AD__SPLIT_MACS || (G->n >= AD__STRAIGHT_IMAGES && patches <= AD__STRAIGHT_FLOATS)) &&
-           ad__isa() == AD__ISA_AVX512;
+           ad__isa() != AD__ISA_PLAIN;
 #else
     (void)G;
     (void)bf16;
@@ -10226,7 +10502,7 @@ AD__PRIVATE int ad__conv_image(const ad__conv_job *j, int n, ad_real *col, ad_re
         const ad_real *src;
         if (j->kind == AD__CONV_FORWARD && j->s->weights) {
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
-            ad__conv_forward_avx512(G, j->a, j->s->weights, j->bias, j->out, n, col, j->add);
+            ad__conv_forward_straight(G, j->a, j->s->weights, j->bias, j->out, n, col, j->add);
 #endif
         } else if (j->kind == AD__CONV_FORWARD) {
             /* y[og, L] (+)= w[og, K] col[K, L] (+ bias) */
@@ -10280,7 +10556,7 @@ AD__PRIVATE void ad__conv_task(void *ctx, int task, int thread)
         ad_real *sums = s->sums + (size_t)task * j->G->o * ad__conv_row_ld(j->G);
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
         if (s->straight) {
-            ad__conv_weight_grad_avx512(j->G, j->a, j->b, lo, hi, col, sums, ad__conv_row_ld(j->G));
+            ad__conv_weight_grad_straight(j->G, j->a, j->b, lo, hi, col, sums, ad__conv_row_ld(j->G));
             return;
         }
 #endif
