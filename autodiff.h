@@ -9997,15 +9997,16 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_forward_avx512(cons
    operands of one step. */
 #define AD__STRAIGHT_AVX2_OUTPUTS (AD__CONV_OUTPUTS / 2)
 
-/* ad__straight_inputs without masked loads: each row's run inside the input copied
-   (ad__copy_run: the rows are short), 0 around it and after the rows. */
+/* ad__straight_inputs without masked loads, into a scratch that ad__conv_scratch cleared: only
+   each row's run inside the input is copied (ad__copy_run: the rows are short). Everything else
+   in a plane, the padding and the room after the rows, lies at the same place for every image
+   and stays 0. */
 AD__PRIVATE void ad__straight_inputs_plain(const ad__win2d *G, const float *AD__RESTRICT x, int n0, int n1,
                                            float *AD__RESTRICT xs)
 {
     const int rows = ad__straight_rows(G), h = G->h, w = G->w, ow = G->ow;
     const size_t plane = ad__straight_plane(G);
-    size_t room;
-    int n, c, kj, r, a;
+    int n, c, kj, r;
     for (n = n0; n < n1; n++)
         for (c = 0; c < G->c; c++) {
             const float *src = x + ((size_t)n * G->c + c) * h * w;
@@ -10015,17 +10016,9 @@ AD__PRIVATE void ad__straight_inputs_plain(const ad__win2d *G, const float *AD__
                 if (lo > ow) lo = ow;
                 if (hi < lo) hi = lo;
                 for (r = 0; r < rows; r++) {
-                    float *d = xs + (size_t)r * ow;
                     int iy = r - G->ph;
-                    if (iy < 0 || iy >= h) {
-                        memset(d, 0, (size_t)ow * sizeof(float));
-                        continue;
-                    }
-                    for (a = 0; a < lo; a++) d[a] = 0;
-                    ad__copy_run(d + lo, src + (size_t)iy * w + lo + shift, hi - lo);
-                    for (a = hi; a < ow; a++) d[a] = 0;
+                    if (iy >= 0 && iy < h) ad__copy_run(xs + (size_t)r * ow + lo, src + (size_t)iy * w + lo + shift, hi - lo);
                 }
-                for (room = (size_t)rows * ow; room < plane; room++) xs[room] = 0;
             }
         }
 }
@@ -10452,6 +10445,11 @@ AD__PRIVATE int ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op,
     s->col_stride = col;
     s->col = (ad_real *)ad__alloc(T, (col * (size_t)s->threads + sums + weights) * sizeof(ad_real), op);
     if (!s->col) return -1;
+    if (straight && kind != AD__CONV_INPUT_GRAD) { /* the planes of the inputs: their zeros stay */
+        size_t planes = ad__straight_input_floats(G) * (kind == AD__CONV_FORWARD ? 1 : (size_t)ad__wgrad_chunk(G));
+        int t;
+        for (t = 0; t < s->threads; t++) memset(s->col + (size_t)t * col, 0, planes * sizeof(ad_real));
+    }
     s->sums = sums ? s->col + col * (size_t)s->threads : NULL;
     s->weights = weights ? s->col + col * (size_t)s->threads + sums : NULL;
     s->straight = straight;
