@@ -305,9 +305,9 @@
                       MLP's 784 x 64 . 64 x 128 1.15x, the GPT's h^T . g 1.08x).
    0.9.6  2026-11-28  speed, AVX2: convolutions with stride and dilation 1 of small images
                       take the forward map and the weight gradient straight from the images,
-                      as with AVX-512 since 0.8.7 (the forward's bits are AVX-512's; the
-                      weight gradient's last bits change). On a Zen 3 the MNIST CNN's step
-                      1.3-1.5x, make mnist-cnn's epoch 1.3-1.4x.
+                      as with AVX-512 since 0.8.7 (the last bits of both change on AVX2; the
+                      forward's are now AVX-512's). On a Zen 3 the MNIST CNN's step
+                      1.3-1.5x.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -1893,9 +1893,10 @@ static AD__UNUSED int ad__isa_features(void)
                                                     summed side by side with AVX-512: 24 of its 32
                                                     registers (AVX2: half the channels, by three
                                                     vectors of its width, 12 of 16) */
+#define AD__STRAIGHT_AVX2_OUTPUTS (AD__CONV_OUTPUTS / 2) /* AVX2's half of those channels */
 #define AD__WGRAD_OUTPUTS 8                      /* output channels and neighbouring taps whose */
 #define AD__WGRAD_TAPS 3                         /* weight gradients are summed side by side (the
-                                                    same 24) */
+                                                    same 24; AVX2: half the channels, 12) */
 #define AD__WGRAD_CHUNK_BYTES 24576              /* the images whose gradients and inputs of those
                                                     channels fit this are summed before one
                                                     reduction of the lanes: kept in L1 */
@@ -9693,10 +9694,9 @@ AD__INLINE int ad__col2im_wide(const ad__win2d *G, int channels, const ad_real *
 
 /* Convolutions straight from the images (stride and dilation 1, one group, with AVX2 or
    AVX-512): the forward map and the weight gradient without im2col's or im2row's matrix, which
-   for a small image cost more than the products (a MNIST CNN's step ran 1.2x faster with
-   AVX-512, 1.3x with AVX2).
-   Both take an output plane sixteen positions at a time, in its own order (across rows; the
-   last vector's tail is empty). With stride 1, the inputs that tap (ki, kj) meets under those
+   for a small image cost more than the products (a MNIST CNN's step ran 1.2x faster).
+   Both take an output plane sixteen positions at a time (AVX2's forward map eight), in its own
+   order (across rows; the last vector's tail is empty). With stride 1, the inputs that tap (ki, kj) meets under those
    positions lie in the same order in the plane shifted by kj - pw across and by ki - ph down,
    stored with rows of ow values. So the input is stored once for each channel and kj (rows
    -ph .. oh + kh - 2 - ph of it, ow values a row, 0 in the padding), and a tap's vector is
@@ -9996,17 +9996,17 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_forward_avx512(cons
 }
 
 /* AVX2's straight convolutions (ad__conv_forward_avx2, ad__conv_weight_grad_avx2) keep AVX-512's
-   buffers, sixteen positions to a vector there, and take each vector as two halves of eight.
-   With 16 registers, a tile is half of AVX-512's block of output channels
-   (AD__STRAIGHT_AVX2_OUTPUTS) by three halves of positions or three taps: 12 sums, and the
-   operands of one step. */
-#define AD__STRAIGHT_AVX2_OUTPUTS (AD__CONV_OUTPUTS / 2)
+   buffers: the inputs' planes, the packed weights, and the weight gradient's vectors of sixteen
+   output gradients, which it takes as two halves of eight. With 16 registers, a tile is half of
+   AVX-512's block of output channels (AD__STRAIGHT_AVX2_OUTPUTS) by three vectors of eight
+   positions (the forward map) or three taps (the weight gradient): 12 sums, and the operands of
+   one step. */
 
-/* ad__straight_inputs without masked loads, into a scratch that ad__conv_scratch cleared: only
-   each row's run inside the input is copied (ad__copy_run: the rows are short). Everything else
-   in a plane, the padding and the room after the rows, lies at the same place for every image
-   and stays 0. */
-AD__PRIVATE void ad__straight_inputs_plain(const ad__win2d *G, const float *AD__RESTRICT x, int n0, int n1,
+/* ad__straight_inputs without masked loads, into planes that ad__conv_kernel cleared for this map
+   (a weight gradient's scratch serves the input gradient first): only each row's run inside the
+   input is copied (ad__copy_run: the rows are short). Everything else in a plane, the padding
+   and the room after the rows, lies at the same place for every image and stays 0. */
+AD__PRIVATE void ad__straight_inputs_runs(const ad__win2d *G, const float *AD__RESTRICT x, int n0, int n1,
                                            float *AD__RESTRICT xs)
 {
     const int rows = ad__straight_rows(G), h = G->h, w = G->w, ow = G->ow;
@@ -10022,14 +10022,15 @@ AD__PRIVATE void ad__straight_inputs_plain(const ad__win2d *G, const float *AD__
                 if (hi < lo) hi = lo;
                 for (r = 0; r < rows; r++) {
                     int iy = r - G->ph;
-                    if (iy >= 0 && iy < h) ad__copy_run(xs + (size_t)r * ow + lo, src + (size_t)iy * w + lo + shift, hi - lo);
+                    if (iy >= 0 && iy < h && hi > lo)
+                        ad__copy_run(xs + (size_t)r * ow + lo, src + (size_t)iy * w + lo + shift, hi - lo);
                 }
             }
         }
 }
 
 /* ad__wgrad_grads without masked loads. */
-AD__PRIVATE void ad__wgrad_grads_plain(const ad__win2d *G, const float *AD__RESTRICT g, int n0, int n1, int o0,
+AD__PRIVATE void ad__wgrad_grads_copy(const ad__win2d *G, const float *AD__RESTRICT g, int n0, int n1, int o0,
                                        float *AD__RESTRICT gs)
 {
     enum { OB = AD__WGRAD_OUTPUTS };
@@ -10084,8 +10085,9 @@ AD__INLINE __attribute__((target("avx2"))) float ad__sum8_avx2(__m256 v)
 
 /* The sums of the lanes of a tile of ad__conv_weight_grad_avx2 (tile[o * AD__WGRAD_TAPS + t]) into
    dst[o * ld + t] (added when add is set), for the first outputs channels and taps taps. The
-   tile is stored from a function of its own, as the GEMM's are (AD__DEFINE_KERNEL): with the
-   stores in the same function GCC 12 moved the sums through memory on every step. */
+   tile is stored from a function of its own, given a copy of the sums, as the GEMM's are
+   (AD__DEFINE_KERNEL): with the stores in the same function GCC 12 kept the sums in memory and
+   moved them through it on every step. */
 AD__PRIVATE __attribute__((target("avx2"))) AD__NOINLINE void ad__wgrad_store_avx2(const __m256 *tile, float *dst,
                                                                                 size_t ld, int outputs, int taps,
                                                                                 int add)
@@ -10123,9 +10125,9 @@ AD__PRIVATE __attribute__((target("avx2,fma"))) void ad__conv_weight_grad_avx2(c
     int c0, c1, o0, h0, c, ki, kj0, n, t, o, v, half;
     for (c0 = n0; c0 < n1; c0 = c1) {
         c1 = n1 - c0 < chunk ? n1 : c0 + chunk;
-        ad__straight_inputs_plain(G, x, c0, c1, xs);
+        ad__straight_inputs_runs(G, x, c0, c1, xs);
         for (o0 = 0; o0 < O; o0 += OB) {
-            ad__wgrad_grads_plain(G, g, c0, c1, o0, gs);
+            ad__wgrad_grads_copy(G, g, c0, c1, o0, gs);
             for (h0 = 0; h0 < OB && o0 + h0 < O; h0 += HB)
                 for (c = 0; c < C; c++)
                     for (ki = 0; ki < kh; ki++)
@@ -10172,8 +10174,8 @@ AD__PRIVATE __attribute__((target("avx2,fma"))) void ad__conv_weight_grad_avx2(c
 
 /* Stores a tile of ad__conv_forward_avx2 (tile[o * AD__CONV_VECTORS + j]): for each of the first
    outputs channels, y's plane L values apart, its vectors j <= last at positions p0 + 8 j on,
-   each added to the bias (when given) and to y (when add is set). A function of its own, as
-   ad__wgrad_store_avx2 is. */
+   each added to the bias (when given) and to y (when add is set). A function of its own, given
+   a copy of the sums, for the reason ad__wgrad_store_avx2 gives. */
 AD__PRIVATE __attribute__((target("avx2"))) AD__NOINLINE void ad__conv_store_avx2(const __m256 *tile,
                                                                                const float *bias, float *y,
                                                                                size_t L, size_t p0, int outputs,
@@ -10211,7 +10213,7 @@ AD__PRIVATE __attribute__((target("avx2,fma"))) void ad__conv_forward_avx2(const
     const size_t plane = ad__straight_plane(G), L = (size_t)G->oh * ow, K = (size_t)C * kh * kw;
     const int vectors = (int)((L + 7) / 8);
     int o0, h0, v0, c, ki, kj, o, j;
-    ad__straight_inputs_plain(G, x, n, n + 1, scratch);
+    ad__straight_inputs_runs(G, x, n, n + 1, scratch);
     for (o0 = 0; o0 < O; o0 += OB, packed += K * OB)
         for (h0 = 0; h0 < OB && o0 + h0 < O; h0 += HB)
             for (v0 = 0; v0 < vectors; v0 += VB) {
@@ -10450,11 +10452,6 @@ AD__PRIVATE int ad__conv_scratch(ad_tape *T, const ad__win2d *G, const char *op,
     s->col_stride = col;
     s->col = (ad_real *)ad__alloc(T, (col * (size_t)s->threads + sums + weights) * sizeof(ad_real), op);
     if (!s->col) return -1;
-    if (straight && kind != AD__CONV_INPUT_GRAD) { /* the planes of the inputs: their zeros stay */
-        size_t planes = ad__straight_input_floats(G) * (kind == AD__CONV_FORWARD ? 1 : (size_t)ad__wgrad_chunk(G));
-        int t;
-        for (t = 0; t < s->threads; t++) memset(s->col + (size_t)t * col, 0, planes * sizeof(ad_real));
-    }
     s->sums = sums ? s->col + col * (size_t)s->threads : NULL;
     s->weights = weights ? s->col + col * (size_t)s->threads + sums : NULL;
     s->straight = straight;
@@ -10588,6 +10585,10 @@ AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const 
 #endif
     if (kind == AD__CONV_INPUT_GRAD && s->col && !add)
         memset(out, 0, (size_t)G->n * G->c * G->h * G->w * sizeof(ad_real));
+    if (kind != AD__CONV_INPUT_GRAD && s->straight) { /* the input planes: their zeros stay for this map */
+        size_t planes = ad__straight_input_floats(G) * (kind == AD__CONV_FORWARD ? 1 : (size_t)ad__wgrad_chunk(G));
+        for (t = 0; t < s->threads; t++) memset(s->col + (size_t)t * s->col_stride, 0, planes * sizeof(ad_real));
+    }
     if (kind == AD__CONV_WEIGHT_GRAD && s->col && !s->straight)
         for (t = 0; t < s->threads; t++) /* im2row's padding columns: defined values from the start */
             for (r = 0; r < band; r++)
