@@ -10048,18 +10048,18 @@ AD__PRIVATE void ad__wgrad_grads_copy(const ad__win2d *G, const float *AD__RESTR
                     continue;
                 }
                 memset(dst, 0, 16 * sizeof(float));
-                if (count) memcpy(dst, src + p, count * sizeof(float));
+                if (count) ad__copy_part(dst, src + p, (int)count, 16);
             }
         }
 }
 
 /* The first count of eight floats at src (0 past them), and a vector's first count lanes stored
-   at dst: nothing outside them is read or written. */
+   at dst: nothing outside them is read or written (a part goes through ad__copy_part). */
 AD__INLINE __attribute__((target("avx2"))) __m256 ad__load8_part(const float *src, int count)
 {
     float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (count >= 8) return _mm256_loadu_ps(src);
-    memcpy(t, src, (size_t)count * sizeof(float));
+    ad__copy_part(t, src, count, 8);
     return _mm256_loadu_ps(t);
 }
 
@@ -10071,7 +10071,7 @@ AD__INLINE __attribute__((target("avx2"))) void ad__store8_part(float *dst, __m2
         return;
     }
     _mm256_storeu_ps(t, v);
-    memcpy(dst, t, (size_t)count * sizeof(float));
+    ad__copy_part(dst, t, count, 8);
 }
 
 /* The sum of a vector's eight lanes: halves, then quarters, then pairs added. */
