@@ -1,4 +1,4 @@
-/* ad_lstm_cell and ad_gru_cell (>>ops:rnn).
+/* ad_lstm_cell, ad_gru_cell and the LSTM layer ad_lstm (>>ops:rnn).
 
    For both cells, with each choice of biases, on odd sizes (N = 3, I = 5, H = 7): the forward
    against plain loops written here and against the same cell written with existing ops; the
@@ -7,8 +7,12 @@
    recorded derivative (create_graph) against the fused one of a plain sweep; an input given
    twice (x also as h); gradients added into buffers that leaves already have; values and
    gradients on two and three threads equal to one thread's bit for bit; bad shapes, whose
-   messages name the op and every shape, and NULL inputs. Each family prints its number of
-   checks. */
+   messages name the op and every shape, and NULL inputs. The layer, on one and five steps (and
+   more for the gradients), with and without an initial state, with each choice of biases and of
+   the results used: its outputs, h_n and c_n against unrolled cells', its first and second
+   derivatives against finite differences and its gradients against the unrolled cells' and the
+   recorded derivative's; gradients into the leaves' buffers, threads and errors as the cells'.
+   Each family prints its number of checks. */
 #define AUTODIFF_DOUBLE
 #ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
@@ -102,10 +106,13 @@ static ad_tensor *comp_gru(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *w_
 typedef struct cell_ctx {
     int gru;
     int biases;  /* 1: b_ih, 2: b_hh, 3: both */
-    int out;     /* LSTM: 0 h' and c' side by side, 1 h' only, 2 c' only */
+    int out;     /* LSTM: 0 h' and c' side by side, 1 h' only, 2 c' only; f_layer: 0 the outputs,
+                    h_n and c_n one below the other, 1 the outputs, 2 c_n, 3 h_n */
     int steps;   /* time steps, each on its N rows of x */
     int comp;    /* 1: the composition of existing ops */
     int alias;   /* 1: x is given as h too (I = H, one step; h is then not an input) */
+    int layer;   /* f_layer: 1 ad_lstm, 0 unrolled ad_lstm_cell steps */
+    int zero_state; /* f_layer: h0 and c0 are not inputs but NULL (zeros) */
 } cell_ctx;
 
 static cell_ctx K(int gru, int biases, int out, int steps)
@@ -163,8 +170,8 @@ static int specs_of(const cell_ctx *k, int N, int I, int H, th_input *s)
     s[n++] = th_in(2, dims, -1, 1, 0);
     dims[0] = N;
     dims[1] = H;
-    if (!k->alias) s[n++] = th_in(2, dims, -1, 1, 0);
-    if (!k->gru) s[n++] = th_in(2, dims, -1, 1, 0);
+    if (!k->alias && !k->zero_state) s[n++] = th_in(2, dims, -1, 1, 0);
+    if (!k->gru && !k->zero_state) s[n++] = th_in(2, dims, -1, 1, 0);
     dims[0] = G;
     dims[1] = I;
     s[n++] = th_in(2, dims, -0.7, 0.7, 0);
@@ -258,17 +265,16 @@ static void test_forward(void)
 /* ---- gradients -------------------------------------------------------------------------------- */
 /* sum(w * f(x)) through ad_grad with and without create_graph (the recorded derivative and the
    fused one), and through the composition of existing ops: all three agree. */
-static void check_paths(const char *name, cell_ctx k, int nin, const th_input *specs)
+static void check_paths(const char *name, th_fn f, void *k, th_fn f_comp, void *k_comp, int nin,
+                        const th_input *specs)
 {
     ad_tape *T = ad_tape_new();
     ad_tensor *x[TH_MAX_INPUTS], *loss, *loss_c;
     double *data[TH_MAX_INPUTS], worst = 0, worst_c = 0;
-    cell_ctx kc = k;
     int i, ok = 1, ok_c = 1;
     make_inputs(T, nin, specs, data, x);
-    kc.comp = 1;
-    loss = th_weighted(T, f_cell, &k, x, 77);
-    loss_c = th_weighted(T, f_cell, &kc, x, 77);
+    loss = th_weighted(T, f, k, x, 77);
+    loss_c = th_weighted(T, f_comp, k_comp, x, 77);
     ok = ok_c = loss && loss_c;
     for (i = 0; ok && ok_c && i < nin; i++) {
         ad_tensor *plain = ad_grad(T, loss, x[i], 0), *graph = ad_grad(T, loss, x[i], 1);
@@ -294,9 +300,11 @@ static void check_cell(const char *name, cell_ctx k, int N, int I, int H)
 {
     th_input specs[TH_MAX_INPUTS];
     int nin = specs_of(&k, N, I, H, specs);
+    cell_ctx kc = k;
+    kc.comp = 1;
     th_gradcheck(name, f_cell, &k, nin, specs);
     th_gradgradcheck(name, f_cell, &k, nin, specs);
-    check_paths(name, k, nin, specs);
+    check_paths(name, f_cell, &k, f_cell, &kc, nin, specs);
 }
 
 static void test_gradients(void)
@@ -334,42 +342,47 @@ static void test_sequence(void)
 
 /* Gradients added into buffers that leaves already have (parameters' own buffers) equal those
    buffers' old values plus the gradient ad_grad computes. */
+static void check_into_leaves(const char *name, th_fn f, void *k, int nin, const th_input *specs)
+{
+    double *data[TH_MAX_INPUTS], *grads[TH_MAX_INPUTS];
+    ad_tensor *x[TH_MAX_INPUTS], *loss;
+    ad_tape *T = ad_tape_new();
+    int i, ok = 1;
+    size_t j;
+    for (i = 0; i < nin; i++) {
+        size_t n = th_numel(&specs[i]);
+        data[i] = (double *)malloc(n * sizeof(double));
+        grads[i] = (double *)malloc(n * sizeof(double));
+        th_fill(&specs[i], data[i], n, &th_rng_state);
+        for (j = 0; j < n; j++) grads[i][j] = 0.25 * (double)(j % 5);
+        x[i] = ad_tensor_view(T, specs[i].ndim, specs[i].shape, data[i], grads[i], 1);
+    }
+    loss = th_weighted(T, f, k, x, 78);
+    for (i = 0; ok && i < nin; i++) {
+        ad_tensor *g = ad_grad(T, loss, x[i], 0);
+        ok = g != NULL;
+        for (j = 0; ok && j < g->size; j++) grads[i][j] -= g->data[j]; /* the old values less it */
+    }
+    TH_CHECK(ok && ad_backward(T, loss) == 0, "%s: %s", name, th_errs(T));
+    for (i = 0; ok && i < nin; i++)
+        for (j = 0; ok && j < th_numel(&specs[i]); j++)
+            if (fabs(grads[i][j] - 0.25 * (double)(j % 5)) > 1e-12) ok = 0;
+    TH_CHECK(ok, "%s: ad_backward into the leaves' buffers: input %d [%zu] is off", name, i - 1, j - 1);
+    for (i = 0; i < nin; i++) {
+        free(data[i]);
+        free(grads[i]);
+    }
+    ad_tape_free(T);
+}
+
 static void test_into_leaves(void)
 {
     int gru;
     for (gru = 0; gru <= 1; gru++) {
         cell_ctx k = K(gru, 3, 0, 2);
         th_input specs[TH_MAX_INPUTS];
-        double *data[TH_MAX_INPUTS], *grads[TH_MAX_INPUTS];
-        ad_tensor *x[TH_MAX_INPUTS], *loss;
-        ad_tape *T = ad_tape_new();
-        int nin = specs_of(&k, NB, NI, NH, specs), i, ok = 1;
-        size_t j;
-        for (i = 0; i < nin; i++) {
-            size_t n = th_numel(&specs[i]);
-            data[i] = (double *)malloc(n * sizeof(double));
-            grads[i] = (double *)malloc(n * sizeof(double));
-            th_fill(&specs[i], data[i], n, &th_rng_state);
-            for (j = 0; j < n; j++) grads[i][j] = 0.25 * (double)(j % 5);
-            x[i] = ad_tensor_view(T, specs[i].ndim, specs[i].shape, data[i], grads[i], 1);
-        }
-        loss = th_weighted(T, f_cell, &k, x, 78);
-        for (i = 0; ok && i < nin; i++) {
-            ad_tensor *g = ad_grad(T, loss, x[i], 0);
-            ok = g != NULL;
-            for (j = 0; ok && j < g->size; j++) grads[i][j] -= g->data[j]; /* the old values less it */
-        }
-        TH_CHECK(ok && ad_backward(T, loss) == 0, "%s: %s", gru ? "gru" : "lstm", th_errs(T));
-        for (i = 0; ok && i < nin; i++)
-            for (j = 0; ok && j < th_numel(&specs[i]); j++)
-                if (fabs(grads[i][j] - 0.25 * (double)(j % 5)) > 1e-12) ok = 0;
-        TH_CHECK(ok, "%s: ad_backward into the leaves' buffers: input %d [%zu] is off", gru ? "gru" : "lstm", i - 1,
-                 j - 1);
-        for (i = 0; i < nin; i++) {
-            free(data[i]);
-            free(grads[i]);
-        }
-        ad_tape_free(T);
+        int nin = specs_of(&k, NB, NI, NH, specs);
+        check_into_leaves(gru ? "gru" : "lstm", f_cell, &k, nin, specs);
     }
     th_family("gradients into the leaves' buffers");
 }
@@ -380,19 +393,17 @@ enum { TN = 160, TI = 40, TH = 64 };
 
 /* Three steps of the cell on `threads` threads: h' (and c') into out, then every input's
    gradient after it. Returns the number of values written, 0 on failure. */
-static size_t thread_run(int gru, int threads, double *out)
+static size_t thread_run(th_fn f, void *k, int nin, const th_input *specs, int threads, double *out)
 {
-    cell_ctx k = K(gru, 3, 0, 3);
-    th_input specs[TH_MAX_INPUTS];
     double *data[TH_MAX_INPUTS];
     ad_tensor *x[TH_MAX_INPUTS], *y, *loss;
     ad_tape *T = ad_tape_new();
-    int nin = specs_of(&k, TN, TI, TH, specs), i;
+    int i;
     size_t at = 0;
     ad_rng_seed(&th_rng_state, 4242);
     make_inputs(T, nin, specs, data, x);
     ad_set_threads(T, threads);
-    y = f_cell(T, x, &k);
+    y = f(T, x, k);
     loss = y ? ad_sum(T, ad_mul(T, y, y)) : NULL;
     if (loss && ad_backward(T, loss) == 0) {
         memcpy(out, y->data, y->size * sizeof(double));
@@ -407,23 +418,174 @@ static size_t thread_run(int gru, int threads, double *out)
     return at;
 }
 
-static void test_threads(void)
+/* Values and gradients of f on 2 and 3 threads against 1 thread's, bit for bit. */
+static void check_threads(const char *name, th_fn f, void *k, int nin, const th_input *specs)
 {
     size_t cap = 8 * (size_t)TN * 4 * TH + 8 * (size_t)4 * TH * (TI + TH + 2), n1, n;
     double *one = (double *)malloc(cap * sizeof(double)), *more = (double *)malloc(cap * sizeof(double));
-    int gru, t;
-    for (gru = 0; one && more && gru <= 1; gru++) {
-        n1 = thread_run(gru, 1, one);
-        TH_CHECK(n1 > 0, "%s on one thread failed", gru ? "gru" : "lstm");
-        for (t = 2; n1 && t <= 3; t++) {
-            n = thread_run(gru, t, more);
-            TH_CHECK(n == n1 && memcmp(one, more, n1 * sizeof(double)) == 0,
-                     "%s on %d threads: values or gradients differ from one thread's", gru ? "gru" : "lstm", t);
-        }
+    int t;
+    n1 = one && more ? thread_run(f, k, nin, specs, 1, one) : 0;
+    TH_CHECK(n1 > 0, "%s on one thread failed", name);
+    for (t = 2; n1 && t <= 3; t++) {
+        n = thread_run(f, k, nin, specs, t, more);
+        TH_CHECK(n == n1 && memcmp(one, more, n1 * sizeof(double)) == 0,
+                 "%s on %d threads: values or gradients differ from one thread's", name, t);
     }
     free(one);
     free(more);
+}
+
+static void test_threads(void)
+{
+    int gru;
+    for (gru = 0; gru <= 1; gru++) {
+        cell_ctx k = K(gru, 3, 0, 3);
+        th_input specs[TH_MAX_INPUTS];
+        int nin = specs_of(&k, TN, TI, TH, specs);
+        check_threads(gru ? "gru" : "lstm", f_cell, &k, nin, specs);
+    }
     th_family("1, 2 and 3 threads");
+}
+
+/* ---- the LSTM layer --------------------------------------------------------------------------- */
+/* An LSTM layer's inputs are a cell's (specs_of), h0 and c0 left out with zero_state set. */
+static cell_ctx KL(int biases, int out, int zero_state, int steps)
+{
+    cell_ctx k = K(0, biases, out, steps);
+    k.layer = 1;
+    k.zero_state = zero_state;
+    return k;
+}
+
+enum { MAX_STEPS = 8 };
+
+/* The layer's outputs [steps N, H] and last state, from ad_lstm or from unrolled cells. */
+static ad_tensor *f_layer(ad_tape *T, ad_tensor **in, void *vctx)
+{
+    const cell_ctx *k = (const cell_ctx *)vctx;
+    int p = k->zero_state ? 1 : 3, L = k->steps, N = in[0]->shape[0] / L, H = in[p + 1]->shape[1], s, shape[3];
+    ad_tensor *x = in[0], *h = k->zero_state ? NULL : in[1], *c = k->zero_state ? NULL : in[2], *w_ih = in[p];
+    ad_tensor *w_hh = in[p + 1], *b_ih = k->biases & 1 ? in[p + 2] : NULL;
+    ad_tensor *b_hh = k->biases & 2 ? in[p + 2 + (k->biases & 1)] : NULL, *out, *hn = NULL, *cn = NULL, *parts[3];
+    shape[0] = N;
+    shape[1] = H;
+    if (!k->layer) {
+        ad_tensor *hs[MAX_STEPS];
+        if (!h) h = ad_zeros(T, 2, shape);
+        if (!c) c = ad_zeros(T, 2, shape);
+        for (s = 0; s < L; s++) {
+            h = ad_lstm_cell(T, ad_slice(T, x, 0, s * N, (s + 1) * N), h, c, w_ih, w_hh, b_ih, b_hh, &c);
+            if (!h) return NULL;
+            hs[s] = h;
+        }
+        out = ad_concat(T, hs, L, 0);
+        hn = h;
+        cn = c;
+    } else {
+        shape[0] = L;
+        shape[1] = N;
+        shape[2] = x->shape[1];
+        out = ad_lstm(T, ad_reshape(T, x, 3, shape), h, c, w_ih, w_hh, b_ih, b_hh,
+                      k->out == 0 || k->out == 3 ? &hn : NULL, k->out == 0 || k->out == 2 ? &cn : NULL);
+        if (!out) return NULL;
+        shape[0] = L * N;
+        shape[1] = H;
+        out = ad_reshape(T, out, 2, shape);
+    }
+    if (k->out == 1) return out;
+    if (k->out == 2) return cn;
+    if (k->out == 3) return hn;
+    parts[0] = out;
+    parts[1] = hn;
+    parts[2] = cn;
+    return ad_concat(T, parts, 3, 0);
+}
+
+/* ad_lstm's outputs, h_n and c_n against unrolled cells', and what it records. */
+static void test_layer_forward(void)
+{
+    int biases, state, grad, L;
+    for (L = 1; L <= 5; L += 4)
+        for (biases = 0; biases <= 3; biases++)
+            for (state = 0; state <= 1; state++)
+                for (grad = 0; grad <= 1; grad++) {
+                    cell_ctx k = KL(biases, 0, !state, L), kc = k;
+                    th_input specs[TH_MAX_INPUTS];
+                    double *data[TH_MAX_INPUTS];
+                    ad_tensor *x[TH_MAX_INPUTS], *y, *yc, *hn = NULL, *cn = NULL;
+                    ad_tape *T = ad_tape_new();
+                    int nin = specs_of(&k, NB, NI, NH, specs), i, shape[3];
+                    size_t before;
+                    make_inputs(T, nin, specs, data, x);
+                    ad_set_grad_enabled(T, grad);
+                    kc.layer = 0;
+                    yc = f_layer(T, x, &kc);
+                    before = ad_tape_length(T);
+                    y = f_layer(T, x, &k);
+                    TH_CHECK(y && yc && y->size == yc->size, "layer L %d biases %d state %d: %s", L, biases, state,
+                             th_errs(T));
+                    if (y && yc && y->size == yc->size)
+                        TH_CHECK(max_diff(y->data, yc->data, y->size) < 1e-13,
+                                 "layer L %d biases %d state %d: differs from the cells by %g", L, biases, state,
+                                 max_diff(y->data, yc->data, y->size));
+                    /* with recording off, ad_lstm records nothing (f_layer's reshapes and concat
+                       record nothing either) */
+                    if (!grad) TH_CHECK(ad_tape_length(T) == before, "layer: recorded with grad off");
+                    shape[0] = L;
+                    shape[1] = NB;
+                    shape[2] = NI;
+                    y = ad_lstm(T, ad_reshape(T, x[0], 3, shape), state ? x[1] : NULL, state ? x[2] : NULL,
+                                x[state ? 3 : 1], x[state ? 4 : 2], NULL, NULL, &hn, &cn);
+                    TH_CHECK(y && y->ndim == 3 && y->shape[0] == L && y->shape[1] == NB && y->shape[2] == NH && hn &&
+                                 cn && hn->ndim == 2 && hn->shape[0] == NB && hn->shape[1] == NH &&
+                                 cn->ndim == 2 && cn->shape[0] == NB && cn->shape[1] == NH,
+                             "layer L %d: shapes of the outputs, h_n and c_n", L);
+                    if (y && hn)
+                        TH_CHECK(memcmp(hn->data, y->data + (size_t)(L - 1) * NB * NH, NB * NH * sizeof(double)) == 0,
+                                 "layer L %d: h_n is not the last output", L);
+                    for (i = 0; i < nin; i++) free(data[i]);
+                    ad_tape_free(T);
+                }
+    th_family("layer: forward against unrolled cells");
+}
+
+/* First and second derivatives against finite differences, the recorded derivative and the
+   unrolled cells' gradients against the fused sweep's, gradients into the leaves' buffers, and
+   threads. */
+static void test_layer_gradients(void)
+{
+    static const char *const outs[] = {"outputs, h_n, c_n", "outputs", "c_n", "h_n"};
+    cell_ctx cases[10];
+    char name[96];
+    int n = 0, i;
+    cases[n++] = KL(3, 0, 0, 4);
+    cases[n++] = KL(0, 0, 0, 4);
+    cases[n++] = KL(1, 1, 0, 4);
+    cases[n++] = KL(2, 2, 0, 3);
+    cases[n++] = KL(3, 3, 0, 3);
+    cases[n++] = KL(3, 0, 1, 4);
+    cases[n++] = KL(2, 1, 1, 2);
+    cases[n++] = KL(3, 0, 0, 1);
+    cases[n++] = KL(3, 2, 1, 1);
+    for (i = 0; i < n; i++) {
+        cell_ctx kc = cases[i];
+        th_input specs[TH_MAX_INPUTS];
+        int nin = specs_of(&cases[i], NB, NI, NH, specs);
+        snprintf(name, sizeof name, "layer L %d, biases %d, %s, %s", cases[i].steps, cases[i].biases,
+                 cases[i].zero_state ? "zero state" : "h0 and c0", outs[cases[i].out]);
+        kc.layer = 0;
+        th_gradcheck(name, f_layer, &cases[i], nin, specs);
+        th_gradgradcheck(name, f_layer, &cases[i], nin, specs);
+        check_paths(name, f_layer, &cases[i], f_layer, &kc, nin, specs);
+        check_into_leaves(name, f_layer, &cases[i], nin, specs);
+    }
+    {
+        cell_ctx k = KL(3, 0, 1, 3);
+        th_input specs[TH_MAX_INPUTS];
+        int nin = specs_of(&k, TN, TI, TH, specs);
+        check_threads("layer", f_layer, &k, nin, specs);
+    }
+    th_family("layer: gradients, second order, threads");
 }
 
 /* ---- errors ----------------------------------------------------------------------------------- */
@@ -487,6 +649,39 @@ static void test_errors(void)
     TH_CHECK_ERROR(T, "b_ih [28]");
     ad_tape_clear_error(T);
 
+    {
+        int s3[3] = {2, 3, 5};
+        ad_tensor *xs = ad_zeros(T, 3, s3), *hn = x, *cn = x;
+        TH_CHECK(!ad_lstm(T, NULL, h, c, wi, wh, NULL, NULL, &hn, &cn) && !hn && !cn && !ad_tape_error(T),
+                 "layer NULL x: %s", th_errs(T));
+        TH_CHECK(!ad_lstm(NULL, xs, h, c, wi, wh, NULL, NULL, NULL, NULL), "layer NULL tape");
+        TH_CHECK(ad_lstm(T, xs, NULL, NULL, wi, wh, b, b, &hn, &cn) && hn && cn && !ad_tape_error(T),
+                 "layer good call: %s", th_errs(T));
+        TH_CHECK(!ad_lstm(T, x, NULL, c, wi, wh, NULL, NULL, &hn, &cn) && !hn && !cn, "layer 2-D x, no h0");
+        TH_CHECK_ERROR(T, "ad_lstm: x [3,5], w_hh [28,7]: x must be [L, N, I] and w_hh [4H, H]");
+        ad_tape_clear_error(T);
+        TH_CHECK(!ad_lstm(T, x, h, c, wi, wh, NULL, NULL, NULL, NULL), "layer 2-D x");
+        TH_CHECK_ERROR(T, "ad_lstm: x [3,5], h0 [3,7], c0 [3,7], w_ih [28,5], w_hh [28,7], b_ih none, b_hh none: "
+                          "x must be [L, N, I] and h0 [N, H]");
+        ad_tape_clear_error(T);
+        TH_CHECK(!ad_lstm(T, xs, h, NULL, gwi, wh, b, NULL, NULL, NULL), "layer bad w_ih");
+        TH_CHECK_ERROR(T, "ad_lstm: x [2,3,5], h0 [3,7], c0 [3,7], w_ih [21,5], w_hh [28,7], b_ih [28], b_hh none: "
+                          "w_ih must be [28,5]");
+        ad_tape_clear_error(T);
+        TH_CHECK(!ad_lstm(T, xs, h, Z(T, 2, 3, 6), wi, wh, NULL, NULL, NULL, NULL), "layer bad c0");
+        TH_CHECK_ERROR(T, "c0 must be [3,7], as h0");
+        ad_tape_clear_error(T);
+        TH_CHECK(!ad_lstm(T, xs, Z(T, 2, 4, 7), NULL, wi, wh, NULL, NULL, NULL, NULL), "layer rows differ");
+        TH_CHECK_ERROR(T, "ad_lstm: x [2,3,5], h0 [4,7]");
+        ad_tape_clear_error(T);
+        TH_CHECK(!ad_lstm(T, xs, NULL, NULL, wi, Z(T, 1, 28, 0), NULL, NULL, NULL, NULL), "layer 1-D w_hh");
+        TH_CHECK_ERROR(T, "ad_lstm: x [2,3,5], w_hh [28]: x must be [L, N, I] and w_hh [4H, H]");
+        ad_tape_clear_error(T);
+        TH_CHECK(!ad_lstm(T, xs, Z(other, 2, 3, 7), NULL, wi, wh, NULL, NULL, NULL, NULL), "layer h0 of another tape");
+        TH_CHECK_ERROR(T, "ad_lstm: h0 belongs to another tape");
+        ad_tape_clear_error(T);
+    }
+
     TH_CHECK(!ad_gru_cell(T, x, h, gwi, Z(other, 2, 21, 7), NULL, NULL), "gru w_hh of another tape");
     TH_CHECK_ERROR(T, "ad_gru_cell: w_hh belongs to another tape");
     ad_tape_clear_error(T);
@@ -507,6 +702,8 @@ int main(void)
     test_sequence();
     test_into_leaves();
     test_threads();
+    test_layer_forward();
+    test_layer_gradients();
     test_errors();
     return th_summary();
 }
