@@ -2336,7 +2336,8 @@ typedef struct ad__reduce_state {
 typedef struct ad__permute_state {
     int perm[AD_MAX_DIMS];
 } ad__permute_state;
-typedef struct ad__slice_state { /* ad_slice, its adjoint (padding one axis) and ad_concat */
+typedef struct ad__slice_state { /* ad_slice, its adjoint (padding one axis), ad_concat, and a
+                                    part of an LSTM's result (axis 0) */
     int axis, start;
 } ad__slice_state;
 typedef struct ad__broadcast_state {
