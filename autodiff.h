@@ -155,9 +155,9 @@
    >>limits
    No strided views (transposes are done by kernels or copies), no sparse tensors, no GPU, no
    complex numbers, no distributed training inside the header. Recurrent networks come as
-   one-step LSTM and GRU cells that a program unrolls itself and as one LSTM layer over a whole
-   sequence (>>api:rnn): no GRU layer, no bidirectional layers, no several layers in one call
-   (a program stacks them), no packed variable-length sequences.
+   one-step LSTM and GRU cells and as one LSTM or GRU layer over a whole sequence (>>api:rnn):
+   no bidirectional layers, no several layers in one call (a program stacks them), no packed
+   variable-length sequences.
    Gradients flow through ad_real values only; integer inputs (class labels, embedding
    indices) are not differentiated.
 
@@ -309,11 +309,12 @@
                       as with AVX-512 since 0.8.7 (the last bits of both change on AVX2; the
                       forward's are now AVX-512's). On a Zen 3 the MNIST CNN's step
                       1.3-1.5x.
-   0.10.0  2026-11-28  ad_lstm: one LSTM layer over a whole sequence (torch.nn.LSTM with
-                       one layer), the input projection of every step and the gradients
-                       of x, w_ih and w_hh one product each over the sequence; the LSTM
-                       cell's two biases take their gradient's column sums once. On a
-                       Zen 3 the 2 x 256 LSTM language model's step 1.1-1.4x (median 1.25x).
+   0.10.0  2026-11-28  ad_lstm and ad_gru: one LSTM or GRU layer over a whole sequence
+                       (torch.nn.LSTM and GRU with one layer), the input projection of
+                       every step and the gradients of x, w_ih and w_hh one product each
+                       over the sequence; the LSTM cell's two biases take their gradient's
+                       column sums once. On a Zen 3 the 2 x 256 LSTM language model's step
+                       1.1-1.4x (median 1.25x).
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -870,7 +871,7 @@ AUTODIFF_API ad_tensor *ad_layer_norm(ad_tape *T, ad_tensor *x, int k, ad_tensor
    not 2-D, n < 1, indices is NULL or an index is outside 0..V-1. */
 AUTODIFF_API ad_tensor *ad_embedding(ad_tape *T, ad_tensor *weight, const int *indices, int n);
 
-/* >>api:rnn: recurrent cells, one time step each, and the LSTM layer -------------------------- */
+/* >>api:rnn: recurrent cells, one time step each, and layers over whole sequences ------------- */
 /* One step of an LSTM cell, as torch.nn.LSTMCell: with x [N, I], h and c [N, H],
        gates = x w_ih^T + b_ih + h w_hh^T + b_hh      (w_ih [4H, I], w_hh [4H, H], b_* [4H])
    split along its columns into i, f, g, o (in that order), i, f, o = sigmoid, g = tanh, and
@@ -906,6 +907,14 @@ AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_t
    tape's error naming ad_lstm and every shape, when a shape is not as above. */
 AUTODIFF_API ad_tensor *ad_lstm(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tensor *c0, ad_tensor *w_ih,
                                 ad_tensor *w_hh, ad_tensor *b_ih, ad_tensor *b_hh, ad_tensor **h_n, ad_tensor **c_n);
+/* The same for a GRU layer, as torch.nn.GRU with one layer: x [L, N, I] gives the output
+   [L, N, H], each step as ad_gru_cell computes it (up to rounding), from h0 [N, H] (NULL:
+   zeros) and ad_gru_cell's weights and biases; *h_n, where not NULL, receives the last step's
+   h (a view of the output's last step). x w_ih^T + b_ih and the gradients of x, w_ih and w_hh
+   are one product each over the sequence. The tape keeps the activated gates and
+   h w_hh^T + b_hh of every step (6 L N H values). Errors as ad_lstm's, naming ad_gru. */
+AUTODIFF_API ad_tensor *ad_gru(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tensor *w_ih, ad_tensor *w_hh,
+                               ad_tensor *b_ih, ad_tensor *b_hh, ad_tensor **h_n);
 
 /* >>api:attention: scaled dot-product attention ------------------------------------------- */
 /* softmax(q k^T scale + mask) v per batch and head (PyTorch's scaled_dot_product_attention):
@@ -11813,7 +11822,7 @@ AUTODIFF_API ad_tensor *ad_layer_norm(ad_tape *T, ad_tensor *x, int k, ad_tensor
    dc' + dh' o (1 - tanh^2 c'). Two entries sharing the gates, one per result, would have to
    split that pass in two, the h' entry's adding into the c' entry's gradient. */
 
-enum { AD__RNN_LSTM, AD__RNN_GRU, AD__RNN_LSTM_LAYER };
+enum { AD__RNN_LSTM, AD__RNN_GRU, AD__RNN_LSTM_LAYER, AD__RNN_GRU_LAYER };
 
 /* The sigmoid or tanh of n values in place, with the vector functions where they exist (the
    same values ad_sigmoid and ad_tanh give). */
@@ -12145,11 +12154,12 @@ AD__PRIVATE void ad__lstm_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     if (S->failed && !S->T->has_error) ad__fail(S->T, "ad_lstm_cell: out of memory in the backward sweep");
 }
 
-/* A part of an LSTM's result, rows [start, start + len) of its first axis, as a view (h' or c'
-   of the cell's [2, N, H]; the outputs, h_n or c_n of the layer's [L + 1, N, H]). Its gradient
+/* A part of a recurrent op's result, rows [start, start + len) of its first axis, as a view
+   (h' or c' of the LSTM cell's [2, N, H]; the outputs, h_n or c_n of the LSTM layer's
+   [L + 1, N, H]; h_n of the GRU layer's [L, N, H]). Its gradient
    goes into that part of the result's, the rest zero until another part adds to it (parts may
    overlap: the layer's h_n is the last of its outputs). */
-AD__PRIVATE void ad__lstm_part_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+AD__PRIVATE void ad__rnn_part_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tensor *y = n->in[0];
     int start = n->st.slice.start, len = (int)(g->size / (y->size / (size_t)y->shape[0])), add;
@@ -12172,13 +12182,13 @@ AD__PRIVATE void ad__lstm_part_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
     }
 }
 
-AD__PRIVATE ad_tensor *ad__lstm_part(ad_tape *T, const char *op, ad_tensor *y, int start, int ndim, const int *shape)
+AD__PRIVATE ad_tensor *ad__rnn_part(ad_tape *T, const char *op, ad_tensor *y, int start, int ndim, const int *shape)
 {
     ad_tensor *v = ad__tensor(T, op, ndim, shape, 0);
     ad__node *n;
     if (!v) return NULL;
     v->data = y->data + y->size / (size_t)y->shape[0] * (size_t)start;
-    n = ad__record1(T, op, v, ad__lstm_part_backward, y);
+    n = ad__record1(T, op, v, ad__rnn_part_backward, y);
     if (!n) return NULL;
     n->st.slice.axis = 0;
     n->st.slice.start = start;
@@ -12242,8 +12252,8 @@ AUTODIFF_API ad_tensor *ad_lstm_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_
     if (!ad__rnn_record(T, "ad_lstm_cell", y, ad__lstm_backward, ins, 5, b_ih, b_hh, AD__RNN_LSTM, job.gates,
                         job.tc))
         return NULL;
-    hn = ad__lstm_part(T, "ad_lstm_cell", y, 0, 2, y->shape + 1);
-    *c_out = ad__lstm_part(T, "ad_lstm_cell", y, 1, 2, y->shape + 1);
+    hn = ad__rnn_part(T, "ad_lstm_cell", y, 0, 2, y->shape + 1);
+    *c_out = ad__rnn_part(T, "ad_lstm_cell", y, 1, 2, y->shape + 1);
     return *c_out ? hn : NULL;
 }
 
@@ -12265,6 +12275,21 @@ AD__PRIVATE int ad__lstm_layer_step(ad_tape *T, ad__lstm_job *job, const ad_real
     if (ad__gemm(T, 0, 1, N, 4 * H, H, h, H, w_hh->data, H, job->gates, 4 * H, 1) != 0) return -1;
     job->c = c;
     ad__parallel_items(T, ad__lstm_forward_range, job, (size_t)N, (size_t)H * 5, 1);
+    return 0;
+}
+
+/* w_hh's gradient in a layer of L steps of N rows: dg [L N, G] holds every step's gradient of
+   h w_hh^T; step 0 read h0, step t > 0 the output y of step t - 1, so two products cover the
+   sequence. Returns 0, or -1 when memory runs out. */
+AD__PRIVATE int ad__rnn_layer_w_hh_grad(ad__sweep *S, ad_tensor *w_hh, const ad_real *dg, const ad_real *h0,
+                                        const ad_real *y, int L, int N)
+{
+    int G = w_hh->shape[0], H = w_hh->shape[1], add;
+    ad_real *d;
+    if (!ad__wants(S, w_hh)) return 0;
+    if (!(d = ad__grad_target(S, w_hh, &add)) || ad__gemm(S->T, 1, 0, G, H, N, dg, G, h0, H, d, H, add) != 0)
+        return -1;
+    if (L > 1 && ad__gemm(S->T, 1, 0, G, H, (L - 1) * N, dg + (size_t)N * G, G, y, H, d, H, 1) != 0) return -1;
     return 0;
 }
 
@@ -12361,26 +12386,21 @@ AD__PRIVATE void ad__lstm_layer_backward(ad__sweep *S, ad__node *n, ad_tensor *g
     if (!S->failed && ad__wants(S, h0) &&
         (!(d = ad__grad_target(S, h0, &add)) || ad__gemm(T, 0, 0, N, H, G, dgates, G, w_hh->data, H, d, H, add) != 0))
         S->failed = 1;
-    /* w_hh's gradient: step 0 reads h0, step t > 0 the output of step t - 1 */
-    if (!S->failed && ad__wants(S, w_hh) &&
-        (!(d = ad__grad_target(S, w_hh, &add)) ||
-         ad__gemm(T, 1, 0, G, H, N, dgates, G, h0->data, H, d, H, add) != 0 ||
-         (L > 1 && ad__gemm(T, 1, 0, G, H, (L - 1) * N, dgates + 4 * plane, G, y, H, d, H, 1) != 0)))
-        S->failed = 1;
+    if (!S->failed && ad__rnn_layer_w_hh_grad(S, w_hh, dgates, h0->data, y, L, N) != 0) S->failed = 1;
     if (!S->failed) ad__rnn_product_grads(S, x, n->in[3], NULL, dgates);
     if (!S->failed) ad__rnn_bias_pair_grad(S, "ad_lstm", b_ih, b_hh, dgates, (size_t)L * N);
     if (S->failed && !T->has_error) ad__fail(T, "ad_lstm: out of memory in the backward sweep");
 }
 
-/* A zero initial state [N, H] for ad_lstm, where the caller gives none; NULL (with the error
-   naming every shape) when x or w_hh cannot give N and H. */
-AD__PRIVATE ad_tensor *ad__lstm_zero_state(ad_tape *T, ad_tensor *x, ad_tensor *w_hh)
+/* A zero initial state [N, H] for a layer (op) whose caller gives none; NULL (with the error
+   naming every shape) when x or w_hh cannot give N and H. gates: 4 (LSTM) or 3 (GRU). */
+AD__PRIVATE ad_tensor *ad__rnn_zero_state(ad_tape *T, const char *op, int gates, ad_tensor *x, ad_tensor *w_hh)
 {
     char s1[48], s2[48];
     int shape[2];
     if (x->ndim != 3 || w_hh->ndim != 2) {
-        ad__fail(T, "ad_lstm: x %s, w_hh %s: x must be [L, N, I] and w_hh [4H, H]", ad_shape_str(x, s1, sizeof s1),
-                 ad_shape_str(w_hh, s2, sizeof s2));
+        ad__fail(T, "%s: x %s, w_hh %s: x must be [L, N, I] and w_hh [%dH, H]", op, ad_shape_str(x, s1, sizeof s1),
+                 ad_shape_str(w_hh, s2, sizeof s2), gates);
         return NULL;
     }
     shape[0] = x->shape[1];
@@ -12399,7 +12419,8 @@ AUTODIFF_API ad_tensor *ad_lstm(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tens
     if (h_n) *h_n = NULL;
     if (c_n) *c_n = NULL;
     if (!T || !x || !w_ih || !w_hh) return NULL;
-    if ((!h0 && !(h0 = ad__lstm_zero_state(T, x, w_hh))) || (!c0 && !(c0 = ad__lstm_zero_state(T, x, w_hh))))
+    if ((!h0 && !(h0 = ad__rnn_zero_state(T, "ad_lstm", 4, x, w_hh))) ||
+        (!c0 && !(c0 = ad__rnn_zero_state(T, "ad_lstm", 4, x, w_hh))))
         return NULL;
     if (!ad__rnn_check(T, "ad_lstm", 1, 4, x, h0, c0, w_ih, w_hh, b_ih, b_hh)) return NULL;
     L = x->shape[0];
@@ -12438,9 +12459,9 @@ AUTODIFF_API ad_tensor *ad_lstm(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tens
     if (!ad__rnn_record(T, "ad_lstm", y, ad__lstm_layer_backward, ins, 5, b_ih, b_hh, AD__RNN_LSTM_LAYER, gates, aux))
         return NULL;
     shape[0] = L;
-    out = ad__lstm_part(T, "ad_lstm", y, 0, 3, shape);
-    if (h_n) hl = ad__lstm_part(T, "ad_lstm", y, L - 1, 2, shape + 1);
-    if (c_n) cl = ad__lstm_part(T, "ad_lstm", y, L, 2, shape + 1);
+    out = ad__rnn_part(T, "ad_lstm", y, 0, 3, shape);
+    if (h_n) hl = ad__rnn_part(T, "ad_lstm", y, L - 1, 2, shape + 1);
+    if (c_n) cl = ad__rnn_part(T, "ad_lstm", y, L, 2, shape + 1);
     if (!out || (h_n && !hl) || (c_n && !cl)) return NULL;
     if (h_n) *h_n = hl;
     if (c_n) *c_n = cl;
@@ -12495,33 +12516,57 @@ AD__PRIVATE void ad__gru_backward_range(const void *ctx, size_t lo, size_t hi)
     }
 }
 
-AD__PRIVATE void ad__gru_recorded(ad__sweep *S, ad__node *n, ad_tensor *g)
+/* One GRU step rebuilt with recorded ops, for sweeps that record: r, z and n from
+   gi = x w_ih^T + b_ih and gh = h w_hh^T + b_hh, with gh's n block and the step's h. */
+typedef struct ad__gru_rec {
+    ad_tensor *r, *z, *n, *ghn, *h;
+} ad__gru_rec;
+
+/* Returns the step's h', recorded. */
+AD__PRIVATE ad_tensor *ad__gru_rec_forward(ad_tape *T, ad_tensor *gi, ad_tensor *gh, ad_tensor *h, int H,
+                                           ad__gru_rec *s)
 {
-    ad_tape *T = S->T;
-    ad_tensor *x = n->in[0], *h = n->in[1], *w_ih = n->in[2], *w_hh = n->in[3], *b_ih, *b_hh;
-    ad_tensor *gi, *gh, *r, *z, *ghn, *nn, *dn, *dz, *dr, *parts[3], *dgi, *dgh;
-    int H = h->shape[1];
-    ad__rnn_biases(n, 4, &b_ih, &b_hh);
-    gi = ad__rnn_products_recorded(T, x, w_ih, b_ih, NULL, NULL, NULL);
-    gh = ad__rnn_products_recorded(T, h, w_hh, b_hh, NULL, NULL, NULL);
-    r = ad_sigmoid(T, ad_add(T, ad__rnn_block(T, gi, 0, H), ad__rnn_block(T, gh, 0, H)));
-    z = ad_sigmoid(T, ad_add(T, ad__rnn_block(T, gi, 1, H), ad__rnn_block(T, gh, 1, H)));
-    ghn = ad__rnn_block(T, gh, 2, H);
-    nn = ad_tanh(T, ad_add(T, ad__rnn_block(T, gi, 2, H), ad_mul(T, r, ghn)));
-    dn = ad_mul(T, g, ad_mul(T, ad_rsub_scalar(T, 1, z), ad_rsub_scalar(T, 1, ad_square(T, nn))));
-    dz = ad_mul(T, g, ad_mul(T, ad_sub(T, h, nn), ad__rnn_sigmoid_slope(T, z)));
-    dr = ad_mul(T, dn, ad_mul(T, ghn, ad__rnn_sigmoid_slope(T, r)));
+    s->r = ad_sigmoid(T, ad_add(T, ad__rnn_block(T, gi, 0, H), ad__rnn_block(T, gh, 0, H)));
+    s->z = ad_sigmoid(T, ad_add(T, ad__rnn_block(T, gi, 1, H), ad__rnn_block(T, gh, 1, H)));
+    s->ghn = ad__rnn_block(T, gh, 2, H);
+    s->n = ad_tanh(T, ad_add(T, ad__rnn_block(T, gi, 2, H), ad_mul(T, s->r, s->ghn)));
+    s->h = h;
+    return ad_add(T, ad_mul(T, ad_rsub_scalar(T, 1, s->z), s->n), ad_mul(T, s->z, h));
+}
+
+/* The step's derivative with recorded ops (the formulas of ad__gru_backward_range): d gi and
+   d gh [N, 3H] from dh' (g), and h's share outside the products, dh' z, in *dh. Returns 0, or
+   -1 when an op failed. */
+AD__PRIVATE int ad__gru_rec_backward(ad_tape *T, const ad__gru_rec *s, ad_tensor *g, ad_tensor **dgi,
+                                     ad_tensor **dgh, ad_tensor **dh)
+{
+    ad_tensor *dn, *dz, *dr, *parts[3];
+    dn = ad_mul(T, g, ad_mul(T, ad_rsub_scalar(T, 1, s->z), ad_rsub_scalar(T, 1, ad_square(T, s->n))));
+    dz = ad_mul(T, g, ad_mul(T, ad_sub(T, s->h, s->n), ad__rnn_sigmoid_slope(T, s->z)));
+    dr = ad_mul(T, dn, ad_mul(T, s->ghn, ad__rnn_sigmoid_slope(T, s->r)));
     parts[0] = dr;
     parts[1] = dz;
     parts[2] = dn;
-    dgi = ad_concat(T, parts, 3, 1);
-    parts[2] = ad_mul(T, dn, r);
-    dgh = ad_concat(T, parts, 3, 1);
-    if (!dgi || !dgh) {
+    *dgi = ad_concat(T, parts, 3, 1);
+    parts[2] = ad_mul(T, dn, s->r);
+    *dgh = ad_concat(T, parts, 3, 1);
+    *dh = ad_mul(T, g, s->z);
+    return *dgi && *dgh && *dh ? 0 : -1;
+}
+
+AD__PRIVATE void ad__gru_recorded(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0], *h = n->in[1], *w_ih = n->in[2], *w_hh = n->in[3], *b_ih, *b_hh, *dgi, *dgh, *dh;
+    ad__gru_rec step;
+    ad__rnn_biases(n, 4, &b_ih, &b_hh);
+    ad__gru_rec_forward(T, ad__rnn_products_recorded(T, x, w_ih, b_ih, NULL, NULL, NULL),
+                        ad__rnn_products_recorded(T, h, w_hh, b_hh, NULL, NULL, NULL), h, h->shape[1], &step);
+    if (ad__gru_rec_backward(T, &step, g, &dgi, &dgh, &dh) != 0) {
         S->failed = 1;
         return;
     }
-    if (ad__wants(S, h)) ad__accum(S, h, ad_mul(T, g, z), 1);
+    if (ad__wants(S, h)) ad__accum(S, h, dh, 1);
     ad__rnn_product_grads_recorded(S, x, w_ih, b_ih, dgi);
     ad__rnn_product_grads_recorded(S, h, w_hh, b_hh, dgh);
 }
@@ -12585,6 +12630,164 @@ AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_t
     ins[3] = w_hh;
     if (!ad__rnn_record(T, "ad_gru_cell", y, ad__gru_backward, ins, 4, b_ih, b_hh, AD__RNN_GRU, job.gi, job.gh))
         return NULL;
+    return y;
+}
+
+/* ---- the GRU layer: a whole sequence in one entry ---------------------------------------------
+   ad_gru runs ad_gru_cell's step over L time steps in one entry whose result [L, N, H] is the h
+   of every step (h_n is a view of its last step). As in the LSTM layer, x w_ih^T + b_ih of all
+   steps is one product of L N rows, and the gradients of x and w_ih (from every step's d gi)
+   and of w_hh (from every step's d gh) one product each; h w_hh^T + b_hh and dh stay products
+   of N rows per step. The tape keeps every step's activated r z n and h w_hh^T + b_hh. */
+
+/* The recorded derivative: the layer rebuilt step by step with recorded ops, then the cell's
+   recorded derivative taken back through the steps. */
+AD__PRIVATE void ad__gru_layer_recorded(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0], *h0 = n->in[1], *w_ih = n->in[2], *w_hh = n->in[3], *b_ih, *b_hh;
+    ad_tensor *gi, **hs, **dgi, **dgh, *h = h0, *gh, *dh = NULL, *dall_i, *dall_h, *hprev;
+    ad__gru_rec *steps;
+    int L = x->shape[0], N = x->shape[1], H = h0->shape[1], t, flat[2];
+    ad__rnn_biases(n, 4, &b_ih, &b_hh);
+    steps = (ad__gru_rec *)ad__alloc(T, (size_t)L * sizeof *steps, "ad_gru");
+    hs = (ad_tensor **)ad__alloc(T, (size_t)3 * L * sizeof *hs, "ad_gru");
+    if (!steps || !hs) {
+        S->failed = 1;
+        return;
+    }
+    dgi = hs + L;
+    dgh = hs + 2 * L;
+    flat[0] = L * N;
+    flat[1] = x->shape[2];
+    gi = ad__rnn_products_recorded(T, ad_reshape(T, x, 2, flat), w_ih, b_ih, NULL, NULL, NULL);
+    for (t = 0; t < L; t++) { /* hs[t]: the h that step t reads */
+        hs[t] = h;
+        h = ad__gru_rec_forward(T, ad_slice(T, gi, 0, t * N, (t + 1) * N),
+                                ad__rnn_products_recorded(T, h, w_hh, b_hh, NULL, NULL, NULL), h, H, &steps[t]);
+    }
+    gh = ad_reshape(T, ad_slice(T, g, 0, L - 1, L), 2, h0->shape);
+    for (t = L - 1; t >= 0; t--) {
+        if (ad__gru_rec_backward(T, &steps[t], gh, &dgi[t], &dgh[t], &dh) != 0) {
+            S->failed = 1;
+            return;
+        }
+        dh = ad_add(T, dh, ad_matmul(T, dgh[t], w_hh)); /* step t's gradient of the h it read */
+        if (t) gh = ad_add(T, ad_reshape(T, ad_slice(T, g, 0, t - 1, t), 2, h0->shape), dh);
+    }
+    dall_i = ad_concat(T, dgi, L, 0);
+    dall_h = ad_concat(T, dgh, L, 0);
+    hprev = ad_concat(T, hs, L, 0);
+    if (!dall_i || !dall_h || !hprev || !dh) {
+        S->failed = 1;
+        return;
+    }
+    if (ad__wants(S, h0)) ad__accum(S, h0, dh, 1);
+    if (ad__wants(S, w_hh)) ad__accum(S, w_hh, ad_matmul_t(T, dall_h, hprev, 1, 0), 1);
+    if (b_hh && ad__wants(S, b_hh)) ad__accum(S, b_hh, ad_sum_axis(T, dall_h, 0, 0), 1);
+    ad__rnn_product_grads_recorded(S, x, w_ih, b_ih, dall_i);
+}
+
+AD__PRIVATE void ad__gru_layer_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
+{
+    ad_tape *T = S->T;
+    ad_tensor *x = n->in[0], *h0 = n->in[1], *w_hh = n->in[3], *b_ih, *b_hh;
+    int L = x->shape[0], N = x->shape[1], H = h0->shape[1], G = 3 * H, t;
+    size_t plane = (size_t)N * H;
+    const ad_real *y = n->out->data;
+    ad_real *dgi, *dgh, *dh, *dprev, *swap;
+    ad__gru_job job;
+    if (S->create_graph) {
+        ad__gru_layer_recorded(S, n, g);
+        return;
+    }
+    ad__rnn_biases(n, 4, &b_ih, &b_hh);
+    dgi = (ad_real *)ad__alloc(T, (size_t)L * 6 * plane * sizeof(ad_real), "ad_gru");
+    dh = (ad_real *)ad__alloc(T, 2 * plane * sizeof(ad_real), "ad_gru");
+    if (!dgi || !dh) {
+        S->failed = 1;
+        return;
+    }
+    dgh = dgi + (size_t)L * 3 * plane;
+    dprev = dh + plane;
+    memcpy(dh, g->data + (size_t)(L - 1) * plane, plane * sizeof(ad_real));
+    job.y = NULL;
+    job.H = H;
+    for (t = L - 1; t >= 0 && !S->failed; t--) { /* dh: step t's; dprev: the h it read */
+        job.gi = (ad_real *)n->st.rnn.gates + (size_t)t * 3 * plane;
+        job.gh = (ad_real *)n->st.rnn.aux + (size_t)t * 3 * plane;
+        job.h = t ? y + (size_t)(t - 1) * plane : h0->data;
+        job.g = dh;
+        job.dgi = dgi + (size_t)t * 3 * plane;
+        job.dgh = dgh + (size_t)t * 3 * plane;
+        job.dh = dprev;
+        job.add = 1;
+        if (t) memcpy(dprev, g->data + (size_t)(t - 1) * plane, plane * sizeof(ad_real));
+        else if (!ad__wants(S, h0)) job.dh = NULL;
+        else if (!(job.dh = ad__grad_target(S, h0, &job.add))) S->failed = 1;
+        ad__parallel_items(T, ad__gru_backward_range, &job, (size_t)N, (size_t)H * 6, 1);
+        if (job.dh && ad__gemm(T, 0, 0, N, H, G, job.dgh, G, w_hh->data, H, job.dh, H, 1) != 0) S->failed = 1;
+        swap = dh;
+        dh = dprev;
+        dprev = swap;
+    }
+    if (!S->failed && ad__rnn_layer_w_hh_grad(S, w_hh, dgh, h0->data, y, L, N) != 0) S->failed = 1;
+    if (!S->failed && b_hh) ad__rnn_bias_grad(S, b_hh, dgh, (size_t)L * N);
+    if (!S->failed) ad__rnn_product_grads(S, x, n->in[2], b_ih, dgi);
+    if (S->failed && !T->has_error) ad__fail(T, "ad_gru: out of memory in the backward sweep");
+}
+
+AUTODIFF_API ad_tensor *ad_gru(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tensor *w_ih, ad_tensor *w_hh,
+                               ad_tensor *b_ih, ad_tensor *b_hh, ad_tensor **h_n)
+{
+    ad__gru_job job;
+    ad_tensor *y, *ins[6], *hl;
+    ad_real *gi, *gh;
+    int shape[3], L, N, H, t;
+    size_t plane;
+    if (h_n) *h_n = NULL;
+    if (!T || !x || !w_ih || !w_hh) return NULL;
+    if (!h0 && !(h0 = ad__rnn_zero_state(T, "ad_gru", 3, x, w_hh))) return NULL;
+    if (!ad__rnn_check(T, "ad_gru", 1, 3, x, h0, NULL, w_ih, w_hh, b_ih, b_hh)) return NULL;
+    L = x->shape[0];
+    N = x->shape[1];
+    H = h0->shape[1];
+    plane = (size_t)N * H;
+    shape[0] = L;
+    shape[1] = N;
+    shape[2] = H;
+    y = ad__tensor(T, "ad_gru", 3, shape, 1);
+    gi = (ad_real *)ad__alloc(T, (size_t)L * 6 * plane * sizeof(ad_real), "ad_gru");
+    if (!y || !gi) return NULL;
+    gh = gi + (size_t)L * 3 * plane;
+    /* b_ih + every step's x w_ih^T in one product; b_hh + h w_hh^T step by step */
+    if (ad__rnn_products(T, gi, 3 * H, x, w_ih, b_ih, NULL, NULL, NULL) != 0) {
+        ad__fail(T, "ad_gru: out of memory for the packing buffer");
+        return NULL;
+    }
+    job.H = H;
+    for (t = 0; t < L; t++) {
+        job.gi = gi + (size_t)t * 3 * plane;
+        job.gh = gh + (size_t)t * 3 * plane;
+        job.h = t ? y->data + (size_t)(t - 1) * plane : h0->data;
+        job.y = y->data + (size_t)t * plane;
+        if (b_hh) ad__rnn_bias_rows(job.gh, (size_t)N, 3 * H, b_hh, NULL);
+        if (ad__gemm(T, 0, 1, N, 3 * H, H, job.h, H, w_hh->data, H, job.gh, 3 * H, b_hh != NULL) != 0) {
+            ad__fail(T, "ad_gru: out of memory for the packing buffer");
+            return NULL;
+        }
+        ad__parallel_items(T, ad__gru_forward_range, &job, (size_t)N, (size_t)H * 6, 1);
+    }
+    ins[0] = x;
+    ins[1] = h0;
+    ins[2] = w_ih;
+    ins[3] = w_hh;
+    if (!ad__rnn_record(T, "ad_gru", y, ad__gru_layer_backward, ins, 4, b_ih, b_hh, AD__RNN_GRU_LAYER, gi, gh))
+        return NULL;
+    if (h_n) {
+        if (!(hl = ad__rnn_part(T, "ad_gru", y, L - 1, 2, shape + 1))) return NULL;
+        *h_n = hl;
+    }
     return y;
 }
 

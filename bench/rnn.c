@@ -1,13 +1,13 @@
 /* Recurrent cells: the forward and backward of `steps` unrolled steps of ad_lstm_cell (or
    ad_gru_cell) against the same cell written with existing ops (two products, adds, slices,
-   sigmoid, tanh, products and sums), in the same run; or (layer) the LSTM layer ad_lstm over
-   the `steps` steps against `steps` unrolled ad_lstm_cell steps. The weights and biases are
+   sigmoid, tanh, products and sums), in the same run; or (lstm-layer, gru-layer) the layer
+   ad_lstm or ad_gru over the `steps` steps against `steps` unrolled cells. The weights and biases are
    leaves with gradient buffers of their own (as parameters are), h and c start as zeros, x is
    random, and the loss is the sum of the last h. Each repetition records the steps, runs
    ad_backward and resets the tape.
 
    Build: cc -O2 -I. bench/rnn.c -lm -lpthread
-   Run:   bench/rnn [lstm|gru|layer] [N] [I] [H] [steps]     (defaults: lstm 12 128 128 1)
+   Run:   bench/rnn [lstm|gru|lstm-layer|gru-layer] [N] [I] [H] [steps]   (defaults: lstm 12 128 128 1)
    Reports microseconds per step (forward and backward), the median of 7 rounds, for the fused
    cell (or the layer) and the composition (or the unrolled cells), and their ratio.
    AUTODIFF_THREADS sets the thread count (default 1); BENCH_CLOCK=cpu times in CPU time of the
@@ -42,13 +42,13 @@ static ad_tensor *comp_gru(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *co
     return ad_add(T, ad_mul(T, ad_rsub_scalar(T, 1, z), n), ad_mul(T, z, h));
 }
 
-enum { LSTM, GRU, LAYER };
+enum { LSTM, GRU, LSTM_LAYER, GRU_LAYER };
 
 /* One repetition: `steps` steps, the backward sweep, a reset. Returns 0 on success. */
 static int run(ad_tape *T, int kind, int fused, int N, int I, int H, int steps, ad_real *const *wdata,
                ad_real *const *wgrad, const ad_real *xdata)
 {
-    int gru = kind == GRU, G = (gru ? 3 : 4) * H, shape[3], s, rc;
+    int gru = kind == GRU || kind == GRU_LAYER, layer = kind >= LSTM_LAYER, G = (gru ? 3 : 4) * H, shape[3], s, rc;
     ad_tensor *w[4], *h, *c, *x;
     shape[0] = G;
     shape[1] = I;
@@ -61,18 +61,19 @@ static int run(ad_tape *T, int kind, int fused, int N, int I, int H, int steps, 
     h = ad_zeros(T, 2, shape);
     c = ad_zeros(T, 2, shape);
     shape[1] = I;
-    if (kind == LAYER && fused) {
+    if (layer && fused) {
         shape[0] = steps;
         shape[1] = N;
         shape[2] = I;
         x = ad_tensor_view(T, 3, shape, (ad_real *)xdata, NULL, 0);
-        ad_lstm(T, x, h, c, w[0], w[1], w[2], w[3], &h, NULL);
+        if (gru) ad_gru(T, x, h, w[0], w[1], w[2], w[3], &h);
+        else ad_lstm(T, x, h, c, w[0], w[1], w[2], w[3], &h, NULL);
         steps = 0;
     }
     for (s = 0; s < steps; s++) {
         x = ad_tensor_view(T, 2, shape, (ad_real *)xdata + (size_t)s * N * I, NULL, 0);
-        if (gru) h = fused ? ad_gru_cell(T, x, h, w[0], w[1], w[2], w[3]) : comp_gru(T, x, h, w);
-        else if (fused || kind == LAYER) h = ad_lstm_cell(T, x, h, c, w[0], w[1], w[2], w[3], &c);
+        if (gru) h = fused || layer ? ad_gru_cell(T, x, h, w[0], w[1], w[2], w[3]) : comp_gru(T, x, h, w);
+        else if (fused || layer) h = ad_lstm_cell(T, x, h, c, w[0], w[1], w[2], w[3], &c);
         else h = comp_lstm(T, x, h, c, w, &c);
     }
     rc = ad_backward(T, ad_sum(T, h));
@@ -83,8 +84,8 @@ static int run(ad_tape *T, int kind, int fused, int N, int I, int H, int steps, 
 
 int main(int argc, char **argv)
 {
-    int kind = argc > 1 && strcmp(argv[1], "gru") == 0 ? GRU : argc > 1 && strcmp(argv[1], "layer") == 0 ? LAYER : LSTM;
-    const char *name = kind == GRU ? "gru" : kind == LAYER ? "layer" : "lstm";
+    static const char *const names[] = {"lstm", "gru", "lstm-layer", "gru-layer"};
+    int kind = LSTM;
     int N = argc > 2 ? atoi(argv[2]) : 12, I = argc > 3 ? atoi(argv[3]) : 128, H = argc > 4 ? atoi(argv[4]) : 128;
     int steps = argc > 5 ? atoi(argv[5]) : 1, G, round, fused, rep, reps, i;
     ad_real *wdata[4], *wgrad[4], *xdata;
@@ -93,11 +94,12 @@ int main(int argc, char **argv)
     ad_rng rng;
     ad_tape *T = ad_tape_new();
     char key[128];
-    if (N < 1 || I < 1 || H < 1 || steps < 1 || N > 4096 || I > 4096 || H > 4096 || steps > 1024 || !T) {
-        fprintf(stderr, "rnn: bench/rnn [lstm|gru|layer] [N] [I] [H] [steps]\n");
+    while (argc > 1 && kind < GRU_LAYER && strcmp(argv[1], names[kind]) != 0) kind++;
+    if ((argc > 1 && strcmp(argv[1], names[kind]) != 0) || N < 1 || I < 1 || H < 1 || steps < 1 || N > 4096 || I > 4096 || H > 4096 || steps > 1024 || !T) {
+        fprintf(stderr, "rnn: bench/rnn [lstm|gru|lstm-layer|gru-layer] [N] [I] [H] [steps]\n");
         return 2;
     }
-    G = (kind == GRU ? 3 : 4) * H;
+    G = (kind == GRU || kind == GRU_LAYER ? 3 : 4) * H;
     sizes[0] = (size_t)G * I;
     sizes[1] = (size_t)G * H;
     sizes[2] = sizes[3] = (size_t)G;
@@ -126,12 +128,12 @@ int main(int argc, char **argv)
             us[fused][round] = (bench_time() - t0) * 1e6 / reps / steps;
         }
     for (fused = 0; fused <= 1; fused++) med[fused] = bench_median(us[fused], 7);
-    printf("%s N=%d I=%d H=%d, %d step(s), %d thread(s): %s %.2f us/step, %s %.2f us/step (%.2fx)\n", name, N, I, H,
-           steps, bench_threads(), kind == LAYER ? "ad_lstm" : "fused", med[1],
-           kind == LAYER ? "unrolled cells" : "composition", med[0], med[0] / med[1]);
-    snprintf(key, sizeof key, "rnn.%s.%d-%d-%d-%d.us_step.fused", name, N, I, H, steps);
+    printf("%s N=%d I=%d H=%d, %d step(s), %d thread(s): %s %.2f us/step, %s %.2f us/step (%.2fx)\n", names[kind], N, I, H,
+           steps, bench_threads(), kind >= LSTM_LAYER ? "layer" : "fused", med[1],
+           kind >= LSTM_LAYER ? "unrolled cells" : "composition", med[0], med[0] / med[1]);
+    snprintf(key, sizeof key, "rnn.%s.%d-%d-%d-%d.us_step.fused", names[kind], N, I, H, steps);
     bench_result(key, med[1]);
-    snprintf(key, sizeof key, "rnn.%s.%d-%d-%d-%d.us_step.composition", name, N, I, H, steps);
+    snprintf(key, sizeof key, "rnn.%s.%d-%d-%d-%d.us_step.composition", names[kind], N, I, H, steps);
     bench_result(key, med[0]);
     for (i = 0; i < 4; i++) {
         free(wdata[i]);

@@ -157,7 +157,8 @@ for t in $THREADS; do
                 one "$t" "$r" "unary (autodiff.h)" "$OUT/unary"
                 one "$t" "$r" "rnn lstm (autodiff.h)" "$OUT/rnn" lstm
                 one "$t" "$r" "rnn gru (autodiff.h)" "$OUT/rnn" gru
-                one "$t" "$r" "rnn layer (autodiff.h)" "$OUT/rnn" layer 32 256 256 64
+                one "$t" "$r" "rnn lstm-layer (autodiff.h)" "$OUT/rnn" lstm-layer 32 256 256 64
+                one "$t" "$r" "rnn gru-layer (autodiff.h)" "$OUT/rnn" gru-layer 32 256 256 64
             elif [ -n "$PY" ]; then
                 one "$t" "$r" "gemm (torch.mm)" "$PY" bench/torch_bench.py gemm
                 one "$t" "$r" "tape (PyTorch)" "$PY" bench/torch_bench.py tape
@@ -294,7 +295,8 @@ ROWS=$OUT/rows.txt
     echo "LSTM step, first loss|lstm.loss0.ours|lstm.loss0.torch|PyTorch|-"
     echo "LSTM cell N12 I128 H128, forward+backward, us|rnn.lstm.12-128-128-1.us_step.fused|rnn.lstm.12-128-128-1.us_step.composition|composition|lo"
     echo "GRU cell N12 I128 H128, forward+backward, us|rnn.gru.12-128-128-1.us_step.fused|rnn.gru.12-128-128-1.us_step.composition|composition|lo"
-    echo "LSTM layer N32 I256 H256 over 64 steps, forward+backward, us per step|rnn.layer.32-256-256-64.us_step.fused|rnn.layer.32-256-256-64.us_step.composition|unrolled cells|lo"
+    echo "LSTM layer N32 I256 H256 over 64 steps, forward+backward, us per step|rnn.lstm-layer.32-256-256-64.us_step.fused|rnn.lstm-layer.32-256-256-64.us_step.composition|unrolled cells|lo"
+    echo "GRU layer N32 I256 H256 over 64 steps, forward+backward, us per step|rnn.gru-layer.32-256-256-64.us_step.fused|rnn.gru-layer.32-256-256-64.us_step.composition|unrolled cells|lo"
 } >"$ROWS"
 
 # The peak of one core for the GPT step's share: BENCH_PEAK_GFLOPS; else 32 FLOP per cycle (two
@@ -425,7 +427,7 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
         }
         med(tl[1], "rnn.lstm.12-128-128-1.us_step.fused")
         if (found)
-            printf "\nRecurrent cells (bench/rnn.c): one step of ad_lstm_cell / ad_gru_cell forward and backward against the same cell composed of autodiff.h'"'"'s other ops (ratio above 1: the fused cell is faster); the LSTM layer ad_lstm over 64 steps against 64 unrolled ad_lstm_cell steps.\n"
+            printf "\nRecurrent cells (bench/rnn.c): one step of ad_lstm_cell / ad_gru_cell forward and backward against the same cell composed of autodiff.h'"'"'s other ops (ratio above 1: the fused cell is faster); the layers ad_lstm / ad_gru over 64 steps against 64 unrolled cells.\n"
         # speedups of the training epochs over one thread in wall time for both (a 1-thread row in
         # CPU time leaves out the moments the machine takes the core, which a 2-thread wall time
         # includes), beside what the FMA loop gained

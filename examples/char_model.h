@@ -327,54 +327,39 @@ static inline int char_state_reset(char_model *m, int rows)
 
 /* Logits [B*L, V] for ids [B, L], starting from the carried state and leaving the state after
    the last step in it. The state enters as a constant: gradients stop at the sequence's start
-   (truncated backpropagation through time). An LSTM runs each layer over the whole sequence
-   with ad_lstm (time-major, [L, B, C]); a GRU unrolls ad_gru_cell step by step. */
+   (truncated backpropagation through time). Each layer runs over the whole sequence (ad_lstm or
+   ad_gru, time-major: [L, B, C]). */
 static inline ad_tensor *char_rnn_forward(ad_tape *T, char_model *m, const int *ids, int B, int L)
 {
     int C = m->cfg.embd, lstm = m->cfg.kind == CHAR_LSTM, layers = m->cfg.layers, k, t, b, shape[3];
-    ad_tensor *h[CHAR_MAX_LAYERS], *c[CHAR_MAX_LAYERS], **tops, *y = NULL;
-    ad_tensor *w_ih[CHAR_MAX_LAYERS], *w_hh[CHAR_MAX_LAYERS], *b_ih[CHAR_MAX_LAYERS], *b_hh[CHAR_MAX_LAYERS];
-    ad_tensor *emb = char_use(T, m, m->emb);
+    ad_tensor *h[CHAR_MAX_LAYERS], *c[CHAR_MAX_LAYERS], *y;
     int *column = (int *)malloc((size_t)B * L * sizeof(int)); /* ids in time-major order */
     size_t plane = (size_t)B * C;
-    tops = (ad_tensor **)malloc((size_t)L * sizeof *tops);
-    if (!column || !tops || (m->state_rows != B && char_state_reset(m, B) != 0)) {
+    if (!column || (m->state_rows != B && char_state_reset(m, B) != 0)) {
         free(column);
-        free(tops);
         return NULL;
-    }
-    shape[0] = B, shape[1] = C;
-    for (k = 0; k < layers; k++) {
-        h[k] = ad_tensor_new(T, 2, shape, m->state + (size_t)k * (lstm ? 2 : 1) * plane, 0);
-        c[k] = lstm ? ad_tensor_new(T, 2, shape, m->state + (2 * (size_t)k + 1) * plane, 0) : NULL;
-        w_ih[k] = char_use(T, m, m->rnn[k].w_ih);
-        w_hh[k] = char_use(T, m, m->rnn[k].w_hh);
-        b_ih[k] = char_use(T, m, m->rnn[k].b_ih);
-        b_hh[k] = char_use(T, m, m->rnn[k].b_hh);
     }
     for (t = 0; t < L; t++)
         for (b = 0; b < B; b++) column[(size_t)t * B + b] = ids[(size_t)b * L + t];
-    if (lstm) {
-        shape[0] = L, shape[1] = B, shape[2] = C;
-        y = ad_reshape(T, ad_embedding(T, emb, column, L * B), 3, shape);
-        for (k = 0; k < layers; k++) y = ad_lstm(T, y, h[k], c[k], w_ih[k], w_hh[k], b_ih[k], b_hh[k], &h[k], &c[k]);
-        y = ad_transpose(T, y, 0, 1); /* [B, L, C] */
-    } else {
-        for (t = 0; t < L; t++) {
-            ad_tensor *x = ad_embedding(T, emb, column + (size_t)t * B, B);
-            for (k = 0; k < layers; k++) x = h[k] = ad_gru_cell(T, x, h[k], w_ih[k], w_hh[k], b_ih[k], b_hh[k]);
-            tops[t] = x;
-        }
-        y = ad_stack(T, tops, L, 1); /* [B, L, C] */
+    shape[0] = L, shape[1] = B, shape[2] = C;
+    y = ad_reshape(T, ad_embedding(T, char_use(T, m, m->emb), column, L * B), 3, shape);
+    free(column);
+    for (k = 0; k < layers; k++) {
+        ad_tensor *w_ih = char_use(T, m, m->rnn[k].w_ih), *w_hh = char_use(T, m, m->rnn[k].w_hh);
+        ad_tensor *b_ih = char_use(T, m, m->rnn[k].b_ih), *b_hh = char_use(T, m, m->rnn[k].b_hh);
+        shape[0] = B, shape[1] = C;
+        h[k] = ad_tensor_new(T, 2, shape, m->state + (size_t)k * (lstm ? 2 : 1) * plane, 0);
+        c[k] = lstm ? ad_tensor_new(T, 2, shape, m->state + (2 * (size_t)k + 1) * plane, 0) : NULL;
+        if (lstm) y = ad_lstm(T, y, h[k], c[k], w_ih, w_hh, b_ih, b_hh, &h[k], &c[k]);
+        else y = ad_gru(T, y, h[k], w_ih, w_hh, b_ih, b_hh, &h[k]);
     }
     for (k = 0; k < layers && y && h[k] && (!lstm || c[k]); k++) {
         memcpy(m->state + (size_t)k * (lstm ? 2 : 1) * plane, h[k]->data, plane * sizeof(ad_real));
         if (lstm) memcpy(m->state + (2 * (size_t)k + 1) * plane, c[k]->data, plane * sizeof(ad_real));
     }
-    free(column);
-    free(tops);
     shape[0] = B * L, shape[1] = C;
-    return ad_linear(T, ad_reshape(T, y, 2, shape), char_use(T, m, m->head_w), char_use(T, m, m->head_b));
+    return ad_linear(T, ad_reshape(T, ad_transpose(T, y, 0, 1), 2, shape), char_use(T, m, m->head_w),
+                     char_use(T, m, m->head_b));
 }
 
 /* Logits [B*L, V] for ids [B, L]. */

@@ -1,4 +1,4 @@
-/* ad_lstm_cell, ad_gru_cell and the LSTM layer ad_lstm (>>ops:rnn).
+/* ad_lstm_cell, ad_gru_cell and the layers ad_lstm and ad_gru (>>ops:rnn).
 
    For both cells, with each choice of biases, on odd sizes (N = 3, I = 5, H = 7): the forward
    against plain loops written here and against the same cell written with existing ops; the
@@ -7,12 +7,12 @@
    recorded derivative (create_graph) against the fused one of a plain sweep; an input given
    twice (x also as h); gradients added into buffers that leaves already have; values and
    gradients on two and three threads equal to one thread's bit for bit; bad shapes, whose
-   messages name the op and every shape, and NULL inputs. The layer, on one and five steps (and
-   more for the gradients), with and without an initial state, with each choice of biases and of
-   the results used: its outputs, h_n and c_n against unrolled cells', its first and second
-   derivatives against finite differences and its gradients against the unrolled cells' and the
-   recorded derivative's; gradients into the leaves' buffers, threads and errors as the cells'.
-   Each family prints its number of checks. */
+   messages name the op and every shape, and NULL inputs. Both layers, on one and five steps
+   (and more for the gradients), with and without an initial state, with each choice of biases
+   and of the results used: their outputs, h_n (and the LSTM's c_n) against unrolled cells',
+   their first and second derivatives against finite differences and their gradients against
+   the unrolled cells' and the recorded derivative's; gradients into the leaves' buffers,
+   threads and errors as the cells'. Each family prints its number of checks. */
 #define AUTODIFF_DOUBLE
 #ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
@@ -448,10 +448,10 @@ static void test_threads(void)
 }
 
 /* ---- the LSTM layer --------------------------------------------------------------------------- */
-/* An LSTM layer's inputs are a cell's (specs_of), h0 and c0 left out with zero_state set. */
-static cell_ctx KL(int biases, int out, int zero_state, int steps)
+/* A layer's inputs are a cell's (specs_of), h0 and c0 left out with zero_state set. */
+static cell_ctx KL(int gru, int biases, int out, int zero_state, int steps)
 {
-    cell_ctx k = K(0, biases, out, steps);
+    cell_ctx k = K(gru, biases, out, steps);
     k.layer = 1;
     k.zero_state = zero_state;
     return k;
@@ -459,12 +459,14 @@ static cell_ctx KL(int biases, int out, int zero_state, int steps)
 
 enum { MAX_STEPS = 8 };
 
-/* The layer's outputs [steps N, H] and last state, from ad_lstm or from unrolled cells. */
+/* The layer's outputs [steps N, H] and last state, from ad_lstm or ad_gru, or from unrolled
+   cells. */
 static ad_tensor *f_layer(ad_tape *T, ad_tensor **in, void *vctx)
 {
     const cell_ctx *k = (const cell_ctx *)vctx;
-    int p = k->zero_state ? 1 : 3, L = k->steps, N = in[0]->shape[0] / L, H = in[p + 1]->shape[1], s, shape[3];
-    ad_tensor *x = in[0], *h = k->zero_state ? NULL : in[1], *c = k->zero_state ? NULL : in[2], *w_ih = in[p];
+    int lstm = !k->gru, p = k->zero_state ? 1 : 2 + lstm, L = k->steps, N = in[0]->shape[0] / L;
+    int H = in[p + 1]->shape[1], s, shape[3];
+    ad_tensor *x = in[0], *h = k->zero_state ? NULL : in[1], *c = k->zero_state || !lstm ? NULL : in[2], *w_ih = in[p];
     ad_tensor *w_hh = in[p + 1], *b_ih = k->biases & 1 ? in[p + 2] : NULL;
     ad_tensor *b_hh = k->biases & 2 ? in[p + 2 + (k->biases & 1)] : NULL, *out, *hn = NULL, *cn = NULL, *parts[3];
     shape[0] = N;
@@ -472,9 +474,10 @@ static ad_tensor *f_layer(ad_tape *T, ad_tensor **in, void *vctx)
     if (!k->layer) {
         ad_tensor *hs[MAX_STEPS];
         if (!h) h = ad_zeros(T, 2, shape);
-        if (!c) c = ad_zeros(T, 2, shape);
+        if (!c && lstm) c = ad_zeros(T, 2, shape);
         for (s = 0; s < L; s++) {
-            h = ad_lstm_cell(T, ad_slice(T, x, 0, s * N, (s + 1) * N), h, c, w_ih, w_hh, b_ih, b_hh, &c);
+            ad_tensor *xs = ad_slice(T, x, 0, s * N, (s + 1) * N);
+            h = lstm ? ad_lstm_cell(T, xs, h, c, w_ih, w_hh, b_ih, b_hh, &c) : ad_gru_cell(T, xs, h, w_ih, w_hh, b_ih, b_hh);
             if (!h) return NULL;
             hs[s] = h;
         }
@@ -485,8 +488,11 @@ static ad_tensor *f_layer(ad_tape *T, ad_tensor **in, void *vctx)
         shape[0] = L;
         shape[1] = N;
         shape[2] = x->shape[1];
-        out = ad_lstm(T, ad_reshape(T, x, 3, shape), h, c, w_ih, w_hh, b_ih, b_hh,
-                      k->out == 0 || k->out == 3 ? &hn : NULL, k->out == 0 || k->out == 2 ? &cn : NULL);
+        if (lstm)
+            out = ad_lstm(T, ad_reshape(T, x, 3, shape), h, c, w_ih, w_hh, b_ih, b_hh,
+                          k->out == 0 || k->out == 3 ? &hn : NULL, k->out == 0 || k->out == 2 ? &cn : NULL);
+        else
+            out = ad_gru(T, ad_reshape(T, x, 3, shape), h, w_ih, w_hh, b_ih, b_hh, k->out == 0 || k->out == 3 ? &hn : NULL);
         if (!out) return NULL;
         shape[0] = L * N;
         shape[1] = H;
@@ -498,55 +504,59 @@ static ad_tensor *f_layer(ad_tape *T, ad_tensor **in, void *vctx)
     parts[0] = out;
     parts[1] = hn;
     parts[2] = cn;
-    return ad_concat(T, parts, 3, 0);
+    return ad_concat(T, parts, lstm ? 3 : 2, 0);
 }
 
-/* ad_lstm's outputs, h_n and c_n against unrolled cells', and what it records. */
+/* A layer's outputs, h_n and c_n against unrolled cells', and what it records. */
 static void test_layer_forward(void)
 {
-    int biases, state, grad, L;
-    for (L = 1; L <= 5; L += 4)
-        for (biases = 0; biases <= 3; biases++)
-            for (state = 0; state <= 1; state++)
-                for (grad = 0; grad <= 1; grad++) {
-                    cell_ctx k = KL(biases, 0, !state, L), kc = k;
-                    th_input specs[TH_MAX_INPUTS];
-                    double *data[TH_MAX_INPUTS];
-                    ad_tensor *x[TH_MAX_INPUTS], *y, *yc, *hn = NULL, *cn = NULL;
-                    ad_tape *T = ad_tape_new();
-                    int nin = specs_of(&k, NB, NI, NH, specs), i, shape[3];
-                    size_t before;
-                    make_inputs(T, nin, specs, data, x);
-                    ad_set_grad_enabled(T, grad);
-                    kc.layer = 0;
-                    yc = f_layer(T, x, &kc);
-                    before = ad_tape_length(T);
-                    y = f_layer(T, x, &k);
-                    TH_CHECK(y && yc && y->size == yc->size, "layer L %d biases %d state %d: %s", L, biases, state,
-                             th_errs(T));
-                    if (y && yc && y->size == yc->size)
-                        TH_CHECK(max_diff(y->data, yc->data, y->size) < 1e-13,
-                                 "layer L %d biases %d state %d: differs from the cells by %g", L, biases, state,
-                                 max_diff(y->data, yc->data, y->size));
-                    /* with recording off, ad_lstm records nothing (f_layer's reshapes and concat
-                       record nothing either) */
-                    if (!grad) TH_CHECK(ad_tape_length(T) == before, "layer: recorded with grad off");
-                    shape[0] = L;
-                    shape[1] = NB;
-                    shape[2] = NI;
-                    y = ad_lstm(T, ad_reshape(T, x[0], 3, shape), state ? x[1] : NULL, state ? x[2] : NULL,
-                                x[state ? 3 : 1], x[state ? 4 : 2], NULL, NULL, &hn, &cn);
-                    TH_CHECK(y && y->ndim == 3 && y->shape[0] == L && y->shape[1] == NB && y->shape[2] == NH && hn &&
-                                 cn && hn->ndim == 2 && hn->shape[0] == NB && hn->shape[1] == NH &&
-                                 cn->ndim == 2 && cn->shape[0] == NB && cn->shape[1] == NH,
-                             "layer L %d: shapes of the outputs, h_n and c_n", L);
-                    if (y && hn)
-                        TH_CHECK(memcmp(hn->data, y->data + (size_t)(L - 1) * NB * NH, NB * NH * sizeof(double)) == 0,
-                                 "layer L %d: h_n is not the last output", L);
-                    for (i = 0; i < nin; i++) free(data[i]);
-                    ad_tape_free(T);
-                }
-    th_family("layer: forward against unrolled cells");
+    int gru, biases, state, grad, L;
+    for (gru = 0; gru <= 1; gru++)
+        for (L = 1; L <= 5; L += 4)
+            for (biases = 0; biases <= 3; biases++)
+                for (state = 0; state <= 1; state++)
+                    for (grad = 0; grad <= 1; grad++) {
+                        const char *name = gru ? "gru layer" : "lstm layer";
+                        cell_ctx k = KL(gru, biases, 0, !state, L), kc = k;
+                        th_input specs[TH_MAX_INPUTS];
+                        double *data[TH_MAX_INPUTS];
+                        ad_tensor *x[TH_MAX_INPUTS], *y, *yc, *hn = NULL, *cn = NULL, *x3;
+                        ad_tape *T = ad_tape_new();
+                        int nin = specs_of(&k, NB, NI, NH, specs), i, shape[3], w = state ? 3 - gru : 1;
+                        size_t before;
+                        make_inputs(T, nin, specs, data, x);
+                        ad_set_grad_enabled(T, grad);
+                        kc.layer = 0;
+                        yc = f_layer(T, x, &kc);
+                        before = ad_tape_length(T);
+                        y = f_layer(T, x, &k);
+                        TH_CHECK(y && yc && y->size == yc->size, "%s L %d biases %d state %d: %s", name, L, biases,
+                                 state, th_errs(T));
+                        if (y && yc && y->size == yc->size)
+                            TH_CHECK(max_diff(y->data, yc->data, y->size) < 1e-13,
+                                     "%s L %d biases %d state %d: differs from the cells by %g", name, L, biases, state,
+                                     max_diff(y->data, yc->data, y->size));
+                        /* with recording off, the layer records nothing (f_layer's reshapes and
+                           concat record nothing either) */
+                        if (!grad) TH_CHECK(ad_tape_length(T) == before, "%s: recorded with grad off", name);
+                        shape[0] = L;
+                        shape[1] = NB;
+                        shape[2] = NI;
+                        x3 = ad_reshape(T, x[0], 3, shape);
+                        if (gru) y = ad_gru(T, x3, state ? x[1] : NULL, x[w], x[w + 1], NULL, NULL, &hn);
+                        else y = ad_lstm(T, x3, state ? x[1] : NULL, state ? x[2] : NULL, x[w], x[w + 1], NULL, NULL,
+                                         &hn, &cn);
+                        TH_CHECK(y && y->ndim == 3 && y->shape[0] == L && y->shape[1] == NB && y->shape[2] == NH &&
+                                     hn && hn->ndim == 2 && hn->shape[0] == NB && hn->shape[1] == NH &&
+                                     (gru || (cn && cn->ndim == 2 && cn->shape[0] == NB && cn->shape[1] == NH)),
+                                 "%s L %d: shapes of the outputs, h_n and c_n", name, L);
+                        if (y && hn)
+                            TH_CHECK(memcmp(hn->data, y->data + (size_t)(L - 1) * NB * NH, NB * NH * sizeof(double)) == 0,
+                                     "%s L %d: h_n is not the last output", name, L);
+                        for (i = 0; i < nin; i++) free(data[i]);
+                        ad_tape_free(T);
+                    }
+    th_family("layers: forward against unrolled cells");
 }
 
 /* First and second derivatives against finite differences, the recorded derivative and the
@@ -555,37 +565,40 @@ static void test_layer_forward(void)
 static void test_layer_gradients(void)
 {
     static const char *const outs[] = {"outputs, h_n, c_n", "outputs", "c_n", "h_n"};
-    cell_ctx cases[10];
+    cell_ctx cases[20];
     char name[96];
-    int n = 0, i;
-    cases[n++] = KL(3, 0, 0, 4);
-    cases[n++] = KL(0, 0, 0, 4);
-    cases[n++] = KL(1, 1, 0, 4);
-    cases[n++] = KL(2, 2, 0, 3);
-    cases[n++] = KL(3, 3, 0, 3);
-    cases[n++] = KL(3, 0, 1, 4);
-    cases[n++] = KL(2, 1, 1, 2);
-    cases[n++] = KL(3, 0, 0, 1);
-    cases[n++] = KL(3, 2, 1, 1);
+    int n = 0, i, gru;
+    for (gru = 0; gru <= 1; gru++) {
+        cases[n++] = KL(gru, 3, 0, 0, 4);
+        cases[n++] = KL(gru, 0, 0, 0, 4);
+        cases[n++] = KL(gru, 1, 1, 0, 4);
+        cases[n++] = KL(gru, 2, gru ? 3 : 2, 0, 3);
+        cases[n++] = KL(gru, 3, 3, 0, 3);
+        cases[n++] = KL(gru, 3, 0, 1, 4);
+        cases[n++] = KL(gru, 2, 1, 1, 2);
+        cases[n++] = KL(gru, 3, 0, 0, 1);
+        cases[n++] = KL(gru, 3, gru ? 3 : 2, 1, 1);
+    }
     for (i = 0; i < n; i++) {
         cell_ctx kc = cases[i];
         th_input specs[TH_MAX_INPUTS];
         int nin = specs_of(&cases[i], NB, NI, NH, specs);
-        snprintf(name, sizeof name, "layer L %d, biases %d, %s, %s", cases[i].steps, cases[i].biases,
-                 cases[i].zero_state ? "zero state" : "h0 and c0", outs[cases[i].out]);
+        snprintf(name, sizeof name, "%s layer L %d, biases %d, %s, %s", cases[i].gru ? "gru" : "lstm", cases[i].steps,
+                 cases[i].biases, cases[i].zero_state ? "zero state" : "h0 and c0",
+                 cases[i].gru && !cases[i].out ? "outputs, h_n" : outs[cases[i].out]);
         kc.layer = 0;
         th_gradcheck(name, f_layer, &cases[i], nin, specs);
         th_gradgradcheck(name, f_layer, &cases[i], nin, specs);
         check_paths(name, f_layer, &cases[i], f_layer, &kc, nin, specs);
         check_into_leaves(name, f_layer, &cases[i], nin, specs);
     }
-    {
-        cell_ctx k = KL(3, 0, 1, 3);
+    for (gru = 0; gru <= 1; gru++) {
+        cell_ctx k = KL(gru, 3, 0, 0, 3);
         th_input specs[TH_MAX_INPUTS];
         int nin = specs_of(&k, TN, TI, TH, specs);
-        check_threads("layer", f_layer, &k, nin, specs);
+        check_threads(gru ? "gru layer" : "lstm layer", f_layer, &k, nin, specs);
     }
-    th_family("layer: gradients, second order, threads");
+    th_family("layers: gradients, second order, threads");
 }
 
 /* ---- errors ----------------------------------------------------------------------------------- */
@@ -679,6 +692,22 @@ static void test_errors(void)
         ad_tape_clear_error(T);
         TH_CHECK(!ad_lstm(T, xs, Z(other, 2, 3, 7), NULL, wi, wh, NULL, NULL, NULL, NULL), "layer h0 of another tape");
         TH_CHECK_ERROR(T, "ad_lstm: h0 belongs to another tape");
+        ad_tape_clear_error(T);
+
+        TH_CHECK(!ad_gru(T, NULL, h, gwi, gwh, NULL, NULL, &hn) && !hn && !ad_tape_error(T), "gru layer NULL x: %s",
+                 th_errs(T));
+        TH_CHECK(!ad_gru(NULL, xs, h, gwi, gwh, NULL, NULL, NULL), "gru layer NULL tape");
+        TH_CHECK(ad_gru(T, xs, NULL, gwi, gwh, NULL, NULL, &hn) && hn && !ad_tape_error(T), "gru layer good call: %s",
+                 th_errs(T));
+        TH_CHECK(!ad_gru(T, x, NULL, gwi, gwh, NULL, NULL, &hn) && !hn, "gru layer 2-D x, no h0");
+        TH_CHECK_ERROR(T, "ad_gru: x [3,5], w_hh [21,7]: x must be [L, N, I] and w_hh [3H, H]");
+        ad_tape_clear_error(T);
+        TH_CHECK(!ad_gru(T, xs, h, wi, gwh, NULL, NULL, NULL), "gru layer bad w_ih");
+        TH_CHECK_ERROR(T, "ad_gru: x [2,3,5], h0 [3,7], w_ih [28,5], w_hh [21,7], b_ih none, b_hh none: w_ih must be "
+                          "[21,5]");
+        ad_tape_clear_error(T);
+        TH_CHECK(!ad_gru(T, xs, Z(T, 2, 3, 6), gwi, gwh, NULL, NULL, NULL), "gru layer bad h0");
+        TH_CHECK_ERROR(T, "ad_gru: x [2,3,5], h0 [3,6]");
         ad_tape_clear_error(T);
     }
 
