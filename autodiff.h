@@ -311,10 +311,10 @@
                       1.3-1.5x.
    0.10.0  2026-11-28  ad_lstm and ad_gru: one LSTM or GRU layer over a whole sequence
                        (torch.nn.LSTM and GRU with one layer), the input projection of
-                       every step and the gradients of x, w_ih and w_hh one product each
-                       over the sequence; the LSTM cell's two biases take their gradient's
-                       column sums once. On a Zen 3 the 2 x 256 LSTM language model's step
-                       1.1-1.4x (median 1.25x).
+                       every step and the gradients of x and w_ih one product each over
+                       the sequence, w_hh's two; the LSTM cell's two biases take their
+                       gradient's column sums once. On a Zen 3 the 2 x 256 LSTM language
+                       model's step 1.1-1.4x (median 1.25x).
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -896,23 +896,27 @@ AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_t
 /* A whole sequence through one LSTM layer, as torch.nn.LSTM with one layer, one direction and
    batch_first false: x [L, N, I] (L time steps of N rows) gives the output [L, N, H], the h of
    every step, each step computed as ad_lstm_cell computes it (the same values up to rounding).
-   h0 and c0 [N, H] are the initial state, either NULL for zeros; the weights and biases are
+   h0 and c0 [N, H] are the initial state, either NULL for zeros (so a NULL from a failed call
+   is taken as zeros too: the tape keeps that call's error); the weights and biases are
    ad_lstm_cell's. *h_n and *c_n, where not NULL, receive the last step's h and c [N, H] (h_n
    is the output's last step). Where unrolled cells do three products of N rows per step with
-   each weight, the layer does x w_ih^T, and in the backward sweep the gradients of x, w_ih and
-   w_hh, as one product each over all L N rows; only h w_hh^T and its input gradient remain a
-   product per step. The tape keeps the activated gates, tanh(c) and c of every step (6 L N H
-   values). Stack layers by giving one layer's output to the next. Second derivatives work as
-   the cell's. Returns NULL (and *h_n, *c_n NULL) when x, w_ih or w_hh is NULL, or, with the
-   tape's error naming ad_lstm and every shape, when a shape is not as above. */
+   each weight, the layer does x w_ih^T and, in the backward sweep, the gradients of x and w_ih
+   as one product each over all L N rows, and w_hh's as two (the first step's rows, which read
+   h0, and the others'); only h w_hh^T and its input gradient remain products per step. The
+   tape keeps the activated gates, tanh(c) and c of every step (6 L N H values). Stack layers
+   by giving one layer's output to the next. Second derivatives work as the cell's. Returns
+   NULL (and *h_n, *c_n NULL) when x, w_ih or w_hh is NULL, or, with the tape's error naming
+   ad_lstm and every shape, when a shape is not as above. May be called from several threads
+   only on different tapes. */
 AUTODIFF_API ad_tensor *ad_lstm(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tensor *c0, ad_tensor *w_ih,
                                 ad_tensor *w_hh, ad_tensor *b_ih, ad_tensor *b_hh, ad_tensor **h_n, ad_tensor **c_n);
 /* The same for a GRU layer, as torch.nn.GRU with one layer: x [L, N, I] gives the output
    [L, N, H], each step as ad_gru_cell computes it (up to rounding), from h0 [N, H] (NULL:
-   zeros) and ad_gru_cell's weights and biases; *h_n, where not NULL, receives the last step's
-   h (a view of the output's last step). x w_ih^T + b_ih and the gradients of x, w_ih and w_hh
-   are one product each over the sequence. The tape keeps the activated gates and
-   h w_hh^T + b_hh of every step (6 L N H values). Errors as ad_lstm's, naming ad_gru. */
+   zeros, as ad_lstm's) and ad_gru_cell's weights and biases; *h_n, where not NULL, receives
+   the last step's h (a view of the output's last step). x w_ih^T + b_ih and the gradients of
+   x and w_ih are one product each over the sequence, w_hh's two, as ad_lstm's. The tape keeps
+   the activated gates and h w_hh^T + b_hh of every step (6 L N H values). Errors and threads
+   as ad_lstm's, naming ad_gru. */
 AUTODIFF_API ad_tensor *ad_gru(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tensor *w_ih, ad_tensor *w_hh,
                                ad_tensor *b_ih, ad_tensor *b_hh, ad_tensor **h_n);
 
@@ -2345,8 +2349,7 @@ typedef struct ad__reduce_state {
 typedef struct ad__permute_state {
     int perm[AD_MAX_DIMS];
 } ad__permute_state;
-typedef struct ad__slice_state { /* ad_slice, its adjoint (padding one axis), ad_concat, and a
-                                    part of an LSTM's result (axis 0) */
+typedef struct ad__slice_state { /* ad_slice, its adjoint (padding one axis) and ad_concat */
     int axis, start;
 } ad__slice_state;
 typedef struct ad__broadcast_state {
@@ -2374,14 +2377,17 @@ typedef struct ad__avg_pool_state {
 typedef struct ad__xent_state {
     const int *labels;           /* a copy on the tape */
 } ad__xent_state;
-typedef struct ad__rnn_state {   /* >>ops:rnn: a cell, or an LSTM layer */
-    int kind;                    /* AD__RNN_* */
+typedef struct ad__rnn_state {   /* >>ops:rnn: a cell or a layer */
     int biases;                  /* 1: b_ih is an input, 2: b_hh is, 3: both (after the others) */
     const ad_real *gates;        /* on the tape: the activated gates, [N, 4H] i f g o (LSTM) or
-                                    [N, 3H] r z n (GRU); a layer's, [L, N, 4H] */
-    const ad_real *aux;          /* LSTM: tanh(c') [N, H]; GRU: h w_hh^T + b_hh [N, 3H]; a
-                                    layer: tanh(c) [L, N, H], then c [L, N, H] */
+                                    [N, 3H] r z n (GRU); a layer's, one such block per step */
+    const ad_real *aux;          /* LSTM: tanh(c') [N, H]; GRU: h w_hh^T + b_hh [N, 3H]; the
+                                    LSTM layer: tanh(c) [L, N, H], then c [L, N, H]; the GRU
+                                    layer: h w_hh^T + b_hh [L, N, 3H] */
 } ad__rnn_state;
+typedef struct ad__rnn_part_state { /* a part of an LSTM's result, or the GRU layer's h_n */
+    int start;                   /* its first row along the result's first axis */
+} ad__rnn_part_state;
 typedef struct ad__attention_state {
     const ad_real *lse;          /* on the tape, [B, H, Tq]: log of each query row's softmax sum */
     ad_real scale;
@@ -2409,6 +2415,7 @@ typedef union ad__saved_state {
     ad__avg_pool_state avg_pool;
     ad__xent_state xent;
     ad__rnn_state rnn;
+    ad__rnn_part_state rnn_part;
     ad__attention_state attention;
     ad__norm_state norm;
 } ad__saved_state;
@@ -11822,8 +11829,6 @@ AUTODIFF_API ad_tensor *ad_layer_norm(ad_tape *T, ad_tensor *x, int k, ad_tensor
    dc' + dh' o (1 - tanh^2 c'). Two entries sharing the gates, one per result, would have to
    split that pass in two, the h' entry's adding into the c' entry's gradient. */
 
-enum { AD__RNN_LSTM, AD__RNN_GRU, AD__RNN_LSTM_LAYER, AD__RNN_GRU_LAYER };
-
 /* The sigmoid or tanh of n values in place, with the vector functions where they exist (the
    same values ad_sigmoid and ad_tanh give). */
 AD__PRIVATE void ad__rnn_sigmoid(ad_real *v, size_t n)
@@ -11850,8 +11855,9 @@ AD__PRIVATE void ad__rnn_biases(const ad__node *n, int first, ad_tensor **b_ih, 
 }
 
 /* Checks the inputs of a cell, or with seq set of a layer (x [L, N, I], h and c its initial
-   state h0 and c0). gates: 4 for the LSTM, 3 for the GRU; c NULL for the GRU. Records an error
-   naming op and every shape and returns 0 when one is wrong. */
+   state h0 and c0, either of which may then be NULL). gates: 4 for the LSTM, 3 for the GRU
+   (c NULL). H is h's last dimension, or w_hh's where h is NULL. Records an error naming op and
+   every shape and returns 0 when one is wrong. */
 AD__PRIVATE int ad__rnn_check(ad_tape *T, const char *op, int seq, int gates, ad_tensor *x, ad_tensor *h,
                               ad_tensor *c, ad_tensor *w_ih, ad_tensor *w_hh, ad_tensor *b_ih, ad_tensor *b_hh)
 {
@@ -11868,15 +11874,17 @@ AD__PRIVATE int ad__rnn_check(ad_tape *T, const char *op, int seq, int gates, ad
     for (i = 0; i < 7; i++)
         if (t[i] && !ad__on_tape(T, op, role[i], t[i])) return 0;
     why[0] = 0;
-    if (x->ndim != 2 + seq || h->ndim != 2 || x->shape[seq] != h->shape[0]) {
-        snprintf(why, sizeof why, seq ? "x must be [L, N, I] and h0 [N, H]" : "x must be [N, I] and h [N, H]");
+    if (x->ndim != 2 + seq || (h && (h->ndim != 2 || x->shape[seq] != h->shape[0]))) {
+        snprintf(why, sizeof why, "x must be [%sN, I]%s", seq ? "L, " : "", h ? (seq ? " and h0 [N, H]" : " and h [N, H]") : "");
+    } else if (!h && w_hh->ndim != 2) {
+        snprintf(why, sizeof why, "w_hh must be [%dH, H]", gates);
     } else {
         rows = x->shape[seq];
         in = x->shape[seq + 1];
-        hid = h->shape[1];
+        hid = h ? h->shape[1] : w_hh->shape[1];
         G = (long long)gates * hid;
-        if (c && !ad__same_shape(c, h))
-            snprintf(why, sizeof why, "%s must be [%d,%d], as %s", role[2], rows, hid, role[1]);
+        if (c && !(c->ndim == 2 && c->shape[0] == rows && c->shape[1] == hid))
+            snprintf(why, sizeof why, "%s must be [%d,%d]%s%s", role[2], rows, hid, h ? ", as " : "", h ? role[1] : "");
         else if (w_ih->ndim != 2 || w_ih->shape[0] != G || w_ih->shape[1] != in)
             snprintf(why, sizeof why, "w_ih must be [%lld,%d] (%dH, I)", G, in, gates);
         else if (w_hh->ndim != 2 || w_hh->shape[0] != G || w_hh->shape[1] != hid)
@@ -11889,8 +11897,9 @@ AD__PRIVATE int ad__rnn_check(ad_tape *T, const char *op, int seq, int gates, ad
     for (i = 0; i < 7; i++)
         if (t[i]) ad_shape_str(t[i], s[i], sizeof s[i]);
         else snprintf(s[i], sizeof s[i], "none");
-    if (c) ad__fail(T, "%s: x %s, %s %s, %s %s, w_ih %s, w_hh %s, b_ih %s, b_hh %s: %s", op, s[0], role[1], s[1],
-                    role[2], s[2], s[3], s[4], s[5], s[6], why);
+    if (gates == 4)
+        ad__fail(T, "%s: x %s, %s %s, %s %s, w_ih %s, w_hh %s, b_ih %s, b_hh %s: %s", op, s[0], role[1], s[1], role[2],
+                 s[2], s[3], s[4], s[5], s[6], why);
     else ad__fail(T, "%s: x %s, %s %s, w_ih %s, w_hh %s, b_ih %s, b_hh %s: %s", op, s[0], role[1], s[1], s[3], s[4],
                   s[5], s[6], why);
     return 0;
@@ -12021,8 +12030,8 @@ AD__PRIVATE ad_tensor *ad__rnn_block(ad_tape *T, ad_tensor *a, int k, int H)
     return ad_slice(T, a, 1, k * H, (k + 1) * H);
 }
 
-/* The LSTM's rows [lo, hi): gates (their sum before, i f g o activated after), c' and h' into
-   y's halves, tanh(c') into tc. */
+/* The LSTM's rows [lo, hi): gates (their sum before, i f g o activated after), h' and c' into
+   hn and cn, tanh(c') into tc. */
 typedef struct ad__lstm_job {
     ad_real *gates, *tc;        /* [N, 4H] and [N, H] */
     ad_real *hn, *cn;           /* forward: h' and c' [N, H] */
@@ -12162,7 +12171,7 @@ AD__PRIVATE void ad__lstm_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 AD__PRIVATE void ad__rnn_part_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tensor *y = n->in[0];
-    int start = n->st.slice.start, len = (int)(g->size / (y->size / (size_t)y->shape[0])), add;
+    int start = n->st.rnn_part.start, len = (int)(g->size / (y->size / (size_t)y->shape[0])), add;
     size_t before = g->size / (size_t)len * (size_t)start;
     ad_real *d;
     if (S->create_graph) {
@@ -12190,15 +12199,14 @@ AD__PRIVATE ad_tensor *ad__rnn_part(ad_tape *T, const char *op, ad_tensor *y, in
     v->data = y->data + y->size / (size_t)y->shape[0] * (size_t)start;
     n = ad__record1(T, op, v, ad__rnn_part_backward, y);
     if (!n) return NULL;
-    n->st.slice.axis = 0;
-    n->st.slice.start = start;
+    n->st.rnn_part.start = start;
     return v;
 }
 
-/* Appends the biases given to a cell's first `count` inputs; returns the new count. */
-/* Records a cell's entry: its inputs ins[0 .. count-1], then the biases given, and its state. */
+/* Records a cell's or a layer's entry: its inputs ins[0 .. count-1], then the biases given, and
+   its state. */
 AD__PRIVATE ad__node *ad__rnn_record(ad_tape *T, const char *op, ad_tensor *y, ad__backward_fn bw, ad_tensor **ins,
-                                     int count, ad_tensor *b_ih, ad_tensor *b_hh, int kind, const ad_real *gates,
+                                     int count, ad_tensor *b_ih, ad_tensor *b_hh, const ad_real *gates,
                                      const ad_real *aux)
 {
     ad__node *n;
@@ -12206,7 +12214,6 @@ AD__PRIVATE ad__node *ad__rnn_record(ad_tape *T, const char *op, ad_tensor *y, a
     if (b_hh) ins[count++] = b_hh;
     n = ad__record(T, op, y, bw, ins, count);
     if (!n) return NULL;
-    n->st.rnn.kind = kind;
     n->st.rnn.biases = (b_ih ? 1 : 0) | (b_hh ? 2 : 0);
     n->st.rnn.gates = gates;
     n->st.rnn.aux = aux;
@@ -12249,8 +12256,7 @@ AUTODIFF_API ad_tensor *ad_lstm_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_
     ins[2] = c;
     ins[3] = w_ih;
     ins[4] = w_hh;
-    if (!ad__rnn_record(T, "ad_lstm_cell", y, ad__lstm_backward, ins, 5, b_ih, b_hh, AD__RNN_LSTM, job.gates,
-                        job.tc))
+    if (!ad__rnn_record(T, "ad_lstm_cell", y, ad__lstm_backward, ins, 5, b_ih, b_hh, job.gates, job.tc))
         return NULL;
     hn = ad__rnn_part(T, "ad_lstm_cell", y, 0, 2, y->shape + 1);
     *c_out = ad__rnn_part(T, "ad_lstm_cell", y, 1, 2, y->shape + 1);
@@ -12260,11 +12266,12 @@ AUTODIFF_API ad_tensor *ad_lstm_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_
 /* ---- the LSTM layer: a whole sequence in one entry -------------------------------------------
    ad_lstm runs ad_lstm_cell's step over L time steps in one entry, whose result is [L + 1, N, H]:
    the h of every step, then the last c; the outputs, h_n and c_n are views of its parts
-   (ad__lstm_part). The input projections of all steps are one product of L N rows, x w_ih^T,
+   (ad__rnn_part). The input projections of all steps are one product of L N rows, x w_ih^T,
    so only h w_hh^T remains a product of N rows per step. The backward sweep goes back through
    the steps with the cell's fused pass and one product per step, dh = d gates w_hh, keeping
-   every step's d gates; x's, w_ih's and w_hh's gradients are then one product each over the
-   L N rows. The tape keeps every step's activated gates, tanh(c) and c. */
+   every step's d gates; x's and w_ih's gradients are then one product each over the L N rows,
+   and w_hh's two (ad__rnn_layer_w_hh_grad). The tape keeps every step's activated gates,
+   tanh(c) and c. */
 
 /* The layer's step: gates (their sum after the input projection) gain h w_hh^T and are
    activated; h and c are written where the job says. */
@@ -12392,17 +12399,11 @@ AD__PRIVATE void ad__lstm_layer_backward(ad__sweep *S, ad__node *n, ad_tensor *g
     if (S->failed && !T->has_error) ad__fail(T, "ad_lstm: out of memory in the backward sweep");
 }
 
-/* A zero initial state [N, H] for a layer (op) whose caller gives none; NULL (with the error
-   naming every shape) when x or w_hh cannot give N and H. gates: 4 (LSTM) or 3 (GRU). */
-AD__PRIVATE ad_tensor *ad__rnn_zero_state(ad_tape *T, const char *op, int gates, ad_tensor *x, ad_tensor *w_hh)
+/* A zero initial state [N, H] for a layer whose caller gives none, once ad__rnn_check has
+   accepted x [L, N, I] and w_hh [gates H, H]. */
+AD__PRIVATE ad_tensor *ad__rnn_zero_state(ad_tape *T, const ad_tensor *x, const ad_tensor *w_hh)
 {
-    char s1[48], s2[48];
     int shape[2];
-    if (x->ndim != 3 || w_hh->ndim != 2) {
-        ad__fail(T, "%s: x %s, w_hh %s: x must be [L, N, I] and w_hh [%dH, H]", op, ad_shape_str(x, s1, sizeof s1),
-                 ad_shape_str(w_hh, s2, sizeof s2), gates);
-        return NULL;
-    }
     shape[0] = x->shape[1];
     shape[1] = w_hh->shape[1];
     return ad_zeros(T, 2, shape);
@@ -12419,10 +12420,9 @@ AUTODIFF_API ad_tensor *ad_lstm(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tens
     if (h_n) *h_n = NULL;
     if (c_n) *c_n = NULL;
     if (!T || !x || !w_ih || !w_hh) return NULL;
-    if ((!h0 && !(h0 = ad__rnn_zero_state(T, "ad_lstm", 4, x, w_hh))) ||
-        (!c0 && !(c0 = ad__rnn_zero_state(T, "ad_lstm", 4, x, w_hh))))
-        return NULL;
     if (!ad__rnn_check(T, "ad_lstm", 1, 4, x, h0, c0, w_ih, w_hh, b_ih, b_hh)) return NULL;
+    if ((!h0 && !(h0 = ad__rnn_zero_state(T, x, w_hh))) || (!c0 && !(c0 = ad__rnn_zero_state(T, x, w_hh))))
+        return NULL;
     L = x->shape[0];
     N = x->shape[1];
     H = h0->shape[1];
@@ -12456,7 +12456,7 @@ AUTODIFF_API ad_tensor *ad_lstm(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tens
     ins[2] = c0;
     ins[3] = w_ih;
     ins[4] = w_hh;
-    if (!ad__rnn_record(T, "ad_lstm", y, ad__lstm_layer_backward, ins, 5, b_ih, b_hh, AD__RNN_LSTM_LAYER, gates, aux))
+    if (!ad__rnn_record(T, "ad_lstm", y, ad__lstm_layer_backward, ins, 5, b_ih, b_hh, gates, aux))
         return NULL;
     shape[0] = L;
     out = ad__rnn_part(T, "ad_lstm", y, 0, 3, shape);
@@ -12628,7 +12628,7 @@ AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_t
     ins[1] = h;
     ins[2] = w_ih;
     ins[3] = w_hh;
-    if (!ad__rnn_record(T, "ad_gru_cell", y, ad__gru_backward, ins, 4, b_ih, b_hh, AD__RNN_GRU, job.gi, job.gh))
+    if (!ad__rnn_record(T, "ad_gru_cell", y, ad__gru_backward, ins, 4, b_ih, b_hh, job.gi, job.gh))
         return NULL;
     return y;
 }
@@ -12636,8 +12636,8 @@ AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_t
 /* ---- the GRU layer: a whole sequence in one entry ---------------------------------------------
    ad_gru runs ad_gru_cell's step over L time steps in one entry whose result [L, N, H] is the h
    of every step (h_n is a view of its last step). As in the LSTM layer, x w_ih^T + b_ih of all
-   steps is one product of L N rows, and the gradients of x and w_ih (from every step's d gi)
-   and of w_hh (from every step's d gh) one product each; h w_hh^T + b_hh and dh stay products
+   steps is one product of L N rows, the gradients of x and w_ih (from every step's d gi) one
+   product each, and w_hh's (from every step's d gh) two; h w_hh^T + b_hh and dh stay products
    of N rows per step. The tape keeps every step's activated r z n and h w_hh^T + b_hh. */
 
 /* The recorded derivative: the layer rebuilt step by step with recorded ops, then the cell's
@@ -12747,8 +12747,8 @@ AUTODIFF_API ad_tensor *ad_gru(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tenso
     size_t plane;
     if (h_n) *h_n = NULL;
     if (!T || !x || !w_ih || !w_hh) return NULL;
-    if (!h0 && !(h0 = ad__rnn_zero_state(T, "ad_gru", 3, x, w_hh))) return NULL;
     if (!ad__rnn_check(T, "ad_gru", 1, 3, x, h0, NULL, w_ih, w_hh, b_ih, b_hh)) return NULL;
+    if (!h0 && !(h0 = ad__rnn_zero_state(T, x, w_hh))) return NULL;
     L = x->shape[0];
     N = x->shape[1];
     H = h0->shape[1];
@@ -12782,7 +12782,7 @@ AUTODIFF_API ad_tensor *ad_gru(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tenso
     ins[1] = h0;
     ins[2] = w_ih;
     ins[3] = w_hh;
-    if (!ad__rnn_record(T, "ad_gru", y, ad__gru_layer_backward, ins, 4, b_ih, b_hh, AD__RNN_GRU_LAYER, gi, gh))
+    if (!ad__rnn_record(T, "ad_gru", y, ad__gru_layer_backward, ins, 4, b_ih, b_hh, gi, gh))
         return NULL;
     if (h_n) {
         if (!(hl = ad__rnn_part(T, "ad_gru", y, L - 1, 2, shape + 1))) return NULL;

@@ -671,24 +671,40 @@ static void test_errors(void)
         TH_CHECK(ad_lstm(T, xs, NULL, NULL, wi, wh, b, b, &hn, &cn) && hn && cn && !ad_tape_error(T),
                  "layer good call: %s", th_errs(T));
         TH_CHECK(!ad_lstm(T, x, NULL, c, wi, wh, NULL, NULL, &hn, &cn) && !hn && !cn, "layer 2-D x, no h0");
-        TH_CHECK_ERROR(T, "ad_lstm: x [3,5], w_hh [28,7]: x must be [L, N, I] and w_hh [4H, H]");
+        TH_CHECK_ERROR(T, "ad_lstm: x [3,5], h0 none, c0 [3,7], w_ih [28,5], w_hh [28,7], b_ih none, b_hh none: x "
+                          "must be [L, N, I]");
         ad_tape_clear_error(T);
         TH_CHECK(!ad_lstm(T, x, h, c, wi, wh, NULL, NULL, NULL, NULL), "layer 2-D x");
         TH_CHECK_ERROR(T, "ad_lstm: x [3,5], h0 [3,7], c0 [3,7], w_ih [28,5], w_hh [28,7], b_ih none, b_hh none: "
                           "x must be [L, N, I] and h0 [N, H]");
         ad_tape_clear_error(T);
         TH_CHECK(!ad_lstm(T, xs, h, NULL, gwi, wh, b, NULL, NULL, NULL), "layer bad w_ih");
-        TH_CHECK_ERROR(T, "ad_lstm: x [2,3,5], h0 [3,7], c0 [3,7], w_ih [21,5], w_hh [28,7], b_ih [28], b_hh none: "
+        TH_CHECK_ERROR(T, "ad_lstm: x [2,3,5], h0 [3,7], c0 none, w_ih [21,5], w_hh [28,7], b_ih [28], b_hh none: "
                           "w_ih must be [28,5]");
         ad_tape_clear_error(T);
         TH_CHECK(!ad_lstm(T, xs, h, Z(T, 2, 3, 6), wi, wh, NULL, NULL, NULL, NULL), "layer bad c0");
         TH_CHECK_ERROR(T, "c0 must be [3,7], as h0");
         ad_tape_clear_error(T);
+        TH_CHECK(!ad_lstm(T, xs, NULL, Z(T, 2, 3, 6), wi, wh, NULL, NULL, NULL, NULL), "layer bad c0, no h0");
+        TH_CHECK_ERROR(T, "ad_lstm: x [2,3,5], h0 none, c0 [3,6], w_ih [28,5], w_hh [28,7], b_ih none, b_hh none: c0 "
+                          "must be [3,7]");
+        ad_tape_clear_error(T);
+        { /* shapes are checked before a zero state is made: a bad w_hh costs no memory */
+            int sx[3] = {1, 10000, 1};
+            ad_tensor *xb = ad_zeros(T, 3, sx), *wib = Z(T, 2, 20, 1), *whb = Z(T, 2, 20, 5000);
+            size_t used = ad_tape_bytes_used(T);
+            TH_CHECK(!ad_lstm(T, xb, NULL, NULL, wib, whb, NULL, NULL, NULL, NULL) &&
+                         ad_tape_bytes_used(T) == used, "layer bad shapes, no state: %zu bytes more",
+                     ad_tape_bytes_used(T) - used);
+            TH_CHECK_ERROR(T, "ad_lstm: x [1,10000,1], h0 none, c0 none, w_ih [20,1], w_hh [20,5000]");
+            ad_tape_clear_error(T);
+        }
         TH_CHECK(!ad_lstm(T, xs, Z(T, 2, 4, 7), NULL, wi, wh, NULL, NULL, NULL, NULL), "layer rows differ");
         TH_CHECK_ERROR(T, "ad_lstm: x [2,3,5], h0 [4,7]");
         ad_tape_clear_error(T);
         TH_CHECK(!ad_lstm(T, xs, NULL, NULL, wi, Z(T, 1, 28, 0), NULL, NULL, NULL, NULL), "layer 1-D w_hh");
-        TH_CHECK_ERROR(T, "ad_lstm: x [2,3,5], w_hh [28]: x must be [L, N, I] and w_hh [4H, H]");
+        TH_CHECK_ERROR(T, "ad_lstm: x [2,3,5], h0 none, c0 none, w_ih [28,5], w_hh [28], b_ih none, b_hh none: w_hh "
+                          "must be [4H, H]");
         ad_tape_clear_error(T);
         TH_CHECK(!ad_lstm(T, xs, Z(other, 2, 3, 7), NULL, wi, wh, NULL, NULL, NULL, NULL), "layer h0 of another tape");
         TH_CHECK_ERROR(T, "ad_lstm: h0 belongs to another tape");
@@ -700,7 +716,8 @@ static void test_errors(void)
         TH_CHECK(ad_gru(T, xs, NULL, gwi, gwh, NULL, NULL, &hn) && hn && !ad_tape_error(T), "gru layer good call: %s",
                  th_errs(T));
         TH_CHECK(!ad_gru(T, x, NULL, gwi, gwh, NULL, NULL, &hn) && !hn, "gru layer 2-D x, no h0");
-        TH_CHECK_ERROR(T, "ad_gru: x [3,5], w_hh [21,7]: x must be [L, N, I] and w_hh [3H, H]");
+        TH_CHECK_ERROR(T, "ad_gru: x [3,5], h0 none, w_ih [21,5], w_hh [21,7], b_ih none, b_hh none: x must be "
+                          "[L, N, I]");
         ad_tape_clear_error(T);
         TH_CHECK(!ad_gru(T, xs, h, wi, gwh, NULL, NULL, NULL), "gru layer bad w_ih");
         TH_CHECK_ERROR(T, "ad_gru: x [2,3,5], h0 [3,7], w_ih [28,5], w_hh [21,7], b_ih none, b_hh none: w_ih must be "
