@@ -881,7 +881,8 @@ AUTODIFF_API ad_tensor *ad_embedding(ad_tape *T, ad_tensor *weight, const int *i
    everything after them in one fused pass; a plain backward sweep runs one fused pass and the
    products' gradients, a create_graph sweep records the derivative with the library's ops (so
    second derivatives work). Unroll a sequence by calling it once per step with the last step's
-   h' and c'. Returns NULL (and *c_out NULL) when an input is NULL, or, with the tape's error
+   h' and c', or run it in one call with ad_lstm (below), which batches the products over the
+   steps. Returns NULL (and *c_out NULL) when an input is NULL, or, with the tape's error
    naming ad_lstm_cell and every shape, when c_out is NULL or a shape is not as above. May be
    called from several threads only on different tapes. */
 AUTODIFF_API ad_tensor *ad_lstm_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *c, ad_tensor *w_ih,
@@ -890,7 +891,8 @@ AUTODIFF_API ad_tensor *ad_lstm_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_
    w_hh [3H, H], b_ih and b_hh [3H] (either may be NULL), the row blocks r, z, n (in that order)
        r = sigmoid(x w_ir^T + b_ir + h w_hr^T + b_hr),   z likewise,
        n = tanh(x w_in^T + b_in + r * (h w_hn^T + b_hn)),   h' = (1 - z) * n + z * h.
-   Returns h' [N, H]. Products, fused passes, derivatives and errors as ad_lstm_cell's. */
+   Returns h' [N, H]. Products, fused passes, derivatives and errors as ad_lstm_cell's; ad_gru
+   runs a whole sequence in one call. */
 AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *w_ih, ad_tensor *w_hh,
                                     ad_tensor *b_ih, ad_tensor *b_hh);
 /* A whole sequence through one LSTM layer, as torch.nn.LSTM with one layer, one direction and
