@@ -11,8 +11,9 @@
    (and more for the gradients), with and without an initial state, with each choice of biases
    and of the results used: their outputs, h_n (and the LSTM's c_n) against unrolled cells',
    their first and second derivatives against finite differences and their gradients against
-   the unrolled cells' and the recorded derivative's; gradients into the leaves' buffers,
-   threads and errors as the cells'. Each family prints its number of checks. */
+   the unrolled cells' and the recorded derivative's, also with w_ih given as w_hh; gradients
+   into the leaves' buffers, threads and errors as the cells'. Each family prints its number of
+   checks. */
 #define AUTODIFF_DOUBLE
 #ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
@@ -110,7 +111,8 @@ typedef struct cell_ctx {
                     h_n and c_n one below the other, 1 the outputs, 2 c_n, 3 h_n */
     int steps;   /* time steps, each on its N rows of x */
     int comp;    /* 1: the composition of existing ops */
-    int alias;   /* 1: x is given as h too (I = H, one step; h is then not an input) */
+    int alias;   /* 1: x is given as h too (I = H, one step; h is then not an input); f_layer:
+                    w_ih is given as w_hh too (I = H; w_hh is then not an input) */
     int layer;   /* f_layer: 1 ad_lstm, 0 unrolled ad_lstm_cell steps */
     int zero_state; /* f_layer: h0 and c0 are not inputs but NULL (zeros) */
 } cell_ctx;
@@ -170,13 +172,13 @@ static int specs_of(const cell_ctx *k, int N, int I, int H, th_input *s)
     s[n++] = th_in(2, dims, -1, 1, 0);
     dims[0] = N;
     dims[1] = H;
-    if (!k->alias && !k->zero_state) s[n++] = th_in(2, dims, -1, 1, 0);
+    if (!(k->alias && !k->layer) && !k->zero_state) s[n++] = th_in(2, dims, -1, 1, 0);
     if (!k->gru && !k->zero_state) s[n++] = th_in(2, dims, -1, 1, 0);
     dims[0] = G;
     dims[1] = I;
     s[n++] = th_in(2, dims, -0.7, 0.7, 0);
     dims[1] = H;
-    s[n++] = th_in(2, dims, -0.7, 0.7, 0);
+    if (!(k->alias && k->layer)) s[n++] = th_in(2, dims, -0.7, 0.7, 0);
     if (k->biases & 1) s[n++] = th_in(1, &G, -0.5, 0.5, 0);
     if (k->biases & 2) s[n++] = th_in(1, &G, -0.5, 0.5, 0);
     return n;
@@ -464,11 +466,12 @@ enum { MAX_STEPS = 8 };
 static ad_tensor *f_layer(ad_tape *T, ad_tensor **in, void *vctx)
 {
     const cell_ctx *k = (const cell_ctx *)vctx;
-    int lstm = !k->gru, p = k->zero_state ? 1 : 2 + lstm, L = k->steps, N = in[0]->shape[0] / L;
-    int H = in[p + 1]->shape[1], s, shape[3];
+    int lstm = !k->gru, p = k->zero_state ? 1 : 2 + lstm, q = p + (k->alias ? 1 : 2), L = k->steps;
+    int N = in[0]->shape[0] / L, s, shape[3];
     ad_tensor *x = in[0], *h = k->zero_state ? NULL : in[1], *c = k->zero_state || !lstm ? NULL : in[2], *w_ih = in[p];
-    ad_tensor *w_hh = in[p + 1], *b_ih = k->biases & 1 ? in[p + 2] : NULL;
-    ad_tensor *b_hh = k->biases & 2 ? in[p + 2 + (k->biases & 1)] : NULL, *out, *hn = NULL, *cn = NULL, *parts[3];
+    ad_tensor *w_hh = k->alias ? w_ih : in[p + 1], *b_ih = k->biases & 1 ? in[q] : NULL;
+    ad_tensor *b_hh = k->biases & 2 ? in[q + (k->biases & 1)] : NULL, *out, *hn = NULL, *cn = NULL, *parts[3];
+    int H = w_hh->shape[1];
     shape[0] = N;
     shape[1] = H;
     if (!k->layer) {
@@ -579,13 +582,18 @@ static void test_layer_gradients(void)
         cases[n++] = KL(gru, 3, 0, 0, 1);
         cases[n++] = KL(gru, 3, gru ? 3 : 2, 1, 1);
     }
+    for (gru = 0; gru <= 1; gru++) { /* w_ih given as w_hh too: its gradient has both shares */
+        cases[n] = KL(gru, 3, 0, 0, 3);
+        cases[n++].alias = 1;
+    }
     for (i = 0; i < n; i++) {
         cell_ctx kc = cases[i];
         th_input specs[TH_MAX_INPUTS];
-        int nin = specs_of(&cases[i], NB, NI, NH, specs);
-        snprintf(name, sizeof name, "%s layer L %d, biases %d, %s, %s", cases[i].gru ? "gru" : "lstm", cases[i].steps,
-                 cases[i].biases, cases[i].zero_state ? "zero state" : "h0 and c0",
-                 cases[i].gru && !cases[i].out ? "outputs, h_n" : outs[cases[i].out]);
+        int nin = specs_of(&cases[i], NB, cases[i].alias ? NH : NI, NH, specs);
+        snprintf(name, sizeof name, "%s layer L %d, biases %d, %s, %s%s", cases[i].gru ? "gru" : "lstm",
+                 cases[i].steps, cases[i].biases, cases[i].zero_state ? "zero state" : "h0 and c0",
+                 cases[i].gru && !cases[i].out ? "outputs, h_n" : outs[cases[i].out],
+                 cases[i].alias ? ", w_ih as w_hh" : "");
         kc.layer = 0;
         th_gradcheck(name, f_layer, &cases[i], nin, specs);
         th_gradgradcheck(name, f_layer, &cases[i], nin, specs);
