@@ -9735,10 +9735,10 @@ AD__INLINE int ad__col2im_wide(const ad__win2d *G, int channels, const ad_real *
 /* Convolutions straight from the images (stride and dilation 1, one group, with AVX2 or
    AVX-512): the forward map and the weight gradient without im2col's or im2row's matrix, which
    for a small image cost more than the products (a MNIST CNN's step ran 1.2x faster).
-   Both take an output plane sixteen positions at a time (AVX2's forward map eight), in its own
-   order (across rows; the last vector's tail is empty). With stride 1, the inputs that tap (ki, kj) meets under those
-   positions lie in the same order in the plane shifted by kj - pw across and by ki - ph down,
-   stored with rows of ow values. So the input is stored once for each channel and kj (rows
+   Both take an output plane sixteen positions at a time (AVX2's forward map eight), in its
+   own order (across rows; the last vector's tail is empty). With stride 1, the inputs that tap
+   (ki, kj) meets under those positions lie in the same order in the plane shifted by kj - pw
+   across and by ki - ph down, stored with rows of ow values. So the input is stored once for each channel and kj (rows
    -ph .. oh + kh - 2 - ph of it, ow values a row, 0 in the padding), and a tap's vector is
    sixteen values from row ki on: one load, where im2col would copy the plane kh times more.
    The weight gradient stores the output gradients of AD__WGRAD_OUTPUTS channels vector by
@@ -11877,7 +11877,8 @@ AD__PRIVATE int ad__rnn_check(ad_tape *T, const char *op, int seq, int gates, ad
         if (t[i] && !ad__on_tape(T, op, role[i], t[i])) return 0;
     why[0] = 0;
     if (x->ndim != 2 + seq || (h && (h->ndim != 2 || x->shape[seq] != h->shape[0]))) {
-        snprintf(why, sizeof why, "x must be [%sN, I]%s", seq ? "L, " : "", h ? (seq ? " and h0 [N, H]" : " and h [N, H]") : "");
+        snprintf(why, sizeof why, "x must be [%sN, I]%s%s%s", seq ? "L, " : "", h ? " and " : "", h ? role[1] : "",
+                 h ? " [N, H]" : "");
     } else if (!h && w_hh->ndim != 2) {
         snprintf(why, sizeof why, "w_hh must be [%dH, H]", gates);
     } else {
@@ -12167,9 +12168,9 @@ AD__PRIVATE void ad__lstm_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 
 /* A part of a recurrent op's result, rows [start, start + len) of its first axis, as a view
    (h' or c' of the LSTM cell's [2, N, H]; the outputs, h_n or c_n of the LSTM layer's
-   [L + 1, N, H]; h_n of the GRU layer's [L, N, H]). Its gradient
-   goes into that part of the result's, the rest zero until another part adds to it (parts may
-   overlap: the layer's h_n is the last of its outputs). */
+   [L + 1, N, H]; h_n of the GRU layer's [L, N, H]). Its gradient goes into that part of the
+   result's, the rest zero until another part adds to it (parts may overlap: the LSTM layer's
+   h_n is the last of its outputs). */
 AD__PRIVATE void ad__rnn_part_backward(ad__sweep *S, ad__node *n, ad_tensor *g)
 {
     ad_tensor *y = n->in[0];
