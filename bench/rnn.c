@@ -4,12 +4,14 @@
    ad_lstm or ad_gru over the `steps` steps against `steps` unrolled cells. The weights and biases are
    leaves with gradient buffers of their own (as parameters are), h and c start as zeros, x is
    random, and the loss is the sum of the last h. Each repetition records the steps, runs
-   ad_backward and resets the tape.
+   ad_backward and resets the tape; with BENCH_NO_GRAD=1 it runs the steps in no-grad mode
+   (evaluation: nothing recorded, no backward) and resets.
 
    Build: cc -O2 -I. bench/rnn.c -lm -lpthread
    Run:   bench/rnn [lstm|gru|lstm-layer|gru-layer] [N] [I] [H] [steps]   (defaults: lstm 12 128 128 1)
    Reports microseconds per step (forward and backward), the median of 7 rounds, for the fused
-   cell (or the layer) and the composition (or the unrolled cells), and their ratio.
+   cell (or the layer) and the composition (or the unrolled cells), their ratio, and the bytes
+   of the tape's arena one repetition of each used.
    AUTODIFF_THREADS sets the thread count (default 1); BENCH_CLOCK=cpu times in CPU time of the
    calling thread (see bench.h). */
 #define _POSIX_C_SOURCE 200809L
@@ -44,12 +46,14 @@ static ad_tensor *comp_gru(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_tensor *co
 
 enum { LSTM, GRU, LSTM_LAYER, GRU_LAYER };
 
-/* One repetition: `steps` steps, the backward sweep, a reset. Returns 0 on success. */
-static int run(ad_tape *T, int kind, int fused, int N, int I, int H, int steps, ad_real *const *wdata,
-               ad_real *const *wgrad, const ad_real *xdata)
+/* One repetition: `steps` steps, the backward sweep (unless no_grad), a reset; *arena gets the
+   bytes of the arena in use before the reset. Returns 0 on success. */
+static int run(ad_tape *T, int kind, int fused, int no_grad, int N, int I, int H, int steps, ad_real *const *wdata,
+               ad_real *const *wgrad, const ad_real *xdata, size_t *arena)
 {
-    int gru = kind == GRU || kind == GRU_LAYER, layer = kind >= LSTM_LAYER, G = (gru ? 3 : 4) * H, shape[3], s, rc;
+    int gru = kind == GRU || kind == GRU_LAYER, layer = kind >= LSTM_LAYER, G = (gru ? 3 : 4) * H, shape[3], s, rc = 0;
     ad_tensor *w[4], *h, *c, *x;
+    ad_set_grad_enabled(T, !no_grad);
     shape[0] = G;
     shape[1] = I;
     w[0] = ad_tensor_view(T, 2, shape, wdata[0], wgrad[0], 1);
@@ -76,8 +80,10 @@ static int run(ad_tape *T, int kind, int fused, int N, int I, int H, int steps, 
         else if (fused || layer) h = ad_lstm_cell(T, x, h, c, w[0], w[1], w[2], w[3], &c);
         else h = comp_lstm(T, x, h, c, w, &c);
     }
-    rc = ad_backward(T, ad_sum(T, h));
+    if (!no_grad) rc = ad_backward(T, ad_sum(T, h));
+    else if (!h) rc = -1;
     if (rc != 0) fprintf(stderr, "rnn: %s\n", ad_tape_error(T));
+    *arena = ad_tape_bytes_used(T);
     ad_tape_reset(T);
     return rc;
 }
@@ -87,9 +93,9 @@ int main(int argc, char **argv)
     static const char *const names[] = {"lstm", "gru", "lstm-layer", "gru-layer"};
     int kind = LSTM;
     int N = argc > 2 ? atoi(argv[2]) : 12, I = argc > 3 ? atoi(argv[3]) : 128, H = argc > 4 ? atoi(argv[4]) : 128;
-    int steps = argc > 5 ? atoi(argv[5]) : 1, G, round, fused, rep, reps, i;
+    int steps = argc > 5 ? atoi(argv[5]) : 1, G, round, fused, rep, reps, i, no_grad = getenv("BENCH_NO_GRAD") && atoi(getenv("BENCH_NO_GRAD")) == 1;
     ad_real *wdata[4], *wgrad[4], *xdata;
-    size_t sizes[4];
+    size_t sizes[4], arena[2];
     double us[2][7], med[2], t0;
     ad_rng rng;
     ad_tape *T = ad_tape_new();
@@ -118,22 +124,24 @@ int main(int argc, char **argv)
     /* about 50 ms a round */
     t0 = bench_time();
     for (rep = 0; rep < 20; rep++)
-        if (run(T, kind, 1, N, I, H, steps, wdata, wgrad, xdata) != 0) return 1;
+        if (run(T, kind, 1, no_grad, N, I, H, steps, wdata, wgrad, xdata, &arena[1]) != 0) return 1;
     reps = (int)(0.05 / ((bench_time() - t0) / 20 + 1e-9)) + 1;
     for (round = 0; round < 7; round++)
         for (fused = 1; fused >= 0; fused--) {
             t0 = bench_time();
             for (rep = 0; rep < reps; rep++)
-                if (run(T, kind, fused, N, I, H, steps, wdata, wgrad, xdata) != 0) return 1;
+                if (run(T, kind, fused, no_grad, N, I, H, steps, wdata, wgrad, xdata, &arena[fused]) != 0) return 1;
             us[fused][round] = (bench_time() - t0) * 1e6 / reps / steps;
         }
     for (fused = 0; fused <= 1; fused++) med[fused] = bench_median(us[fused], 7);
-    printf("%s N=%d I=%d H=%d, %d step(s), %d thread(s): %s %.2f us/step, %s %.2f us/step (%.2fx)\n", names[kind], N, I, H,
-           steps, bench_threads(), kind >= LSTM_LAYER ? "layer" : "fused", med[1],
-           kind >= LSTM_LAYER ? "unrolled cells" : "composition", med[0], med[0] / med[1]);
-    snprintf(key, sizeof key, "rnn.%s.%d-%d-%d-%d.us_step.fused", names[kind], N, I, H, steps);
+    printf("%s N=%d I=%d H=%d, %d step(s), %d thread(s)%s: %s %.2f us/step, %s %.2f us/step (%.2fx); arena %.2f and %.2f MiB\n",
+           names[kind], N, I, H, steps, bench_threads(), no_grad ? ", no-grad" : "",
+           kind >= LSTM_LAYER ? "layer" : "fused", med[1], kind >= LSTM_LAYER ? "unrolled cells" : "composition", med[0],
+           med[0] / med[1], (double)arena[1] / 1048576, (double)arena[0] / 1048576);
+    snprintf(key, sizeof key, "rnn.%s%s.%d-%d-%d-%d.us_step.fused", names[kind], no_grad ? "-nograd" : "", N, I, H, steps);
     bench_result(key, med[1]);
-    snprintf(key, sizeof key, "rnn.%s.%d-%d-%d-%d.us_step.composition", names[kind], N, I, H, steps);
+    snprintf(key, sizeof key, "rnn.%s%s.%d-%d-%d-%d.us_step.composition", names[kind], no_grad ? "-nograd" : "", N, I, H,
+             steps);
     bench_result(key, med[0]);
     for (i = 0; i < 4; i++) {
         free(wdata[i]);

@@ -12,8 +12,9 @@
    and of the results used: their outputs, h_n (and the LSTM's c_n) against unrolled cells',
    their first and second derivatives against finite differences and their gradients against
    the unrolled cells' and the recorded derivative's, also with w_ih given as w_hh; gradients
-   into the leaves' buffers, threads and errors as the cells'. Each family prints its number of
-   checks. */
+   into the leaves' buffers, threads and errors as the cells'; calls that are not recorded (no-grad
+   mode, or no input wanting a gradient), over several chunks of steps, against recorded ones,
+   and the arena they take. Each family prints its number of checks. */
 #define AUTODIFF_DOUBLE
 #ifndef TH_LINKED_IMPLEMENTATION /* tests/run.sh links the implementation, compiled once */
 #define AUTODIFF_IMPLEMENTATION
@@ -562,6 +563,92 @@ static void test_layer_forward(void)
     th_family("layers: forward against unrolled cells");
 }
 
+/* One layer call on a tape of its own: the outputs (and h_n, c_n) written into out, and the
+   arena's growth over the call. record: inputs that want gradients and recording on; else none
+   wanted (the layer is not recorded), with grad_off choosing no-grad mode or inputs without
+   gradients. */
+static size_t chunk_run(int gru, int record, int grad_off, int L, int N, int I, int H, double *out)
+{
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    int sx[3], sh[2], sw_ih[2], sw_hh[2], sb[1], i, G = (gru ? 3 : 4) * H;
+    ad_tensor *in[7], *y, *hn = NULL, *cn = NULL;
+    size_t before, grown, plane = (size_t)N * H;
+    ad_rng_seed(&rng, 7);
+    sx[0] = L;
+    sx[1] = N;
+    sx[2] = I;
+    sh[0] = N;
+    sh[1] = H;
+    sw_ih[0] = sw_hh[0] = sb[0] = G;
+    sw_ih[1] = I;
+    sw_hh[1] = H;
+    in[0] = ad_randn(T, 3, sx, 0, 1, &rng);
+    in[1] = ad_randn(T, 2, sh, 0, 0.5, &rng);
+    in[2] = ad_randn(T, 2, sh, 0, 0.5, &rng);
+    in[3] = ad_randn(T, 2, sw_ih, 0, 0.4, &rng);
+    in[4] = ad_randn(T, 2, sw_hh, 0, 0.4, &rng);
+    in[5] = ad_randn(T, 1, sb, 0, 0.2, &rng);
+    in[6] = ad_randn(T, 1, sb, 0, 0.2, &rng);
+    for (i = 0; i < 7; i++) ad_set_requires_grad(in[i], record || !grad_off);
+    if (!record) {
+        if (grad_off) ad_set_grad_enabled(T, 0);
+        else
+            for (i = 0; i < 7; i++) ad_set_requires_grad(in[i], 0);
+    }
+    before = ad_tape_bytes_used(T);
+    if (gru) y = ad_gru(T, in[0], in[1], in[3], in[4], in[5], in[6], &hn);
+    else y = ad_lstm(T, in[0], in[1], in[2], in[3], in[4], in[5], in[6], &hn, &cn);
+    grown = ad_tape_bytes_used(T) - before;
+    TH_CHECK(y && hn && (gru || cn) && (ad_tape_length(T) > 0) == record,
+             "%s L %d N %d, %s: %s, %zu entries", gru ? "ad_gru" : "ad_lstm", L, N,
+             record ? "recorded" : grad_off ? "no-grad mode" : "no input wants a gradient", th_errs(T),
+             ad_tape_length(T));
+    if (y && hn && (gru || cn)) {
+        memcpy(out, y->data, (size_t)L * plane * sizeof(double));
+        memcpy(out + (size_t)L * plane, hn->data, plane * sizeof(double));
+        if (!gru) memcpy(out + (size_t)(L + 1) * plane, cn->data, plane * sizeof(double));
+    }
+    ad_tape_free(T);
+    return grown;
+}
+
+/* Layers that are not recorded keep one chunk's gates, not the sequence's: on several chunks
+   (N = 40 rows give chunks of at most 12 steps, so 14 steps are two of 7, 30 three of 10), the
+   outputs, h_n and c_n equal a recorded call's up to rounding, in no-grad mode and with no
+   input wanting a gradient, and the arena grows by the output, one chunk's gates and three
+   planes (with room for headers), where a recorded call keeps six planes a step besides. */
+static void test_layer_chunks(void)
+{
+    enum { N = 40, I = 5, H = 7, HEADERS = 4096 };
+    static const int lengths[] = {1, 11, 12, 13, 14, 30};
+    int gru, li, grad_off;
+    for (gru = 0; gru <= 1; gru++)
+        for (li = 0; li < (int)(sizeof lengths / sizeof lengths[0]); li++) {
+            int L = lengths[li], chunk = (L + (L + 11) / 12 - 1) / ((L + 11) / 12);
+            size_t plane = (size_t)N * H, n = (size_t)(L + 2) * plane, kept;
+            size_t bound = ((size_t)(L + 1) + (size_t)(gru ? 3 : 4) * chunk + 3) * plane * sizeof(double) + HEADERS;
+            double *rec = (double *)calloc(n, sizeof(double)), *got = (double *)calloc(n, sizeof(double));
+            size_t recorded = chunk_run(gru, 1, 0, L, N, I, H, rec);
+            TH_CHECK(recorded >= (size_t)(7 * L) * plane * sizeof(double),
+                     "%s L %d: a recorded call grew the arena by %zu bytes, less than its kept state",
+                     gru ? "ad_gru" : "ad_lstm", L, recorded);
+            for (grad_off = 0; grad_off <= 1; grad_off++) {
+                memset(got, 0, n * sizeof(double));
+                kept = chunk_run(gru, 0, grad_off, L, N, I, H, got);
+                TH_CHECK(max_diff(rec, got, n) < 1e-13,
+                         "%s L %d, %s: differs from the recorded call by %g", gru ? "ad_gru" : "ad_lstm", L,
+                         grad_off ? "no-grad mode" : "no input wants a gradient", max_diff(rec, got, n));
+                TH_CHECK(kept <= bound, "%s L %d, %s: the arena grew by %zu bytes, more than %zu",
+                         gru ? "ad_gru" : "ad_lstm", L, grad_off ? "no-grad mode" : "no input wants a gradient",
+                         kept, bound);
+            }
+            free(rec);
+            free(got);
+        }
+    th_family("layers not recorded: in chunks, one chunk's gates kept");
+}
+
 /* First and second derivatives against finite differences, the recorded derivative and the
    unrolled cells' gradients against the fused sweep's, gradients into the leaves' buffers, and
    threads. */
@@ -757,6 +844,7 @@ int main(void)
     test_into_leaves();
     test_threads();
     test_layer_forward();
+    test_layer_chunks();
     test_layer_gradients();
     test_errors();
     return th_summary();
