@@ -649,6 +649,68 @@ static void test_layer_chunks(void)
     th_family("layers not recorded: in chunks, one chunk's gates kept");
 }
 
+/* A layer on sizes whose products go through the packed GEMM (w_ih^T and w_hh^T packed once per
+   call): I = H = 300 make K two blocks of the GEMM's depth, and 4H = 1200 columns; on 2 and 3
+   threads the per-step products (5 rows) split by columns or along K, and the input product
+   (200 rows) shares the packed blocks between threads. Its outputs against unrolled cells',
+   whose products pack w_hh^T at each step, on 1, 2 and 3 threads, recorded and in no-grad
+   mode. */
+static void test_layer_packed(void)
+{
+    enum { L = 40, N = 5, I = 300, H = 300 };
+    int gru, threads, grad, i;
+    for (gru = 0; gru <= 1; gru++)
+        for (threads = 1; threads <= 3; threads++)
+            for (grad = 0; grad <= 1; grad++) {
+                ad_tape *T = ad_tape_new();
+                ad_rng rng;
+                int G = (gru ? 3 : 4) * H, sx[3], sh[2], sw_ih[2], sw_hh[2], sb[1], s;
+                ad_tensor *x, *h0, *c0, *w_ih, *w_hh, *b_ih, *b_hh, *y, *h, *c, *hs[L];
+                ad_rng_seed(&rng, 11);
+                ad_set_threads(T, threads);
+                sx[0] = L;
+                sx[1] = N;
+                sx[2] = I;
+                sh[0] = N;
+                sh[1] = H;
+                sw_ih[0] = sw_hh[0] = sb[0] = G;
+                sw_ih[1] = I;
+                sw_hh[1] = H;
+                x = ad_randn(T, 3, sx, 0, 1, &rng);
+                h0 = ad_randn(T, 2, sh, 0, 0.5, &rng);
+                c0 = ad_randn(T, 2, sh, 0, 0.5, &rng);
+                w_ih = ad_randn(T, 2, sw_ih, 0, 0.1, &rng);
+                w_hh = ad_randn(T, 2, sw_hh, 0, 0.05, &rng);
+                b_ih = ad_randn(T, 1, sb, 0, 0.2, &rng);
+                b_hh = ad_randn(T, 1, sb, 0, 0.2, &rng);
+                ad_set_requires_grad(w_hh, 1);
+                ad_set_grad_enabled(T, grad);
+                y = gru ? ad_gru(T, x, h0, w_ih, w_hh, b_ih, b_hh, NULL)
+                        : ad_lstm(T, x, h0, c0, w_ih, w_hh, b_ih, b_hh, NULL, NULL);
+                h = h0;
+                c = c0;
+                for (s = 0; s < L && h; s++) {
+                    ad_tensor *xs = ad_reshape(T, ad_slice(T, x, 0, s, s + 1), 2, sx + 1);
+                    h = gru ? ad_gru_cell(T, xs, h, w_ih, w_hh, b_ih, b_hh)
+                            : ad_lstm_cell(T, xs, h, c, w_ih, w_hh, b_ih, b_hh, &c);
+                    hs[s] = h;
+                }
+                TH_CHECK(y && h, "%s, %d thread(s), grad %d: %s", gru ? "ad_gru" : "ad_lstm", threads, grad, th_errs(T));
+                if (y && h) {
+                    double most = 0;
+                    for (s = 0; s < L; s++)
+                        for (i = 0; i < N * H; i++) {
+                            double d = fabs(y->data[(size_t)s * N * H + i] - hs[s]->data[i]);
+                            if (d > most) most = d;
+                        }
+                    TH_CHECK(most < 1e-12, "%s, %d thread(s), grad %d: the outputs differ from unrolled cells' by %g",
+                             gru ? "ad_gru" : "ad_lstm", threads, grad, most);
+                }
+                ad_tape_free(T);
+            }
+    th_family("layers: packed products against unrolled cells");
+}
+
 /* First and second derivatives against finite differences, the recorded derivative and the
    unrolled cells' gradients against the fused sweep's, gradients into the leaves' buffers, and
    threads. */
@@ -845,6 +907,7 @@ int main(void)
     test_threads();
     test_layer_forward();
     test_layer_chunks();
+    test_layer_packed();
     test_layer_gradients();
     test_errors();
     return th_summary();
