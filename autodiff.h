@@ -114,9 +114,10 @@
    ad_tape_new allocates the tape; its arenas (values and tape entries in one, tensor headers
    and one-element tensors in a second, smaller one) grow by chunks (never moving data) and
    keep them across ad_tape_reset, so the steady state of a loop allocates nothing.
-   ad_tape_free releases all of it. ad_tape_bytes_used and ad_tape_bytes_peak report the arena's use. Besides the arena
-   a tape keeps the GEMM's packing buffers, once a large product runs its worker threads, and
-   once numbers are used one block for their entries (doubled as it fills, kept across resets).
+   ad_tape_free releases all of it. ad_tape_bytes_used and ad_tape_bytes_peak report the arena's
+   use. Besides the arena a tape keeps the GEMM's packing buffers (and, once a recurrent layer
+   runs, room for its packed weights), once a large product runs its worker threads, and once
+   numbers are used one block for their entries (doubled as it fills, kept across resets).
    A backward sweep adds gradients straight into the buffers that leaves already have (a
    parameter store's gradients) and into buffers it made itself, so a training step needs about
    one extra copy of its activations. Parameter stores, optimizers, datasets and images are
@@ -317,12 +318,11 @@
                        model's step 1.1-1.4x (medians of two runs 1.25x and 1.19x).
    0.10.1  2026-11-28  ad_lstm and ad_gru calls that are not recorded (no-grad mode, or no
                        input wanting a gradient) keep only the output and one chunk's
-                       gates: the input projections go 512 rows at a time. An LSTM layer of
-                       256 steps (N 32, H 256) took 10.2 MiB of the arena instead of 56.1.
-   0.10.2  2026-11-28  speed: the layers pack w_ih^T and w_hh^T for the GEMM once per call
-                       (ad__gemm_prepack_bt, ad__gemm_packed), not once per product. The
-                       same bits; on a Zen 3 the step's product h . w_hh^T (32 x 256 .
-                       256 x 1024) 1.25-1.35x, a layer in no-grad mode 1.1x.
+                       gates: the input projections go 512 rows at a time.
+   0.10.2  2026-11-28  speed: the layers pack w_hh^T for the GEMM once per call, not at
+                       every step (ad__gemm_prepack_bt, ad__gemm_packed), and w_ih^T once
+                       when their input products go in chunks, in room the tape keeps
+                       across resets. The same bits.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -913,11 +913,12 @@ AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_t
    each weight, the layer does x w_ih^T and, in the backward sweep, the gradients of x and w_ih
    as one product each over all L N rows, and w_hh's as two (the first step's rows, which read
    h0, and the others'); only h w_hh^T and its input gradient remain products per step, with
-   w_hh^T (and w_ih^T) packed for the GEMM once per call rather than once per product. When
-   the call is recorded, the tape keeps the activated gates, tanh(c) and c of every step
-   (6 L N H values); when it is not (no-grad mode, or no input that wants a gradient), only the
-   output and a few steps' gates, the input products then going a few steps at a time. Stack layers
-   by giving one layer's output to the next. Second derivatives work as the cell's. Returns
+   w_hh^T packed for the GEMM once per call rather than at every step (in memory the tape keeps
+   for that, as its packing buffers). When the call is recorded, the tape keeps the activated
+   gates, tanh(c) and c of every step (6 L N H values); when it is not (no-grad mode, or no
+   input that wants a gradient), only the output and one chunk's gates: the input products then
+   go 512 rows at a time (at least one step). Stack layers by giving one layer's output to the
+   next. Second derivatives work as the cell's. Returns
    NULL (and *h_n, *c_n NULL) when x, w_ih or w_hh is NULL, or, with the tape's error naming
    ad_lstm and every shape, when a shape is not as above. May be called from several threads
    only on different tapes. */
@@ -929,7 +930,7 @@ AUTODIFF_API ad_tensor *ad_lstm(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tens
    the last step's h (a view of the output's last step). x w_ih^T + b_ih and the gradients of
    x and w_ih are one product each over the sequence, w_hh's two, as ad_lstm's. A recorded
    call keeps the activated gates and h w_hh^T + b_hh of every step (6 L N H values), one not
-   recorded a few steps' gates, as ad_lstm. Errors and threads as ad_lstm's, naming ad_gru. */
+   recorded one chunk's gates, as ad_lstm. Errors and threads as ad_lstm's, naming ad_gru. */
 AUTODIFF_API ad_tensor *ad_gru(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tensor *w_ih, ad_tensor *w_hh,
                                ad_tensor *b_ih, ad_tensor *b_hh, ad_tensor **h_n);
 
@@ -2485,6 +2486,8 @@ struct ad_tape {
     ad__node sink;               /* receives saved values when an op is not recorded */
     ad_real *pack;               /* GEMM packing buffers, one per thread, kept across resets */
     size_t pack_cap;
+    ad_real *panels;             /* operands packed once for many products: ad__panels_room */
+    size_t panels_cap;
     int nthreads;                /* 0 until first asked: then the default */
     int bf16;                    /* ad_set_matmul_precision: AD__BF16_* */
     struct ad__pool *pool;
@@ -2569,6 +2572,7 @@ AUTODIFF_API void ad_tape_free(ad_tape *T)
     ad__arena_free(&T->heads);
     ad__pool_free(T->pool);
     AUTODIFF_FREE(T->pack);
+    AUTODIFF_FREE(T->panels);
     AUTODIFF_FREE(T->nums.entries);
     AUTODIFF_FREE(T);
 }
@@ -3203,9 +3207,6 @@ AD__PRIVATE ad__node *ad__push_entry(ad_tape *T, const char *op, ad_tensor *out,
 AD__COLD ad__node *ad__anomaly_forward(ad_tape *T, const char *op, ad_tensor *out, ad_tensor *const *ins, int nin,
                                        ad__node *n); /* >>impl:hooks */
 
-/* Records out as produced by fn from the inputs if any of them requires grad and recording is
-   on. Returns the entry to save values into (a scratch entry when nothing is recorded), or NULL
-   when memory runs out, or when anomaly mode finds a NaN or an Inf that out is the first to have. */
 /* Whether an op with these inputs (NULL ones allowed) is recorded: gradients are on and one of
    them wants a gradient. An op that keeps state only for its backward asks first. */
 AD__INLINE int ad__would_record(const ad_tape *T, ad_tensor *const *ins, int nin)
@@ -3217,6 +3218,9 @@ AD__INLINE int ad__would_record(const ad_tape *T, ad_tensor *const *ins, int nin
     return 0;
 }
 
+/* Records out as produced by fn from the inputs if any of them requires grad and recording is
+   on. Returns the entry to save values into (a scratch entry when nothing is recorded), or NULL
+   when memory runs out, or when anomaly mode finds a NaN or an Inf that out is the first to have. */
 AD__INLINE ad__node *ad__record(ad_tape *T, const char *op, ad_tensor *out, ad__backward_fn fn,
                                 ad_tensor *const *ins, int nin)
 {
@@ -4704,13 +4708,13 @@ AD__INLINE const ad_real *ad__gemm_b_end(int tb, const ad_real *B, ptrdiff_t ldb
 /* An op(B) packed once for many products with it (a recurrent layer's w_hh^T, read at every
    step): for each block of ad__gemm_kc(K) rows, the panels of all its columns, padded to a
    multiple of nr, as ad__pack_b lays them out; the block of rows pc starts at data + pc * width.
-   A product with it reads its columns from col0 on. Made by ad__gemm_prepack_bt, in float only:
-   bfloat16 products pack their own pair panels. */
+   A product with it reads its columns from col0 on. Made by ad__gemm_prepack_bt, not for
+   bfloat16 products, which pack their own pair panels. */
 typedef struct ad__packed_b {
-    const ad_real *data;     /* aligned as the packing buffers are; NULL: not packed */
-    void *memory;            /* the allocation data lies in */
+    const ad_real *data;     /* NULL: not packed, the products pack B themselves */
     size_t width;            /* op(B)'s columns rounded up to nr */
     int nr, col0;
+    int N, K;                /* op(B)'s shape, which a product with it must have */
 } ad__packed_b;
 
 /* The packed block of columns jc.. (of the product's own) and rows pc.. of op(B) in pk. */
@@ -5334,8 +5338,8 @@ AD__PRIVATE void ad__gemm_rows_task(void *ctx, int task, int thread)
     int ic = task * s->rows_per_task, mc = j->M - ic < s->rows_per_task ? j->M - ic : s->rows_per_task;
     int a_full = ad__gemm_a_in_place(j->ker, j->ta, j->lda, mc, s->nc, s->kc);
     if (a_full < mc) ad__pack_a(j->ta, j->A, j->lda, ic + a_full, mc - a_full, s->pc, s->kc, j->ker.mr, pa);
-    ad__gemm_block(j->ker, pa, s->block_b, j->ta, j->A, j->lda, j->B, j->ldb, ic, mc, s->jc, s->nc, s->pc, s->kc, a_full,
-                   0, j->C, j->ldc, j->accumulate || s->pc > 0);
+    ad__gemm_block(j->ker, pa, s->block_b, j->ta, j->A, j->lda, j->B, j->ldb, ic, mc, s->jc, s->nc, s->pc, s->kc,
+                   a_full, 0, j->C, j->ldc, j->accumulate || s->pc > 0);
 }
 
 AD__PRIVATE void ad__gemm_shared(ad_tape *T, const ad__gemm_job *j, int threads)
@@ -5411,7 +5415,7 @@ AD__PRIVATE void ad__gemm_ksplit_task(void *ctx, int task, int thread)
     const ad__gemm_job *j = s->j;
     ad_real *pa = j->pack + (size_t)thread * AD__PACK_PER_THREAD, *pb = pa + (size_t)AD__MC * AD__KC;
     int b, end = ad__ksplit_first(s, task + 1);
-    ad__packed_b block_pk; /* a block of K alone: its rows start the packed op(B) of that call */
+    ad__packed_b block_pk; /* the call below covers one block of K: its packed rows start there */
     for (b = ad__ksplit_first(s, task); b < end; b++) {
         int pc = b * s->kstep, kc = j->K - pc < s->kstep ? j->K - pc : s->kstep;
         const ad_real *a = j->ta ? j->A + (ptrdiff_t)pc * j->lda : j->A + pc;
@@ -5459,6 +5463,12 @@ AD__PRIVATE void ad__gemm_ksplit(ad_tape *T, const ad__gemm_ksplit_job *s)
     }
 }
 
+/* Whether a float product is too small or too thin to pack: plain loops do it. */
+AD__INLINE int ad__gemm_is_small(int M, int N, int K)
+{
+    return (double)M * N * K < 8192.0 || M < 4 || N < 4;
+}
+
 /* Products too small or too thin to pack (and empty ones): done here, returning 1; 0 otherwise.
    In bfloat16 (bf16 set) only the empty ones: every other product is packed, which rounds it. */
 AD__PRIVATE int ad__gemm_unpacked(int bf16, int ta, int tb, int M, int N, int K, const ad_real *A, ptrdiff_t lda,
@@ -5471,7 +5481,7 @@ AD__PRIVATE int ad__gemm_unpacked(int bf16, int ta, int tb, int M, int N, int K,
             for (i = 0; i < M; i++) memset(C + (ptrdiff_t)i * ldc, 0, (size_t)N * sizeof(ad_real));
         return 1;
     }
-    if (!bf16 && ((double)M * N * K < 8192.0 || M < 4 || N < 4)) {
+    if (!bf16 && ad__gemm_is_small(M, N, K)) {
         ad__gemm_small(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
         return 1;
     }
@@ -5518,7 +5528,9 @@ AD__PRIVATE int ad__gemm_packed(ad_tape *T, int ta, int tb, int M, int N, int K,
     if (ad__gemm_unpacked(T->bf16, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return 0;
     job.ker = ad__gemm_pick(N);
     job.bf16 = T->bf16;
-    /* a packing of other panels (another kernel), or in float for a tape now in bfloat16 */
+    AUTODIFF_ASSERT(!pk || !pk->data || (tb && pk->N == N && pk->K == K));
+    /* pk is ignored where its panels are not this product's: another kernel's width, or float
+       panels for a tape now in bfloat16 */
     job.pk = pk && pk->data && pk->nr == job.ker.nr && !job.bf16 ? pk : NULL;
     threads = (double)M * N * K >= AD__SPLIT_MACS ? ad__thread_count(T) : 1;
     job.ta = ta; job.tb = tb; job.M = M; job.N = N; job.K = K;
@@ -5551,45 +5563,60 @@ AD__PRIVATE int ad__gemm_packed(ad_tape *T, int ta, int tb, int M, int N, int K,
     return 0;
 }
 
+/* ad__gemm_packed for a B that is packed as the product goes. */
 AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const ad_real *A, ptrdiff_t lda,
                          const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
 {
     return ad__gemm_packed(T, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate, NULL);
 }
 
-/* A transposed op(B) (K x N, from B as ad__gemm reads it) packed once into pk for the products
-   that follow with it, in memory of its own (ad__packed_b_free releases it). Only in float and
-   for a transposed B, which every product packs (an untransposed one is often read in place).
-   Otherwise, or when memory runs short, pk->data stays NULL and the products pack B themselves;
-   the results are the same either way. */
-AD__PRIVATE void ad__gemm_prepack_bt(const ad_tape *T, int N, int K, const ad_real *B, ptrdiff_t ldb,
+/* Values of a packed transposed op(B) of K x N for the kernel ad__gemm_pick(N) chooses, rounded
+   up to whole 64-byte lines so that packings placed one after another stay aligned. */
+AD__PRIVATE size_t ad__packed_bt_values(int N, int K)
+{
+    size_t nr = (size_t)ad__gemm_pick(N).nr, line = AD__ALIGN / sizeof(ad_real);
+    size_t values = ((size_t)N + nr - 1) / nr * nr * (size_t)K;
+    return (values + line - 1) / line * line;
+}
+
+/* Room on T for packed operands (ad__gemm_prepack_bt): aligned, grown as needed and kept across
+   resets, as the packing buffers are, so that a loop of calls allocates nothing after its first.
+   Its contents last until the next call asks for room. NULL when memory runs out. */
+AD__PRIVATE ad_real *ad__panels_room(ad_tape *T, size_t values)
+{
+    size_t need = values + AD__ALIGN;
+    if (T->panels_cap < need) {
+        ad_real *p = (ad_real *)AUTODIFF_REALLOC(T->panels, need * sizeof(ad_real));
+        if (!p) return NULL;
+        T->panels = p;
+        T->panels_cap = need;
+    }
+    return (ad_real *)(((uintptr_t)T->panels + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
+}
+
+/* A transposed op(B) (K x N, from B as ad__gemm reads it) packed once into dst (aligned, with
+   ad__packed_bt_values(N, K) values), described by pk, for products that read it many times.
+   A transposed B is packed by every product (an untransposed one is often read in place). With
+   dst NULL, or on a tape in bfloat16, pk->data is NULL and the products pack B themselves; the
+   results are the same either way. */
+AD__PRIVATE void ad__gemm_prepack_bt(const ad_tape *T, int N, int K, const ad_real *B, ptrdiff_t ldb, ad_real *dst,
                                      ad__packed_b *pk)
 {
     ad__gemm_kernel ker = ad__gemm_pick(N);
     const int kstep = ad__gemm_kc(K);
     const ad_real *b_end;
-    ad_real *data;
     int pc;
     pk->data = NULL;
-    pk->memory = NULL;
     pk->nr = ker.nr;
     pk->col0 = 0;
+    pk->N = N;
+    pk->K = K;
     pk->width = ((size_t)N + (size_t)ker.nr - 1) / (size_t)ker.nr * (size_t)ker.nr;
-    if (T->bf16 || N <= 0 || K <= 0 ||
-        !(pk->memory = AUTODIFF_MALLOC(pk->width * (size_t)K * sizeof(ad_real) + AD__ALIGN)))
-        return;
-    data = (ad_real *)(((uintptr_t)pk->memory + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
+    if (!dst || T->bf16 || N <= 0 || K <= 0) return;
     b_end = ad__gemm_b_end(1, B, ldb, N, K);
     for (pc = 0; pc < K; pc += kstep)
-        ad__pack_b(1, B, ldb, b_end, pc, K - pc < kstep ? K - pc : kstep, 0, N, ker.nr, data + (size_t)pc * pk->width);
-    pk->data = data;
-}
-
-AD__PRIVATE void ad__packed_b_free(ad__packed_b *pk)
-{
-    AUTODIFF_FREE(pk->memory);
-    pk->memory = NULL;
-    pk->data = NULL;
+        ad__pack_b(1, B, ldb, b_end, pc, K - pc < kstep ? K - pc : kstep, 0, N, ker.nr, dst + (size_t)pc * pk->width);
+    pk->data = dst;
 }
 
 /* >>ops:elementwise -------------------------------------------------------------------------- */
@@ -12377,14 +12404,14 @@ AUTODIFF_API ad_tensor *ad_lstm_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_
    ad_lstm runs ad_lstm_cell's step over L time steps in one entry, whose result is [L + 1, N, H]:
    the h of every step, then the last c; the outputs, h_n and c_n are views of its parts
    (ad__rnn_part). The input projections of all steps are one product of L N rows, x w_ih^T,
-   so only h w_hh^T remains a product of N rows per step; w_ih^T and w_hh^T are packed once for
-   all of the call's products (ad__gemm_prepack_bt). The backward sweep goes back through
-   the steps with the cell's fused pass and one product per step, dh = d gates w_hh, keeping
-   every step's d gates; x's and w_ih's gradients are then one product each over the L N rows,
-   and w_hh's two (ad__rnn_layer_w_hh_grad). The tape keeps every step's activated gates,
-   tanh(c) and c. A call that is not recorded keeps none of them: the input projections then
-   go AD__RNN_CHUNK_ROWS rows at a time (ad__rnn_chunk_steps) into one chunk's gates, and the
-   steps share one tanh(c) and two c in turn. */
+   so only h w_hh^T remains a product of N rows per step; w_hh^T (and w_ih^T when the input
+   products go in chunks) is packed once for all of the call's products (ad__rnn_prepack). The
+   backward sweep goes back through the steps with the cell's fused pass and one product per
+   step, dh = d gates w_hh, keeping every step's d gates; x's and w_ih's gradients are then one
+   product each over the L N rows, and w_hh's two (ad__rnn_layer_w_hh_grad). The tape keeps
+   every step's activated gates, tanh(c) and c. A call that is not recorded keeps none of them:
+   the input projections then go AD__RNN_CHUNK_ROWS rows at a time (ad__rnn_chunk_steps) into
+   one chunk's gates, and the steps share one tanh(c) and two c in turn. */
 
 /* The layer's step: gates (their sum after the input projection) gain h w_hh^T (w_hh^T read
    from hh where packed) and are activated; h and c are written where the job says. */
@@ -12521,6 +12548,22 @@ AD__INLINE int ad__rnn_chunk_steps(int L, int N)
     return (L + chunks - 1) / chunks;
 }
 
+/* w_ih^T and w_hh^T of a layer of L steps of N rows packed once, in the tape's room for
+   packed operands, where several products read them: w_hh^T when there is more than one step,
+   w_ih^T when the input products go in more than one chunk of `chunk` steps (one product
+   packs it as well itself), neither for products small enough for plain loops. ih and hh say
+   what was packed; without memory nothing is, and the products pack their B themselves. */
+AD__PRIVATE void ad__rnn_prepack(ad_tape *T, const ad_tensor *w_ih, const ad_tensor *w_hh, int L, int N, int chunk,
+                                 ad__packed_b *ih, ad__packed_b *hh)
+{
+    int G = w_hh->shape[0], I = w_ih->shape[1], H = w_hh->shape[1];
+    int pack_ih = chunk < L && !ad__gemm_is_small(chunk * N, G, I), pack_hh = L > 1 && !ad__gemm_is_small(N, G, H);
+    size_t n_ih = pack_ih ? ad__packed_bt_values(G, I) : 0, n_hh = pack_hh ? ad__packed_bt_values(G, H) : 0;
+    ad_real *room = n_ih + n_hh && !T->bf16 ? ad__panels_room(T, n_ih + n_hh) : NULL;
+    ad__gemm_prepack_bt(T, G, I, w_ih->data, I, room && pack_ih ? room : NULL, ih);
+    ad__gemm_prepack_bt(T, G, H, w_hh->data, H, room && pack_hh ? room + n_ih : NULL, hh);
+}
+
 /* A layer's product found no memory for its packing buffer: recorded, and NULL returned. */
 AD__COLD ad_tensor *ad__rnn_out_of_memory(ad_tape *T, const char *op)
 {
@@ -12579,9 +12622,7 @@ AUTODIFF_API ad_tensor *ad_lstm(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tens
     job.H = H;
     h = h0->data;
     c = c0->data;
-    /* w_ih^T and w_hh^T packed once for every product with them */
-    ad__gemm_prepack_bt(T, 4 * H, x->shape[2], w_ih->data, x->shape[2], &ih);
-    ad__gemm_prepack_bt(T, 4 * H, H, w_hh->data, H, &hh);
+    ad__rnn_prepack(T, w_ih, w_hh, L, N, chunk, &ih, &hh);
     for (t0 = 0; t0 < L && !failed; t0 += chunk) {
         int steps = L - t0 < chunk ? L - t0 : chunk;
         /* b_ih + b_hh + the chunk's x w_ih^T, in one product */
@@ -12597,8 +12638,6 @@ AUTODIFF_API ad_tensor *ad_lstm(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tens
             c = job.cn;
         }
     }
-    ad__packed_b_free(&ih);
-    ad__packed_b_free(&hh);
     if (failed) return ad__rnn_out_of_memory(T, "ad_lstm");
     memcpy(y->data + (size_t)L * plane, c, plane * sizeof(ad_real));
     if (!ad__rnn_record(T, "ad_lstm", y, ad__lstm_layer_backward, ins, 5, b_ih, b_hh, gates, aux))
@@ -12783,8 +12822,9 @@ AUTODIFF_API ad_tensor *ad_gru_cell(ad_tape *T, ad_tensor *x, ad_tensor *h, ad_t
    of every step (h_n is a view of its last step). As in the LSTM layer, x w_ih^T + b_ih of all
    steps is one product of L N rows, the gradients of x and w_ih (from every step's d gi) one
    product each, and w_hh's (from every step's d gh) two; h w_hh^T + b_hh and dh stay products
-   of N rows per step, w_ih^T and w_hh^T packed once per call. The tape keeps every step's activated r z n and h w_hh^T + b_hh; a call
-   that is not recorded, one chunk's r z n and one step's h w_hh^T + b_hh, as the LSTM's. */
+   of N rows per step, with w_hh^T packed once per call. The tape keeps every step's activated
+   r z n and h w_hh^T + b_hh; a call that is not recorded, one chunk's r z n and one step's
+   h w_hh^T + b_hh, as the LSTM's. */
 
 /* The recorded derivative: the layer rebuilt step by step with recorded ops, then the cell's
    recorded derivative taken back through the steps. */
@@ -12918,9 +12958,7 @@ AUTODIFF_API ad_tensor *ad_gru(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tenso
     gh = gi + (size_t)chunk * 3 * plane;
     job.H = H;
     job.h = h0->data;
-    /* w_ih^T and w_hh^T packed once for every product with them */
-    ad__gemm_prepack_bt(T, 3 * H, x->shape[2], w_ih->data, x->shape[2], &ih);
-    ad__gemm_prepack_bt(T, 3 * H, H, w_hh->data, H, &hh);
+    ad__rnn_prepack(T, w_ih, w_hh, L, N, chunk, &ih, &hh);
     for (t0 = 0; t0 < L && !failed; t0 += chunk) {
         int steps = L - t0 < chunk ? L - t0 : chunk;
         /* b_ih + the chunk's x w_ih^T in one product; b_hh + h w_hh^T step by step */
@@ -12931,13 +12969,12 @@ AUTODIFF_API ad_tensor *ad_gru(ad_tape *T, ad_tensor *x, ad_tensor *h0, ad_tenso
             job.gh = keep ? gh + (size_t)t * 3 * plane : gh;
             job.y = y->data + (size_t)t * plane;
             if (b_hh) ad__rnn_bias_rows(job.gh, (size_t)N, 3 * H, b_hh, NULL);
-            failed = ad__gemm_packed(T, 0, 1, N, 3 * H, H, job.h, H, w_hh->data, H, job.gh, 3 * H, b_hh != NULL, &hh) != 0;
+            failed =
+                ad__gemm_packed(T, 0, 1, N, 3 * H, H, job.h, H, w_hh->data, H, job.gh, 3 * H, b_hh != NULL, &hh) != 0;
             if (!failed) ad__parallel_items(T, ad__gru_forward_range, &job, (size_t)N, (size_t)H * 6, 1);
             job.h = job.y;
         }
     }
-    ad__packed_b_free(&ih);
-    ad__packed_b_free(&hh);
     if (failed) return ad__rnn_out_of_memory(T, "ad_gru");
     if (!ad__rnn_record(T, "ad_gru", y, ad__gru_layer_backward, ins, 4, b_ih, b_hh, gi, gh))
         return NULL;

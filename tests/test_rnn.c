@@ -563,6 +563,32 @@ static void test_layer_forward(void)
     th_family("layers: forward against unrolled cells");
 }
 
+/* A layer's inputs on T, random from seed: in[0] x [L, N, I], in[1] h0 and in[2] c0 [N, H],
+   in[3] w_ih [G, I] and in[4] w_hh [G, H] (standard deviations w_scale and w_scale / 2),
+   in[5] b_ih and in[6] b_hh [G], with G = 3H for a GRU, 4H for an LSTM. */
+static void layer_inputs(ad_tape *T, int gru, int L, int N, int I, int H, double w_scale, unsigned seed,
+                         ad_tensor **in)
+{
+    ad_rng rng;
+    int sx[3], sh[2], sw_ih[2], sw_hh[2], sb[1];
+    ad_rng_seed(&rng, seed);
+    sx[0] = L;
+    sx[1] = N;
+    sx[2] = I;
+    sh[0] = N;
+    sh[1] = H;
+    sw_ih[0] = sw_hh[0] = sb[0] = (gru ? 3 : 4) * H;
+    sw_ih[1] = I;
+    sw_hh[1] = H;
+    in[0] = ad_randn(T, 3, sx, 0, 1, &rng);
+    in[1] = ad_randn(T, 2, sh, 0, 0.5, &rng);
+    in[2] = ad_randn(T, 2, sh, 0, 0.5, &rng);
+    in[3] = ad_randn(T, 2, sw_ih, 0, w_scale, &rng);
+    in[4] = ad_randn(T, 2, sw_hh, 0, w_scale / 2, &rng);
+    in[5] = ad_randn(T, 1, sb, 0, 0.2, &rng);
+    in[6] = ad_randn(T, 1, sb, 0, 0.2, &rng);
+}
+
 /* One layer call on a tape of its own: the outputs (and h_n, c_n) written into out, and the
    arena's growth over the call. record: inputs that want gradients and recording on; else none
    wanted (the layer is not recorded), with grad_off choosing no-grad mode or inputs without
@@ -570,26 +596,10 @@ static void test_layer_forward(void)
 static size_t chunk_run(int gru, int record, int grad_off, int L, int N, int I, int H, double *out)
 {
     ad_tape *T = ad_tape_new();
-    ad_rng rng;
-    int sx[3], sh[2], sw_ih[2], sw_hh[2], sb[1], i, G = (gru ? 3 : 4) * H;
+    int i;
     ad_tensor *in[7], *y, *hn = NULL, *cn = NULL;
     size_t before, grown, plane = (size_t)N * H;
-    ad_rng_seed(&rng, 7);
-    sx[0] = L;
-    sx[1] = N;
-    sx[2] = I;
-    sh[0] = N;
-    sh[1] = H;
-    sw_ih[0] = sw_hh[0] = sb[0] = G;
-    sw_ih[1] = I;
-    sw_hh[1] = H;
-    in[0] = ad_randn(T, 3, sx, 0, 1, &rng);
-    in[1] = ad_randn(T, 2, sh, 0, 0.5, &rng);
-    in[2] = ad_randn(T, 2, sh, 0, 0.5, &rng);
-    in[3] = ad_randn(T, 2, sw_ih, 0, 0.4, &rng);
-    in[4] = ad_randn(T, 2, sw_hh, 0, 0.4, &rng);
-    in[5] = ad_randn(T, 1, sb, 0, 0.2, &rng);
-    in[6] = ad_randn(T, 1, sb, 0, 0.2, &rng);
+    layer_inputs(T, gru, L, N, I, H, 0.4, 7, in);
     for (i = 0; i < 7; i++) ad_set_requires_grad(in[i], record || !grad_off);
     if (!record) {
         if (grad_off) ad_set_grad_enabled(T, 0);
@@ -663,26 +673,17 @@ static void test_layer_packed(void)
         for (threads = 1; threads <= 3; threads++)
             for (grad = 0; grad <= 1; grad++) {
                 ad_tape *T = ad_tape_new();
-                ad_rng rng;
-                int G = (gru ? 3 : 4) * H, sx[3], sh[2], sw_ih[2], sw_hh[2], sb[1], s;
-                ad_tensor *x, *h0, *c0, *w_ih, *w_hh, *b_ih, *b_hh, *y, *h, *c, *hs[L];
-                ad_rng_seed(&rng, 11);
+                int s, step_shape[2] = {N, I};
+                ad_tensor *in[7], *x, *h0, *c0, *w_ih, *w_hh, *b_ih, *b_hh, *y, *h, *c, *hs[L];
                 ad_set_threads(T, threads);
-                sx[0] = L;
-                sx[1] = N;
-                sx[2] = I;
-                sh[0] = N;
-                sh[1] = H;
-                sw_ih[0] = sw_hh[0] = sb[0] = G;
-                sw_ih[1] = I;
-                sw_hh[1] = H;
-                x = ad_randn(T, 3, sx, 0, 1, &rng);
-                h0 = ad_randn(T, 2, sh, 0, 0.5, &rng);
-                c0 = ad_randn(T, 2, sh, 0, 0.5, &rng);
-                w_ih = ad_randn(T, 2, sw_ih, 0, 0.1, &rng);
-                w_hh = ad_randn(T, 2, sw_hh, 0, 0.05, &rng);
-                b_ih = ad_randn(T, 1, sb, 0, 0.2, &rng);
-                b_hh = ad_randn(T, 1, sb, 0, 0.2, &rng);
+                layer_inputs(T, gru, L, N, I, H, 0.1, 11, in);
+                x = in[0];
+                h0 = in[1];
+                c0 = in[2];
+                w_ih = in[3];
+                w_hh = in[4];
+                b_ih = in[5];
+                b_hh = in[6];
                 ad_set_requires_grad(w_hh, 1);
                 ad_set_grad_enabled(T, grad);
                 y = gru ? ad_gru(T, x, h0, w_ih, w_hh, b_ih, b_hh, NULL)
@@ -690,7 +691,7 @@ static void test_layer_packed(void)
                 h = h0;
                 c = c0;
                 for (s = 0; s < L && h; s++) {
-                    ad_tensor *xs = ad_reshape(T, ad_slice(T, x, 0, s, s + 1), 2, sx + 1);
+                    ad_tensor *xs = ad_reshape(T, ad_slice(T, x, 0, s, s + 1), 2, step_shape);
                     h = gru ? ad_gru_cell(T, xs, h, w_ih, w_hh, b_ih, b_hh)
                             : ad_lstm_cell(T, xs, h, c, w_ih, w_hh, b_ih, b_hh, &c);
                     hs[s] = h;

@@ -704,6 +704,79 @@ static void test_float_gemm_ksplit(void)
     ad_tape_free(T);
 }
 
+/* (h4) ad__gemm_packed with B^T packed once (ad__gemm_prepack_bt), as the recurrent layers use
+   it, equals ad__gemm packing B itself, bit for bit, on 1, 2 and 3 threads, with and without
+   accumulating, on shapes that take each path: a few rows (the layers' per-step products, split
+   by columns on threads), K over the cache block with a shorter last block (520 = 174 + 174 +
+   172), N over AD__NC, a small C split along K, and B shared between threads (M over AD__MC). */
+static void test_float_gemm_prepacked(void)
+{
+    static const int sizes[][3] = {{32, 1024, 256}, {5, 1200, 520}, {6, 2100, 40}, {4, 1024, 1024},
+                                   {200, 300, 600}, {3, 64, 64}};
+    size_t si;
+    int threads, acc, r;
+    ad_rng rng;
+    ad_rng_seed(&rng, 44);
+    for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        int m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
+        float *A = (float *)malloc((size_t)m * k * sizeof(float)), *B = (float *)malloc((size_t)n * k * sizeof(float));
+        float *C = (float *)malloc((size_t)m * n * sizeof(float)), *Cp = (float *)malloc((size_t)m * n * sizeof(float));
+        for (r = 0; r < m * k; r++) A[r] = (float)(2 * ad_rng_uniform(&rng) - 1);
+        for (r = 0; r < n * k; r++) B[r] = (float)(2 * ad_rng_uniform(&rng) - 1);
+        for (threads = 1; threads <= 3; threads++)
+            for (acc = 0; acc <= 1; acc++) {
+                ad_tape *T = ad_tape_new();
+                ad__packed_b pk;
+                int ok;
+                ad_set_threads(T, threads);
+                ad__gemm_prepack_bt(T, n, k, B, k, ad__panels_room(T, ad__packed_bt_values(n, k)), &pk);
+                for (r = 0; r < m * n; r++) C[r] = Cp[r] = (float)r / (float)(m * n);
+                ok = ad__gemm(T, 0, 1, m, n, k, A, k, B, k, C, n, acc) == 0 &&
+                     ad__gemm_packed(T, 0, 1, m, n, k, A, k, B, k, Cp, n, acc, &pk) == 0;
+                TH_CHECK(ok && pk.data && memcmp(C, Cp, (size_t)m * n * sizeof(float)) == 0,
+                         "%d x %d x %d on %d thread(s), accumulate %d: the product from B packed once differs",
+                         m, n, k, threads, acc);
+                ad_tape_free(T);
+            }
+        free(A);
+        free(B);
+        free(C);
+        free(Cp);
+    }
+}
+
+/* (h5) recurrent layers in a loop, recorded and in no-grad mode, allocate nothing after the
+   first pass: their packed weights live in room the tape keeps. */
+static void test_layer_allocations(void)
+{
+    enum { L = 6, N = 8, I = 24, H = 40, PASSES = 4 };
+    int sx[] = {L, N, I}, sw_ih[] = {4 * H, I}, sw_hh[] = {4 * H, H}, pass, gru;
+    long after_first = 0, before = live();
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    ad_rng_seed(&rng, 45);
+    for (pass = 0; pass < PASSES; pass++) {
+        for (gru = 0; gru <= 1; gru++) {
+            ad_tensor *x, *w_ih, *w_hh, *y;
+            sw_ih[0] = sw_hh[0] = (gru ? 3 : 4) * H;
+            x = ad_rand(T, 3, sx, -1, 1, &rng);
+            w_ih = ad_rand(T, 2, sw_ih, -0.2, 0.2, &rng);
+            w_hh = ad_rand(T, 2, sw_hh, -0.2, 0.2, &rng);
+            ad_set_requires_grad(w_hh, 1);
+            ad_set_grad_enabled(T, pass % 2);
+            y = gru ? ad_gru(T, x, NULL, w_ih, w_hh, NULL, NULL, NULL)
+                    : ad_lstm(T, x, NULL, NULL, w_ih, w_hh, NULL, NULL, NULL, NULL);
+            TH_CHECK(y && (pass % 2 == 0 || ad_backward(T, ad_sum(T, y)) == 0), "%s, pass %d: %s",
+                     gru ? "ad_gru" : "ad_lstm", pass, th_errs(T));
+            ad_tape_reset(T);
+        }
+        if (pass == 1) after_first = allocs(); /* a recorded pass and one in no-grad mode */
+    }
+    TH_CHECK(allocs() == after_first, "%ld allocations after the first passes of the layers", allocs() - after_first);
+    ad_tape_free(T);
+    TH_CHECK(live() == before, "ad_tape_free left %ld blocks", live() - before);
+}
+
 /* (i) the thread pool: many products in quick succession, split by rows and by columns, on more
    threads than the machine may have cores, now and then after a pause long enough for the
    workers to fall asleep; every result must equal the single-thread one bit for bit. */
@@ -2805,6 +2878,8 @@ int main(void)
     test_float_pack_a();
     test_float_gemm_shared();
     test_float_gemm_ksplit();
+    test_float_gemm_prepacked();
+    test_layer_allocations();
     test_float_optim();
     test_float_unary_accuracy();
     test_float_unary_avx2();
