@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.2 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.3 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -323,6 +323,7 @@
                        every step (ad__gemm_prepack_bt, ad__gemm_packed), and w_ih^T once
                        when their input products go in chunks, in room the tape keeps
                        across resets. The same bits.
+   0.10.3  2026-11-28  speed: ad_clip_grad_norm sums the squares in eight running sums.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -332,7 +333,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 2
+#define AUTODIFF_VERSION_PATCH 3
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -15834,10 +15835,23 @@ AUTODIFF_API ad_optim_desc ad_optim_settings(const ad_optim *O)
     return d;
 }
 
+/* The sum of the squares of v[0..n) in double, in eight running sums so that the adds do not
+   wait on each other (one running sum took twice as long over a GPT's 800,000 gradients),
+   combined in a fixed order. */
+AD__PRIVATE double ad__sum_squares(const ad_real *v, size_t n)
+{
+    double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t j, k;
+    for (j = 0; j + 8 <= n; j += 8)
+        for (k = 0; k < 8; k++) part[k] += (double)v[j + k] * (double)v[j + k];
+    for (; j < n; j++) part[0] += (double)v[j] * (double)v[j];
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
 AUTODIFF_API double ad_clip_grad_norm(ad_params *P, double max_norm)
 {
     ad_real *AD__RESTRICT g;
-    double sum = 0, norm, coef;
+    double norm, coef;
     size_t i, n;
     if (!P) return -1;
     if (!(max_norm >= 0)) {
@@ -15846,8 +15860,7 @@ AUTODIFF_API double ad_clip_grad_norm(ad_params *P, double max_norm)
     }
     g = P->grad;
     n = P->nscalars;
-    for (i = 0; i < n; i++) sum += (double)g[i] * (double)g[i];
-    norm = sqrt(sum);
+    norm = sqrt(ad__sum_squares(g, n));
     coef = max_norm / (norm + 1e-6);
     if (ad__train_finite(norm) && coef < 1) {
         ad_real c = (ad_real)coef;

@@ -2,8 +2,9 @@
    [512,256], [256,10] and their biases: 535818 scalars, 2.1 MB) by SGD, SGD with momentum 0.9
    and Adam, on the tape's threads (ad_optim_step_on). The gradients are set once; each step
    reads them and the parameters (and the optimizer's state) and writes the parameters back,
-   as a training step does after its backward pass.
-   Reports microseconds per step, the median of several batches of steps.
+   as a training step does after its backward pass. Also the norm of those gradients, as
+   ad_clip_grad_norm takes it before a step (a max_norm it never reaches, so nothing is scaled).
+   Reports microseconds per step (or per norm), the median of several batches.
 
    Build: cc -O2 -I. bench/optim.c -lm -lpthread
    Run:   bench/optim      (environment BENCH_CLOCK=cpu: see bench.h) */
@@ -73,6 +74,17 @@ int main(void)
             char key[64];
             snprintf(key, sizeof key, "optim.%s.us.ours", kinds[k].key);
             bench_result(key, us);
+        }
+        if (k == 0) { /* the norm, on the same store */
+            double norm = 0;
+            for (b = 0; b < BATCHES; b++) {
+                double t = bench_time();
+                for (s = 0; s < STEPS; s++) norm += ad_clip_grad_norm(P, 1e30);
+                times[b] = bench_time() - t;
+            }
+            us = bench_median(times, BATCHES) / STEPS * 1e6;
+            printf("# %-18s %zu scalars: %8.1f us per norm (checksum %.6g)\n", "gradient norm", n, us, norm);
+            bench_result("optim.clip.us.ours", us);
         }
         ad_optim_free(O);
         ad_params_free(P);

@@ -274,6 +274,7 @@ ROWS=$OUT/rows.txt
     echo "SGD step, 535818 parameters (MLP 784-512-256-10), us|optim.sgd.us.ours|optim.sgd.us.torch|PyTorch|lo"
     echo "SGD momentum 0.9 step, same parameters, us|optim.momentum.us.ours|optim.momentum.us.torch|PyTorch|lo"
     echo "Adam step, same parameters, us|optim.adam.us.ours|optim.adam.us.torch|PyTorch|lo"
+    echo "gradient norm (ad_clip_grad_norm, clip_grad_norm_), same parameters, us|optim.clip.us.ours|optim.clip.us.torch|PyTorch|lo"
     for f in exp log sigmoid tanh sin softmax; do
         echo "$f of 256x1024 floats, forward, us|unary.$f.fwd.us.ours|unary.$f.fwd.us.torch|PyTorch|lo"
         echo "$f of 256x1024 floats, forward+sum+backward, us|unary.$f.train.us.ours|unary.$f.train.us.torch|PyTorch|lo"

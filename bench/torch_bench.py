@@ -164,6 +164,16 @@ def bench_optim():
         us = statistics.median(times) / steps * 1e6
         print("# %-18s %d scalars: %8.1f us per step" % (what, n, us))
         result("optim.%s.us.torch" % key, us)
+        if key == "sgd":  # the norm of the same gradients, as clip_grad_norm_ takes it
+            times = []
+            for _ in range(7):
+                t = now()
+                for _ in range(steps):
+                    torch.nn.utils.clip_grad_norm_(params, 1e30)
+                times.append(now() - t)
+            us = statistics.median(times) / steps * 1e6
+            print("# %-18s %d scalars: %8.1f us per norm" % ("gradient norm", n, us))
+            result("optim.clip.us.torch", us)
 
 
 def bench_unary():
