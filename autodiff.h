@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.3 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.4 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -324,6 +324,11 @@
                        when their input products go in chunks, in room the tape keeps
                        across resets. The same bits.
    0.10.3  2026-11-28  speed: ad_clip_grad_norm sums the squares in eight running sums.
+   0.10.4  2026-11-28  speed: products with one to three rows of C (a recurrent layer's
+                       step on one sequence, a classifier on one image) run on vector
+                       kernels of their own (ad__gemm_thin), not scalar loops; with B
+                       transposed each value is a dot product in 16 running sums. Their
+                       last bits change.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -333,7 +338,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 3
+#define AUTODIFF_VERSION_PATCH 4
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -4543,11 +4548,198 @@ AD__PRIVATE AD__CODE_ALIGN void ad__pack_b(int tb, const ad_real *B, ptrdiff_t l
     }
 }
 
-/* Small products: plain loops, no packing. */
+#if AD__HAS_VECTOR_EXT
+/* Products with fewer than four rows of C, such as a recurrent layer's step on one sequence or a
+   classifier on one image: too thin for the packed kernels, whose tiles have 6 or 8 rows, and
+   read in place. The few rows of op(A) go against all of op(B) at once, so that B, the large
+   operand, is read once:
+   - B not transposed (NAME_axpy_rows): the rows of C are sums of B's rows scaled by values of
+     op(A), vectors along N: JV vectors of columns at a time, then one, then single columns;
+   - B transposed and A not (NAME_dot_rows): each value of C is a dot product of two rows
+     contiguous along K, up to four columns of C at a time so that several sums are in flight.
+     A dot product keeps AD__THIN_SUMS running sums, sum l taking every k = l mod AD__THIN_SUMS,
+     added up in a fixed order at the end (ad__thin_total); a last part of K is zero-padded to a
+     whole step. So the order does not depend on the vector width.
+   R is a constant in every caller (1, 2 or 3), so the accumulators stay in registers. */
+#define AD__THIN_SUMS 16
+/* The AD__THIN_SUMS running sums of a thin dot product, added up pairwise in a fixed order. */
+AD__INLINE ad_real ad__thin_total(const ad_real *sums)
+{
+    ad_real t[AD__THIN_SUMS];
+    int width, l;
+    memcpy(t, sums, sizeof t);
+    for (width = AD__THIN_SUMS / 2; width > 0; width /= 2)
+        for (l = 0; l < width; l++) t[l] += t[l + width];
+    return t[0];
+}
+
+#define AD__DEFINE_THIN_KERNELS(NAME, ATTR, VBYTES, JV)                                           \
+    typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                             \
+    static ATTR AD__ALWAYS_INLINE AD__INLINE_KEYWORD void NAME##_axpy_rows(                       \
+        const int R, int ta, int N, int K, const ad_real *AD__RESTRICT A, ptrdiff_t lda,          \
+        const ad_real *AD__RESTRICT B, ptrdiff_t ldb, ad_real *AD__RESTRICT C, ptrdiff_t ldc,     \
+        int accumulate)                                                                          \
+    {                                                                                            \
+        enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
+        const ptrdiff_t a_row = ta ? 1 : lda, a_k = ta ? lda : 1;                               \
+        int i, j = 0, k, v;                                                                      \
+        NAME##_vec zero;                                                                         \
+        memset(&zero, 0, sizeof zero);                                                           \
+        for (; j + JV * VL <= N; j += JV * VL) {                                                 \
+            NAME##_vec c[3][JV];                                                                 \
+            _Pragma("GCC unroll 4") for (i = 0; i < R; i++)                                      \
+            _Pragma("GCC unroll 4") for (v = 0; v < JV; v++) c[i][v] = zero;                     \
+            for (k = 0; k < K; k++) {                                                            \
+                NAME##_vec b[JV];                                                                \
+                _Pragma("GCC unroll 4") for (v = 0; v < JV; v++)                                 \
+                    memcpy(&b[v], B + (ptrdiff_t)k * ldb + j + v * VL, VBYTES);                  \
+                _Pragma("GCC unroll 4") for (i = 0; i < R; i++) {                                \
+                    NAME##_vec a = A[i * a_row + k * a_k] - zero;                                \
+                    _Pragma("GCC unroll 4") for (v = 0; v < JV; v++) c[i][v] += a * b[v];        \
+                }                                                                                \
+            }                                                                                    \
+            _Pragma("GCC unroll 4") for (i = 0; i < R; i++)                                      \
+            _Pragma("GCC unroll 4") for (v = 0; v < JV; v++) {                                   \
+                ad_real *dst = C + i * ldc + j + v * VL;                                         \
+                NAME##_vec old;                                                                  \
+                if (accumulate) {                                                                \
+                    memcpy(&old, dst, VBYTES);                                                   \
+                    c[i][v] += old;                                                              \
+                }                                                                                \
+                memcpy(dst, &c[i][v], VBYTES);                                                   \
+            }                                                                                    \
+        }                                                                                        \
+        for (; j + VL <= N; j += VL) {                                                           \
+            NAME##_vec c[3];                                                                     \
+            _Pragma("GCC unroll 4") for (i = 0; i < R; i++) c[i] = zero;                         \
+            for (k = 0; k < K; k++) {                                                            \
+                NAME##_vec b;                                                                    \
+                memcpy(&b, B + (ptrdiff_t)k * ldb + j, VBYTES);                                  \
+                _Pragma("GCC unroll 4") for (i = 0; i < R; i++) c[i] += (A[i * a_row + k * a_k] - zero) * b; \
+            }                                                                                    \
+            _Pragma("GCC unroll 4") for (i = 0; i < R; i++) {                                    \
+                NAME##_vec old;                                                                  \
+                if (accumulate) {                                                                \
+                    memcpy(&old, C + i * ldc + j, VBYTES);                                       \
+                    c[i] += old;                                                                 \
+                }                                                                                \
+                memcpy(C + i * ldc + j, &c[i], VBYTES);                                          \
+            }                                                                                    \
+        }                                                                                        \
+        for (; j < N; j++)                                                                       \
+            for (i = 0; i < R; i++) {                                                            \
+                ad_real s = 0;                                                                   \
+                for (k = 0; k < K; k++) s += A[i * a_row + k * a_k] * B[(ptrdiff_t)k * ldb + j]; \
+                C[i * ldc + j] = accumulate ? C[i * ldc + j] + s : s;                            \
+            }                                                                                    \
+    }                                                                                            \
+    static ATTR AD__ALWAYS_INLINE AD__INLINE_KEYWORD void NAME##_dot_rows(                        \
+        const int R, int N, int K, const ad_real *AD__RESTRICT A, ptrdiff_t lda,                 \
+        const ad_real *AD__RESTRICT B, ptrdiff_t ldb, ad_real *AD__RESTRICT C, ptrdiff_t ldc,     \
+        int accumulate)                                                                          \
+    {                                                                                            \
+        enum { VL = (int)(VBYTES / sizeof(ad_real)), NV = AD__THIN_SUMS / VL,                    \
+               JB = NV >= 4 ? 1 : 4 / NV };                                                      \
+        int i, j, k, v, b;                                                                       \
+        NAME##_vec zero;                                                                         \
+        memset(&zero, 0, sizeof zero);                                                           \
+        for (j = 0; j < N; j += JB) {                                                            \
+            int cols = N - j < JB ? N - j : JB;                                                  \
+            const ad_real *bj[JB];                                                               \
+            ad_real pa[3][AD__THIN_SUMS], pb[JB][AD__THIN_SUMS], lanes[AD__THIN_SUMS];           \
+            NAME##_vec s[JB][3][NV];                                                             \
+            _Pragma("GCC unroll 4") for (b = 0; b < JB; b++) {                                   \
+                bj[b] = B + (ptrdiff_t)(j + (b < cols ? b : 0)) * ldb; /* a short last group     \
+                                                         repeats a column, which is not stored */ \
+                _Pragma("GCC unroll 4") for (i = 0; i < R; i++)                                  \
+                _Pragma("GCC unroll 16") for (v = 0; v < NV; v++) s[b][i][v] = zero;             \
+            }                                                                                    \
+            for (k = 0; k + AD__THIN_SUMS <= K; k += AD__THIN_SUMS) {                            \
+                NAME##_vec bv[JB][NV];                                                           \
+                _Pragma("GCC unroll 4") for (b = 0; b < JB; b++)                                 \
+                _Pragma("GCC unroll 16") for (v = 0; v < NV; v++)                                \
+                    memcpy(&bv[b][v], bj[b] + k + v * VL, VBYTES);                               \
+                _Pragma("GCC unroll 4") for (i = 0; i < R; i++)                                  \
+                _Pragma("GCC unroll 16") for (v = 0; v < NV; v++) {                              \
+                    NAME##_vec av;                                                               \
+                    memcpy(&av, A + i * lda + k + v * VL, VBYTES);                               \
+                    _Pragma("GCC unroll 4") for (b = 0; b < JB; b++) s[b][i][v] += av * bv[b][v]; \
+                }                                                                                \
+            }                                                                                    \
+            if (k < K) {                                                                         \
+                memset(pa, 0, sizeof pa);                                                        \
+                memset(pb, 0, sizeof pb);                                                        \
+                for (i = 0; i < R; i++) memcpy(pa[i], A + i * lda + k, (size_t)(K - k) * sizeof(ad_real)); \
+                for (b = 0; b < JB; b++) memcpy(pb[b], bj[b] + k, (size_t)(K - k) * sizeof(ad_real)); \
+                _Pragma("GCC unroll 4") for (i = 0; i < R; i++)                                  \
+                _Pragma("GCC unroll 16") for (v = 0; v < NV; v++) {                              \
+                    NAME##_vec av;                                                               \
+                    memcpy(&av, pa[i] + v * VL, VBYTES);                                         \
+                    _Pragma("GCC unroll 4") for (b = 0; b < JB; b++) {                           \
+                        NAME##_vec bv;                                                           \
+                        memcpy(&bv, pb[b] + v * VL, VBYTES);                                     \
+                        s[b][i][v] += av * bv;                                                   \
+                    }                                                                            \
+                }                                                                                \
+            }                                                                                    \
+            for (b = 0; b < cols; b++)                                                           \
+                for (i = 0; i < R; i++) {                                                        \
+                    ad_real *dst = C + i * ldc + j + b;                                          \
+                    for (v = 0; v < NV; v++) memcpy(lanes + v * VL, &s[b][i][v], VBYTES);        \
+                    *dst = accumulate ? *dst + ad__thin_total(lanes) : ad__thin_total(lanes);   \
+                }                                                                                \
+        }                                                                                        \
+    }                                                                                            \
+    static ATTR AD__UNUSED void NAME(int ta, int tb, int M, int N, int K, const ad_real *A,        \
+                                     ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb, ad_real *C,  \
+                                     ptrdiff_t ldc, int accumulate)                              \
+    {                                                                                            \
+        if (tb && M == 1) NAME##_dot_rows(1, N, K, A, lda, B, ldb, C, ldc, accumulate);          \
+        else if (tb && M == 2) NAME##_dot_rows(2, N, K, A, lda, B, ldb, C, ldc, accumulate);     \
+        else if (tb) NAME##_dot_rows(3, N, K, A, lda, B, ldb, C, ldc, accumulate);               \
+        else if (M == 1) NAME##_axpy_rows(1, ta, N, K, A, lda, B, ldb, C, ldc, accumulate);      \
+        else if (M == 2) NAME##_axpy_rows(2, ta, N, K, A, lda, B, ldb, C, ldc, accumulate);      \
+        else NAME##_axpy_rows(3, ta, N, K, A, lda, B, ldb, C, ldc, accumulate);                  \
+    }
+AD__DEFINE_THIN_KERNELS(ad__thin_generic, , 16, 3)
+#if AD__X86_DISPATCH
+AD__DEFINE_THIN_KERNELS(ad__thin_avx2, __attribute__((target("avx2,fma"))), 32, 3)
+AD__DEFINE_THIN_KERNELS(ad__thin_avx512, __attribute__((target("avx512f,avx2,fma"))), 64, 4)
+#endif
+#undef AD__DEFINE_THIN_KERNELS
+#endif
+
+/* A product with fewer than four rows of C, unless both operands are transposed, with the thin
+   kernels (above) at the machine's widest vectors; returns 0 where it is left to plain loops. */
+AD__PRIVATE int ad__gemm_thin(int ta, int tb, int M, int N, int K, const ad_real *A, ptrdiff_t lda,
+                              const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
+{
+    if (M >= 4 || (ta && tb)) return 0;
+#if AD__X86_DISPATCH
+    if (ad__isa() == AD__ISA_AVX512) {
+        ad__thin_avx512(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+        return 1;
+    }
+    if (ad__isa() == AD__ISA_AVX2) {
+        ad__thin_avx2(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+        return 1;
+    }
+#endif
+#if AD__HAS_VECTOR_EXT
+    ad__thin_generic(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    return 1;
+#else
+    (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc, (void)accumulate;
+    return 0;
+#endif
+}
+
+/* Small products: plain loops, no packing, but for thin ones (ad__gemm_thin). */
 AD__PRIVATE void ad__gemm_small(int ta, int tb, int M, int N, int K, const ad_real *A, ptrdiff_t lda,
                                 const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
 {
     int i, j, k;
+    if (ad__gemm_thin(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return;
     for (i = 0; i < M; i++) {
         ad_real *c = C + (ptrdiff_t)i * ldc;
         if (!accumulate)

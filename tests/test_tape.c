@@ -486,6 +486,73 @@ static int gemm_case_ok(ad_tape *T, ad_rng *rng, int ta, int tb, int m, int n, i
     return ok;
 }
 
+/* (h2a) products with one to three rows of C, which the thin kernels take (ad__gemm_thin): every
+   transpose, N and K on both sides of a vector, of four vectors and of the dot products' 16
+   running sums, with and without accumulating, B at its exact size and C's other columns
+   untouched (gemm_case_ok). Where the processor has AVX-512, the AVX2 kernels must give the
+   same bits: the dot products' order does not depend on the vector width. */
+static void test_float_gemm_thin(void)
+{
+    static const int ns[] = {1, 3, 8, 15, 16, 17, 31, 33, 48, 64, 65, 100, 129},
+                     ks[] = {1, 5, 15, 16, 17, 33, 64, 100, 257};
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    size_t ni, ki;
+    int m, ta, tb, acc, bad = 0, cases = 0;
+    ad_rng_seed(&rng, 23);
+    ad_set_threads(T, 1);
+    for (m = 1; m <= 3; m++)
+        for (ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+                for (ta = 0; ta <= 1; ta++)
+                    for (tb = 0; tb <= 1; tb++)
+                        for (acc = 0; acc <= 1; acc++) {
+                            int n = ns[ni], k = ks[ki];
+                            cases++;
+                            if (!gemm_case_ok(T, &rng, ta, tb, m, n, k, acc, (m + n + k) % 3 == 0 ? 5 : 0, NULL)) {
+                                if (bad++ < 5)
+                                    TH_CHECK(0, "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d is off", m, n, k, ta,
+                                             tb, acc);
+                            }
+                        }
+    TH_CHECK(bad == 0, "%d of %d thin products are off", bad, cases);
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+    if (ad__isa() == AD__ISA_AVX512) {
+        static const int shapes[][2] = {{1, 1}, {37, 5}, {16, 16}, {100, 257}, {65, 1000}};
+        size_t i;
+        int differ = 0;
+        for (i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (m = 1; m <= 3; m++)
+                for (ta = 0; ta <= 1; ta++)
+                    for (tb = 0; tb <= 1; tb++) {
+                        int n = shapes[i][0], k = shapes[i][1], r;
+                        float *A, *B, *wide, *narrow;
+                        if (ta && tb) continue;
+                        A = (float *)malloc((size_t)m * k * sizeof(float));
+                        B = (float *)malloc((size_t)n * k * sizeof(float));
+                        wide = (float *)malloc((size_t)m * n * sizeof(float));
+                        narrow = (float *)malloc((size_t)m * n * sizeof(float));
+                        if (!A || !B || !wide || !narrow) {
+                            free(A); free(B); free(wide); free(narrow);
+                            TH_CHECK(0, "out of memory");
+                            ad_tape_free(T);
+                            return;
+                        }
+                        for (r = 0; r < m * k; r++) A[r] = (float)(2 * ad_rng_uniform(&rng) - 1);
+                        for (r = 0; r < n * k; r++) B[r] = (float)(2 * ad_rng_uniform(&rng) - 1);
+                        ad__thin_avx512(ta, tb, m, n, k, A, ta ? m : k, B, tb ? k : n, wide, n, 0);
+                        ad__thin_avx2(ta, tb, m, n, k, A, ta ? m : k, B, tb ? k : n, narrow, n, 0);
+                        if (memcmp(wide, narrow, (size_t)m * n * sizeof(float)) != 0 && differ++ < 3)
+                            TH_CHECK(0, "thin AVX2 and AVX-512 kernels differ, m=%d n=%d k=%d ta=%d tb=%d", m, n, k,
+                                     ta, tb);
+                        free(A); free(B); free(wide); free(narrow);
+                    }
+        TH_CHECK(differ == 0, "%d thin products differ between AVX2 and AVX-512", differ);
+    }
+#endif
+    ad_tape_free(T);
+}
+
 static void test_float_gemm_narrow(void)
 {
     static const int ms[] = {4, 9, 16, 17, 64, 70}, ns[] = {4, 7, 8, 9, 10, 11, 12, 13, 15, 16, 17, 20},
@@ -2873,6 +2940,7 @@ int main(void)
     test_views();
     test_arena();
     test_float_matmul();
+    test_float_gemm_thin();
     test_float_gemm_narrow();
     test_float_gemm_stride_paths();
     test_float_pack_a();
