@@ -4562,15 +4562,19 @@ AD__PRIVATE AD__CODE_ALIGN void ad__pack_b(int tb, const ad_real *B, ptrdiff_t l
      whole step. So the order does not depend on the vector width.
    R is a constant in every caller (1, 2 or 3), so the accumulators stay in registers. */
 #define AD__THIN_SUMS 16
-/* The AD__THIN_SUMS running sums of a thin dot product, added up pairwise in a fixed order. */
+/* The AD__THIN_SUMS running sums of a thin dot product, added up pairwise in a fixed order: sum l
+   and sum l + 8, then l and l + 4, and so on. Each halving is a loop of constant length, which
+   the compiler turns into one vector add. */
+typedef char ad__thin_sums_are_16[AD__THIN_SUMS == 16 ? 1 : -1];
 AD__INLINE ad_real ad__thin_total(const ad_real *sums)
 {
     ad_real t[AD__THIN_SUMS];
-    int width, l;
+    int l;
     memcpy(t, sums, sizeof t);
-    for (width = AD__THIN_SUMS / 2; width > 0; width /= 2)
-        for (l = 0; l < width; l++) t[l] += t[l + width];
-    return t[0];
+    for (l = 0; l < 8; l++) t[l] += t[l + 8];
+    for (l = 0; l < 4; l++) t[l] += t[l + 4];
+    for (l = 0; l < 2; l++) t[l] += t[l + 2];
+    return t[0] + t[1];
 }
 
 #define AD__DEFINE_THIN_KERNELS(NAME, ATTR, VBYTES, JV)                                           \

@@ -59,6 +59,10 @@ static const gemm_shape shapes[] = {
     {"gpt_xTg_fc", "x^T . g[768,512]", 1, 0, 128, 512, 768},
     {"gpt_xTg_proj", "h^T . g[768,128]", 1, 0, 512, 128, 768},
     {"gpt_qkT", "q[32,32] . k[32,32]^T", 0, 1, 32, 32, 32},
+    /* one row of C, which the thin kernels take: an LSTM step on one sequence (h.W_hh^T), the MLP
+       on one image (x.W1) */
+    {"thin_hWt", "h[1,256] . W_hh[1024,256]^T", 0, 1, 1, 1024, 256},
+    {"thin_xW", "x[1,784] . W1[784,128]", 0, 0, 1, 128, 784},
 };
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
 
