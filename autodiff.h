@@ -4694,6 +4694,7 @@ AD__INLINE ad_real ad__thin_total(const ad_real *sums)
                 }                                                                                \
         }                                                                                        \
     }                                                                                            \
+    /* C (+)= op(A) op(B) for M = 1, 2 or 3, the operands not both transposed */                \
     static ATTR AD__UNUSED void NAME(int ta, int tb, int M, int N, int K, const ad_real *A,        \
                                      ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb, ad_real *C,  \
                                      ptrdiff_t ldc, int accumulate)                              \
