@@ -4579,6 +4579,39 @@ AD__INLINE ad_real ad__thin_total(const ad_real *sums)
 
 #define AD__DEFINE_THIN_KERNELS(NAME, ATTR, VBYTES, JV)                                           \
     typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                             \
+    /* Columns j.. (NVEC vectors) of R rows of C from op(A) (element (i, k) at                    \
+       A[i * a_row + k * a_k]) and B untransposed */                                            \
+    static ATTR AD__ALWAYS_INLINE AD__INLINE_KEYWORD void NAME##_axpy_block(                      \
+        const int R, const int NVEC, int j, int K, const ad_real *AD__RESTRICT A, ptrdiff_t a_row, \
+        ptrdiff_t a_k, const ad_real *AD__RESTRICT B, ptrdiff_t ldb, ad_real *AD__RESTRICT C,     \
+        ptrdiff_t ldc, int accumulate)                                                           \
+    {                                                                                            \
+        enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
+        NAME##_vec c[3][JV], zero;                                                               \
+        int i, k, v;                                                                             \
+        memset(&zero, 0, sizeof zero);                                                           \
+        _Pragma("GCC unroll 4") for (i = 0; i < R; i++)                                          \
+        _Pragma("GCC unroll 4") for (v = 0; v < NVEC; v++) c[i][v] = zero;                       \
+        for (k = 0; k < K; k++) {                                                                \
+            NAME##_vec b[JV];                                                                    \
+            _Pragma("GCC unroll 4") for (v = 0; v < NVEC; v++)                                   \
+                memcpy(&b[v], B + (ptrdiff_t)k * ldb + j + v * VL, VBYTES);                      \
+            _Pragma("GCC unroll 4") for (i = 0; i < R; i++) {                                    \
+                NAME##_vec a = A[i * a_row + k * a_k] - zero;                                    \
+                _Pragma("GCC unroll 4") for (v = 0; v < NVEC; v++) c[i][v] += a * b[v];          \
+            }                                                                                    \
+        }                                                                                        \
+        _Pragma("GCC unroll 4") for (i = 0; i < R; i++)                                          \
+        _Pragma("GCC unroll 4") for (v = 0; v < NVEC; v++) {                                     \
+            ad_real *dst = C + i * ldc + j + v * VL;                                             \
+            NAME##_vec old;                                                                      \
+            if (accumulate) {                                                                    \
+                memcpy(&old, dst, VBYTES);                                                       \
+                c[i][v] += old;                                                                  \
+            }                                                                                    \
+            memcpy(dst, &c[i][v], VBYTES);                                                       \
+        }                                                                                        \
+    }                                                                                            \
     static ATTR AD__ALWAYS_INLINE AD__INLINE_KEYWORD void NAME##_axpy_rows(                       \
         const int R, int ta, int N, int K, const ad_real *AD__RESTRICT A, ptrdiff_t lda,          \
         const ad_real *AD__RESTRICT B, ptrdiff_t ldb, ad_real *AD__RESTRICT C, ptrdiff_t ldc,     \
@@ -4586,56 +4619,34 @@ AD__INLINE ad_real ad__thin_total(const ad_real *sums)
     {                                                                                            \
         enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
         const ptrdiff_t a_row = ta ? 1 : lda, a_k = ta ? lda : 1;                               \
-        int i, j = 0, k, v;                                                                      \
-        NAME##_vec zero;                                                                         \
-        memset(&zero, 0, sizeof zero);                                                           \
-        for (; j + JV * VL <= N; j += JV * VL) {                                                 \
-            NAME##_vec c[3][JV];                                                                 \
-            _Pragma("GCC unroll 4") for (i = 0; i < R; i++)                                      \
-            _Pragma("GCC unroll 4") for (v = 0; v < JV; v++) c[i][v] = zero;                     \
-            for (k = 0; k < K; k++) {                                                            \
-                NAME##_vec b[JV];                                                                \
-                _Pragma("GCC unroll 4") for (v = 0; v < JV; v++)                                 \
-                    memcpy(&b[v], B + (ptrdiff_t)k * ldb + j + v * VL, VBYTES);                  \
-                _Pragma("GCC unroll 4") for (i = 0; i < R; i++) {                                \
-                    NAME##_vec a = A[i * a_row + k * a_k] - zero;                                \
-                    _Pragma("GCC unroll 4") for (v = 0; v < JV; v++) c[i][v] += a * b[v];        \
-                }                                                                                \
-            }                                                                                    \
-            _Pragma("GCC unroll 4") for (i = 0; i < R; i++)                                      \
-            _Pragma("GCC unroll 4") for (v = 0; v < JV; v++) {                                   \
-                ad_real *dst = C + i * ldc + j + v * VL;                                         \
-                NAME##_vec old;                                                                  \
-                if (accumulate) {                                                                \
-                    memcpy(&old, dst, VBYTES);                                                   \
-                    c[i][v] += old;                                                              \
-                }                                                                                \
-                memcpy(dst, &c[i][v], VBYTES);                                                   \
-            }                                                                                    \
-        }                                                                                        \
-        for (; j + VL <= N; j += VL) {                                                           \
-            NAME##_vec c[3];                                                                     \
-            _Pragma("GCC unroll 4") for (i = 0; i < R; i++) c[i] = zero;                         \
-            for (k = 0; k < K; k++) {                                                            \
-                NAME##_vec b;                                                                    \
-                memcpy(&b, B + (ptrdiff_t)k * ldb + j, VBYTES);                                  \
-                _Pragma("GCC unroll 4") for (i = 0; i < R; i++) c[i] += (A[i * a_row + k * a_k] - zero) * b; \
-            }                                                                                    \
-            _Pragma("GCC unroll 4") for (i = 0; i < R; i++) {                                    \
-                NAME##_vec old;                                                                  \
-                if (accumulate) {                                                                \
-                    memcpy(&old, C + i * ldc + j, VBYTES);                                       \
-                    c[i] += old;                                                                 \
-                }                                                                                \
-                memcpy(C + i * ldc + j, &c[i], VBYTES);                                          \
-            }                                                                                    \
-        }                                                                                        \
+        int i, j = 0, k;                                                                         \
+        for (; j + JV * VL <= N; j += JV * VL)                                                   \
+            NAME##_axpy_block(R, JV, j, K, A, a_row, a_k, B, ldb, C, ldc, accumulate);           \
+        for (; j + VL <= N; j += VL) NAME##_axpy_block(R, 1, j, K, A, a_row, a_k, B, ldb, C, ldc, accumulate); \
         for (; j < N; j++)                                                                       \
             for (i = 0; i < R; i++) {                                                            \
                 ad_real s = 0;                                                                   \
                 for (k = 0; k < K; k++) s += A[i * a_row + k * a_k] * B[(ptrdiff_t)k * ldb + j]; \
                 C[i * ldc + j] = accumulate ? C[i * ldc + j] + s : s;                            \
             }                                                                                    \
+    }                                                                                            \
+    /* One step of AD__THIN_SUMS values from k on: the running sums s of R rows (a[i]) against JB \
+       rows of B (b[c]) */                                                                       \
+    static ATTR AD__ALWAYS_INLINE AD__INLINE_KEYWORD void NAME##_dot_step(                        \
+        const int R, const int JB, const ad_real *const *a, const ad_real *const *b, int k,       \
+        NAME##_vec (*s)[3][AD__THIN_SUMS / (VBYTES / sizeof(ad_real))])                          \
+    {                                                                                            \
+        enum { VL = (int)(VBYTES / sizeof(ad_real)), NV = AD__THIN_SUMS / VL };                  \
+        NAME##_vec bv[4][NV];                                                                    \
+        int i, v, c;                                                                             \
+        _Pragma("GCC unroll 4") for (c = 0; c < JB; c++)                                         \
+        _Pragma("GCC unroll 16") for (v = 0; v < NV; v++) memcpy(&bv[c][v], b[c] + k + v * VL, VBYTES); \
+        _Pragma("GCC unroll 4") for (i = 0; i < R; i++)                                          \
+        _Pragma("GCC unroll 16") for (v = 0; v < NV; v++) {                                      \
+            NAME##_vec av;                                                                       \
+            memcpy(&av, a[i] + k + v * VL, VBYTES);                                              \
+            _Pragma("GCC unroll 4") for (c = 0; c < JB; c++) s[c][i][v] += av * bv[c][v];        \
+        }                                                                                        \
     }                                                                                            \
     static ATTR AD__ALWAYS_INLINE AD__INLINE_KEYWORD void NAME##_dot_rows(                        \
         const int R, int N, int K, const ad_real *AD__RESTRICT A, ptrdiff_t lda,                 \
@@ -4649,42 +4660,28 @@ AD__INLINE ad_real ad__thin_total(const ad_real *sums)
         memset(&zero, 0, sizeof zero);                                                           \
         for (j = 0; j < N; j += JB) {                                                            \
             int cols = N - j < JB ? N - j : JB;                                                  \
-            const ad_real *bj[JB];                                                               \
+            const ad_real *ap[3], *bp[JB];                                                       \
             ad_real pa[3][AD__THIN_SUMS], pb[JB][AD__THIN_SUMS], lanes[AD__THIN_SUMS];           \
             NAME##_vec s[JB][3][NV];                                                             \
-            _Pragma("GCC unroll 4") for (b = 0; b < JB; b++) {                                   \
-                bj[b] = B + (ptrdiff_t)(j + (b < cols ? b : 0)) * ldb; /* a short last group     \
-                                                         repeats a column, which is not stored */ \
-                _Pragma("GCC unroll 4") for (i = 0; i < R; i++)                                  \
-                _Pragma("GCC unroll 16") for (v = 0; v < NV; v++) s[b][i][v] = zero;             \
-            }                                                                                    \
-            for (k = 0; k + AD__THIN_SUMS <= K; k += AD__THIN_SUMS) {                            \
-                NAME##_vec bv[JB][NV];                                                           \
-                _Pragma("GCC unroll 4") for (b = 0; b < JB; b++)                                 \
-                _Pragma("GCC unroll 16") for (v = 0; v < NV; v++)                                \
-                    memcpy(&bv[b][v], bj[b] + k + v * VL, VBYTES);                               \
-                _Pragma("GCC unroll 4") for (i = 0; i < R; i++)                                  \
-                _Pragma("GCC unroll 16") for (v = 0; v < NV; v++) {                              \
-                    NAME##_vec av;                                                               \
-                    memcpy(&av, A + i * lda + k + v * VL, VBYTES);                               \
-                    _Pragma("GCC unroll 4") for (b = 0; b < JB; b++) s[b][i][v] += av * bv[b][v]; \
-                }                                                                                \
-            }                                                                                    \
-            if (k < K) {                                                                         \
+            _Pragma("GCC unroll 4") for (b = 0; b < JB; b++)                                     \
+            _Pragma("GCC unroll 4") for (i = 0; i < R; i++)                                      \
+            _Pragma("GCC unroll 16") for (v = 0; v < NV; v++) s[b][i][v] = zero;                 \
+            _Pragma("GCC unroll 4") for (i = 0; i < R; i++) ap[i] = A + i * lda;                 \
+            /* a short last group repeats a column, which is not stored */                       \
+            _Pragma("GCC unroll 4") for (b = 0; b < JB; b++) bp[b] = B + (ptrdiff_t)(j + (b < cols ? b : 0)) * ldb; \
+            for (k = 0; k + AD__THIN_SUMS <= K; k += AD__THIN_SUMS) NAME##_dot_step(R, JB, ap, bp, k, s); \
+            if (k < K) { /* the last part of K, zero-padded to a whole step */                   \
                 memset(pa, 0, sizeof pa);                                                        \
                 memset(pb, 0, sizeof pb);                                                        \
-                for (i = 0; i < R; i++) memcpy(pa[i], A + i * lda + k, (size_t)(K - k) * sizeof(ad_real)); \
-                for (b = 0; b < JB; b++) memcpy(pb[b], bj[b] + k, (size_t)(K - k) * sizeof(ad_real)); \
-                _Pragma("GCC unroll 4") for (i = 0; i < R; i++)                                  \
-                _Pragma("GCC unroll 16") for (v = 0; v < NV; v++) {                              \
-                    NAME##_vec av;                                                               \
-                    memcpy(&av, pa[i] + v * VL, VBYTES);                                         \
-                    _Pragma("GCC unroll 4") for (b = 0; b < JB; b++) {                           \
-                        NAME##_vec bv;                                                           \
-                        memcpy(&bv, pb[b] + v * VL, VBYTES);                                     \
-                        s[b][i][v] += av * bv;                                                   \
-                    }                                                                            \
+                for (i = 0; i < R; i++) {                                                        \
+                    memcpy(pa[i], ap[i] + k, (size_t)(K - k) * sizeof(ad_real));                 \
+                    ap[i] = pa[i];                                                               \
                 }                                                                                \
+                for (b = 0; b < JB; b++) {                                                       \
+                    memcpy(pb[b], bp[b] + k, (size_t)(K - k) * sizeof(ad_real));                 \
+                    bp[b] = pb[b];                                                               \
+                }                                                                                \
+                NAME##_dot_step(R, JB, ap, bp, 0, s);                                            \
             }                                                                                    \
             for (b = 0; b < cols; b++)                                                           \
                 for (i = 0; i < R; i++) {                                                        \
@@ -5686,18 +5683,25 @@ AD__PRIVATE int ad__gemm_unpacked(int bf16, int ta, int tb, int M, int N, int K,
     return 0;
 }
 
+/* At least `values` aligned values in *room (*cap long, kept across calls), grown when short;
+   what it held is not kept. NULL when memory runs out. */
+AD__PRIVATE ad_real *ad__aligned_room(ad_real **room, size_t *cap, size_t values)
+{
+    size_t need = values + AD__ALIGN;
+    if (*cap < need) {
+        ad_real *p = (ad_real *)AUTODIFF_REALLOC(*room, need * sizeof(ad_real));
+        if (!p) return NULL;
+        *room = p;
+        *cap = need;
+    }
+    return (ad_real *)(((uintptr_t)*room + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
+}
+
 /* The tape's packing buffers for `threads` threads, AD__PACK_PER_THREAD values each, then
    `extra` values more, aligned; NULL when they cannot be allocated. */
 AD__PRIVATE ad_real *ad__gemm_buffers(ad_tape *T, int threads, size_t extra)
 {
-    size_t need = AD__PACK_PER_THREAD * (size_t)threads + extra + AD__ALIGN;
-    if (T->pack_cap < need) {
-        ad_real *p = (ad_real *)AUTODIFF_REALLOC(T->pack, need * sizeof(ad_real));
-        if (!p) return NULL;
-        T->pack = p;
-        T->pack_cap = need;
-    }
-    return (ad_real *)(((uintptr_t)T->pack + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
+    return ad__aligned_room(&T->pack, &T->pack_cap, AD__PACK_PER_THREAD * (size_t)threads + extra);
 }
 
 /* The product on the calling thread alone, with that thread's packing buffers (from
@@ -5782,14 +5786,7 @@ AD__PRIVATE size_t ad__packed_bt_values(int N, int K)
    Its contents last until the next call asks for room. NULL when memory runs out. */
 AD__PRIVATE ad_real *ad__panels_room(ad_tape *T, size_t values)
 {
-    size_t need = values + AD__ALIGN;
-    if (T->panels_cap < need) {
-        ad_real *p = (ad_real *)AUTODIFF_REALLOC(T->panels, need * sizeof(ad_real));
-        if (!p) return NULL;
-        T->panels = p;
-        T->panels_cap = need;
-    }
-    return (ad_real *)(((uintptr_t)T->panels + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
+    return ad__aligned_room(&T->panels, &T->panels_cap, values);
 }
 
 /* A transposed op(B) (K x N, from B as ad__gemm reads it) packed once into dst (aligned, with
