@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.4 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.5 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -329,6 +329,10 @@
                        kernels of their own (ad__gemm_thin), not scalar loops; with B
                        transposed each value is a dot product in 16 running sums. Their
                        last bits change.
+   0.10.5  2026-11-28  speed: single numbers (ad_num). ad_num's id field is a size_t, so
+                       that a float number's value travels in a floating-point register;
+                       ad_num_backward marks the places it reaches with its own number
+                       instead of clearing a byte per place, and skips ad_num_var's entries.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -338,7 +342,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 4
+#define AUTODIFF_VERSION_PATCH 5
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -626,7 +630,9 @@ AUTODIFF_API ad_tensor *ad_pow_tensor(ad_tape *T, ad_tensor *a, ad_tensor *b);
    when the places start again. */
 typedef struct ad_num {
     ad_real value;
-    unsigned id;                 /* private: its place on the tape */
+    size_t id;                   /* private: its place on the tape (only 32 bits are used; a wider
+                                    field keeps a float's value alone in the first eight bytes, so
+                                    that calls pass it in a floating-point register) */
 } ad_num;
 
 /* A number that ad_num_backward differentiates against, and a constant (no gradient). */
@@ -2468,7 +2474,8 @@ typedef struct ad__num_entry {
 typedef struct ad__nums {
     ad__num_entry *entries;      /* [cap], in one block with grad and reached */
     ad_real *grad;               /* [cap]: the last ad_num_backward's gradients */
-    unsigned char *reached;      /* [cap]: 1 where a route from its y arrived */
+    unsigned *reached;           /* [cap]: the number of the last sweep whose routes arrived there */
+    unsigned sweep;              /* the last ad_num_backward's number: 1, 2, ..., never 0 */
     unsigned count;              /* places in use: 1 + the numbers recorded */
     unsigned cap;
     unsigned swept;              /* the places the last ad_num_backward covered */
@@ -7205,7 +7212,7 @@ AD__INLINE ad_num ad__num_failed(void) { return ad__num_make((ad_real)NAN, 0); }
 AD__COLD int ad__nums_grow(ad_tape *T, const char *op)
 {
     ad__nums *N = &T->nums;
-    const size_t per_place = sizeof(ad__num_entry) + sizeof(ad_real) + 1;
+    const size_t per_place = sizeof(ad__num_entry) + sizeof(ad_real) + sizeof(unsigned);
     size_t cap = N->cap ? 2 * (size_t)N->cap : 64;
     unsigned char *block;
     ad__nums grown = *N;
@@ -7216,14 +7223,15 @@ AD__COLD int ad__nums_grow(ad_tape *T, const char *op)
     }
     grown.entries = (ad__num_entry *)block;
     grown.grad = (ad_real *)(block + cap * sizeof(ad__num_entry));
-    grown.reached = block + cap * (sizeof(ad__num_entry) + sizeof(ad_real));
+    grown.reached = (unsigned *)(block + cap * (sizeof(ad__num_entry) + sizeof(ad_real)));
+    memset(grown.reached, 0, cap * sizeof(unsigned)); /* no sweep is numbered 0 */
     grown.cap = (unsigned)cap;
     grown.entries[0].a = grown.entries[0].b = 0;
     grown.entries[0].da = grown.entries[0].db = 0;
     if (N->cap) {
         memcpy(grown.entries, N->entries, N->count * sizeof(ad__num_entry));
         memcpy(grown.grad, N->grad, N->swept * sizeof(ad_real));
-        memcpy(grown.reached, N->reached, N->swept);
+        memcpy(grown.reached, N->reached, N->swept * sizeof(unsigned));
     }
     AUTODIFF_FREE(N->entries);
     *N = grown;
@@ -7243,7 +7251,7 @@ AD__COLD ad_num ad__num_refuse(ad_tape *T, const char *op, const char *what)
 /* Whether x is on T, with its place. */
 AD__HOT int ad__num_at(const ad_tape *T, ad_num x, unsigned *place)
 {
-    *place = x.id - T->nums.base;
+    *place = (unsigned)x.id - T->nums.base;
     return *place < T->nums.count;
 }
 
@@ -7360,17 +7368,28 @@ AD__HOT ad_num ad__num_binary(ad_tape *T, const char *op, ad_num a, ad_num b, in
 }
 #undef AD__DSL_MODE
 
+/* The number of a new sweep, which marks the places it reaches: marks of earlier sweeps need no
+   clearing. When the count wraps, every mark is cleared once. */
+AD__INLINE unsigned ad__nums_next_sweep(ad__nums *N)
+{
+    if (++N->sweep == 0) {
+        memset(N->reached, 0, (size_t)N->cap * sizeof(unsigned));
+        N->sweep = 1;
+    }
+    return N->sweep;
+}
+
 /* The sweep: from y's place down, each reached place passes its gradient times the local
    derivatives to its inputs. Places not reached pass nothing, so a derivative that is infinite
    where no route leads adds no NaN; gradients start at -0, so that one contribution arrives
-   bit for bit (as in the tensors' sweep). */
+   bit for bit (as in the tensors' sweep). ad_num_var's entries have no inputs and pass nothing. */
 AUTODIFF_API int ad_num_backward(ad_tape *T, ad_num y)
 {
     ad__nums *N;
     const ad__num_entry *e;
     ad_real *grad;
-    unsigned char *reached;
-    unsigned top, i;
+    unsigned *reached;
+    unsigned top, i, sweep;
     ad_real carry = -(ad_real)0; /* what entry i + 1 passed to place i, kept in a register */
     if (!T) return -1;
     if (!ad__num_at(T, y, &top)) {
@@ -7385,25 +7404,26 @@ AUTODIFF_API int ad_num_backward(ad_tape *T, ad_num y)
     e = N->entries;
     grad = N->grad;
     reached = N->reached;
+    sweep = ad__nums_next_sweep(N);
     for (i = 0; i <= top; i++) grad[i] = -(ad_real)0;
-    memset(reached, 0, (size_t)top + 1);
     grad[top] = 1;
-    reached[top] = 1;
+    reached[top] = sweep;
     for (i = top; i > 0; i--) {
         const ad__num_entry *en = e + i;
         ad_real gi, ca, cb;
-        if (!reached[i]) continue;
+        if (reached[i] != sweep) continue;
         gi = grad[i] + carry;
         grad[i] = gi;
+        carry = -(ad_real)0;
+        if ((en->a | en->b) == 0) continue; /* a variable */
         ca = en->da * gi;
         cb = en->db * gi;
-        carry = -(ad_real)0;
         if (en->a == i - 1) carry = ca;
         else grad[en->a] += ca;
         if (en->b == i - 1) carry += cb;
         else grad[en->b] += cb;
-        reached[en->a] = 1;
-        reached[en->b] = 1;
+        reached[en->a] = sweep;
+        reached[en->b] = sweep;
     }
     N->swept = top + 1;
     return 0;
@@ -7414,7 +7434,7 @@ AUTODIFF_API ad_real ad_num_grad(ad_tape *T, ad_num x)
     unsigned place;
     if (!T) return (ad_real)NAN;
     if (!ad__num_at(T, x, &place)) return ad__num_refuse(T, "ad_num_grad", "x").value;
-    if (place == 0 || place >= T->nums.swept || !T->nums.reached[place]) return 0;
+    if (place == 0 || place >= T->nums.swept || T->nums.reached[place] != T->nums.sweep) return 0;
     return T->nums.grad[place];
 }
 

@@ -427,6 +427,21 @@ static void test_recording(void)
     y = ad_num_mul(T, ad_num_square(T, a), c);
     TH_CHECK(T->nums.base == 1 && ad_num_ok(c) && ad_num_backward(T, y) == 0 && ad_num_grad(T, a) == 3,
              "after the places wrap: base %u, d/da %g", T->nums.base, (double)ad_num_grad(T, a));
+    /* the sweeps' numbers wrap after 2^32 sweeps and start again from 1: the first sweep's
+       marks must not read as the new one's, or log(0) off the route passes 0 * inf = NaN */
+    ad_tape_free(T);
+    T = ad_tape_new();
+    a = ad_num_var(T, 0);
+    b = ad_num_var(T, 2);
+    c = ad_num_log(T, a);
+    y = ad_num_sin(T, b);
+    TH_CHECK(ad_num_backward(T, c) == 0 && T->nums.sweep == 1 && isinf(ad_num_grad(T, a)),
+             "the first sweep, from log(0): number %u, d/da %g", T->nums.sweep, (double)ad_num_grad(T, a));
+    T->nums.sweep = 0xffffffffu;
+    TH_CHECK(ad_num_backward(T, y) == 0 && T->nums.sweep == 1 && ad_num_grad(T, a) == 0 && ad_num_grad(T, c) == 0 &&
+                 close_to(ad_num_grad(T, b), cos(2.0), EXACT),
+             "after the sweeps wrap: number %u, d/da %g, d/dlog %g, d/db %g", T->nums.sweep, (double)ad_num_grad(T, a),
+             (double)ad_num_grad(T, c), (double)ad_num_grad(T, b));
     ad_tape_free(T);
     th_family("constants, no-grad mode, resets");
 }
