@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.5 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.6 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -333,6 +333,9 @@
                        that a float number's value travels in a floating-point register;
                        ad_num_backward marks the places it reaches with its own number
                        instead of clearing a byte per place, and skips ad_num_var's entries.
+   0.10.6  2026-11-28  speed: thin products of 131,072 multiply-adds or more are split
+                       over the tape's threads by columns (ad__gemm_thin_split); the same
+                       bits on any thread count.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -342,7 +345,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 5
+#define AUTODIFF_VERSION_PATCH 6
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -1905,6 +1908,8 @@ static AD__UNUSED int ad__isa_features(void)
                                                     multiply, whose time goes to moving values */
 #define AD__SPLIT_MACS 524288.0                  /* multiply-adds of a product from which it is
                                                     split */
+#define AD__THIN_SPLIT_MACS 131072.0             /* the same for a thin product (ad__gemm_thin),
+                                                    which runs near its memory's speed */
 #define AD__SHARE_MACS 33554432.0                /* multiply-adds from which a product's threads
                                                     share one packed block of B: one hand-over
                                                     more per block against packing it twice */
@@ -5723,6 +5728,49 @@ AD__PRIVATE void ad__gemm_alone(int bf16, ad_real *pack, int ta, int tb, int M, 
                         ldb, C, ldc, accumulate, NULL);
 }
 
+/* A thin product's columns split over the tape's threads (ad__gemm_thin_split). */
+typedef struct ad__thin_job {
+    int ta, tb, M, K;
+    const ad_real *A, *B;
+    ptrdiff_t lda, ldb, ldc;
+    ad_real *C;
+    int accumulate;
+} ad__thin_job;
+
+/* Columns of C from a stretch's boundaries on, a multiple of every thin kernel's block of
+   columns (AVX-512's 4 x 16, AVX2's 3 x 8, the generic 3 x 4), so that each column goes through
+   the same code as in one call over all of them. */
+#define AD__THIN_COLUMNS 192
+
+AD__PRIVATE void ad__thin_columns(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__thin_job *j = (const ad__thin_job *)ctx;
+    const ad_real *B = j->B + (j->tb ? (ptrdiff_t)lo * j->ldb : (ptrdiff_t)lo);
+    int done = ad__gemm_thin(j->ta, j->tb, j->M, (int)(hi - lo), j->K, j->A, j->lda, B, j->ldb, j->C + lo, j->ldc,
+                             j->accumulate);
+    AUTODIFF_ASSERT(done);
+    (void)done;
+}
+
+/* A thin product (ad__gemm_thin) large enough to share, its columns split over the tape's
+   threads: each column of C is the same dot product or sum whatever the split. Returns 1 when
+   done, 0 where it is not such a product or there is one thread. */
+AD__PRIVATE int ad__gemm_thin_split(ad_tape *T, int ta, int tb, int M, int N, int K, const ad_real *A,
+                                    ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc,
+                                    int accumulate)
+{
+    ad__thin_job job;
+    if (M < 1 || M >= 4 || (ta && tb) || K < 1 || N < 2 * AD__THIN_COLUMNS || (double)M * N * K < AD__THIN_SPLIT_MACS ||
+        !AD__HAS_VECTOR_EXT || ad__thread_count(T) < 2)
+        return 0;
+    job.ta = ta; job.tb = tb; job.M = M; job.K = K;
+    job.A = A; job.B = B; job.C = C;
+    job.lda = lda; job.ldb = ldb; job.ldc = ldc;
+    job.accumulate = accumulate;
+    ad__parallel_range(T, ad__thin_columns, &job, (size_t)N, 2 * AD__THIN_COLUMNS, AD__THIN_COLUMNS);
+    return 1;
+}
+
 /* C (+)= op(A) op(B), reading op(B) from pk where pk is not NULL (made by ad__gemm_prepack_bt
    from this B); the same results as without it. Returns 0, or -1 when the packing buffers cannot be
    allocated. Large products are split into stripes of C, one per thread; each element of C is
@@ -5734,6 +5782,7 @@ AD__PRIVATE int ad__gemm_packed(ad_tape *T, int ta, int tb, int M, int N, int K,
 {
     ad__gemm_job job;
     int threads;
+    if (!T->bf16 && ad__gemm_thin_split(T, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return 0;
     if (ad__gemm_unpacked(T->bf16, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return 0;
     job.ker = ad__gemm_pick(N);
     job.bf16 = T->bf16;

@@ -550,6 +550,47 @@ static void test_float_gemm_thin(void)
         TH_CHECK(differ == 0, "%d thin products differ between AVX2 and AVX-512", differ);
     }
 #endif
+    /* large enough for their columns to be split over threads (ad__gemm_thin_split): the split
+       must not change a bit, at the least split (two stretches) and past it */
+    {
+        static const int wide[] = {2 * AD__THIN_COLUMNS, 577, 1031};
+        for (m = 1; m <= 3; m++)
+            for (ni = 0; ni < sizeof wide / sizeof wide[0]; ni++)
+                for (ta = 0; ta <= 1; ta++)
+                    for (tb = 0; tb <= 1; tb++) {
+                        int n = wide[ni], k = 347, ldc = n + 3, threads;
+                        size_t bytes = (size_t)m * ldc * sizeof(float);
+                        float *one = (float *)malloc(bytes), *more = (float *)malloc(bytes);
+                        ad_rng r1, rt;
+                        if (ta && tb) {
+                            free(one);
+                            free(more);
+                            continue;
+                        }
+                        if (!one || !more) {
+                            free(one);
+                            free(more);
+                            TH_CHECK(0, "out of memory");
+                            ad_tape_free(T);
+                            return;
+                        }
+                        ad_rng_seed(&r1, 31 + (uint64_t)ni);
+                        ad_set_threads(T, 1);
+                        TH_CHECK(gemm_case_ok(T, &r1, ta, tb, m, n, k, m == 2, 0, one),
+                                 "thin gemm m=%d n=%d k=%d ta=%d tb=%d is off on one thread", m, n, k, ta, tb);
+                        for (threads = 2; threads <= 3; threads++) {
+                            ad_rng_seed(&rt, 31 + (uint64_t)ni);
+                            ad_set_threads(T, threads);
+                            TH_CHECK(gemm_case_ok(T, &rt, ta, tb, m, n, k, m == 2, 0, more) &&
+                                         memcmp(one, more, bytes) == 0,
+                                     "thin gemm m=%d n=%d k=%d ta=%d tb=%d: %d threads differ from one", m, n, k, ta,
+                                     tb, threads);
+                        }
+                        free(one);
+                        free(more);
+                    }
+        ad_set_threads(T, 1);
+    }
     ad_tape_free(T);
 }
 
