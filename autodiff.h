@@ -5737,9 +5737,9 @@ typedef struct ad__thin_job {
     int accumulate;
 } ad__thin_job;
 
-/* Columns of C from a stretch's boundaries on, a multiple of every thin kernel's block of
-   columns (AVX-512's 4 x 16, AVX2's 3 x 8, the generic 3 x 4), so that each column goes through
-   the same code as in one call over all of them. */
+/* Columns of C between a stretch's boundaries: a multiple of every thin kernel's block of
+   columns, in float and in double (four of AVX-512's vectors, three of AVX2's or of the generic
+   16-byte ones), so that each column goes through the same code as in one call over all. */
 #define AD__THIN_COLUMNS 192
 
 AD__PRIVATE void ad__thin_columns(const void *ctx, size_t lo, size_t hi)
@@ -5760,8 +5760,8 @@ AD__PRIVATE int ad__gemm_thin_split(ad_tape *T, int ta, int tb, int M, int N, in
                                     int accumulate)
 {
     ad__thin_job job;
-    if (M < 1 || M >= 4 || (ta && tb) || K < 1 || N < 2 * AD__THIN_COLUMNS || (double)M * N * K < AD__THIN_SPLIT_MACS ||
-        !AD__HAS_VECTOR_EXT || ad__thread_count(T) < 2)
+    if (!AD__HAS_VECTOR_EXT || M < 1 || M >= 4 || (ta && tb) || K < 1 || N < 2 * AD__THIN_COLUMNS ||
+        (double)M * N * K < AD__THIN_SPLIT_MACS || ad__thread_count(T) < 2)
         return 0;
     job.ta = ta; job.tb = tb; job.M = M; job.K = K;
     job.A = A; job.B = B; job.C = C;
