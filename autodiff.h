@@ -4723,12 +4723,16 @@ AD__DEFINE_THIN_KERNELS(ad__thin_avx512, __attribute__((target("avx512f,avx2,fma
 #undef AD__DEFINE_THIN_KERNELS
 #endif
 
-/* A product with fewer than four rows of C, unless both operands are transposed, with the thin
-   kernels (above) at the machine's widest vectors; returns 0 where it is left to plain loops. */
+/* Whether the thin kernels (above) take a product: one to three rows of C, the operands not both
+   transposed, and a compiler with vector types. */
+AD__INLINE int ad__thin_takes(int ta, int tb, int M) { return AD__HAS_VECTOR_EXT && M >= 1 && M < 4 && !(ta && tb); }
+
+/* A product the thin kernels take, at the machine's widest vectors; returns 0 for the others,
+   which are left to plain loops. */
 AD__PRIVATE int ad__gemm_thin(int ta, int tb, int M, int N, int K, const ad_real *A, ptrdiff_t lda,
                               const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
 {
-    if (M >= 4 || (ta && tb)) return 0;
+    if (!ad__thin_takes(ta, tb, M)) return 0;
 #if AD__X86_DISPATCH
     if (ad__isa() == AD__ISA_AVX512) {
         ad__thin_avx512(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
@@ -5752,17 +5756,16 @@ AD__PRIVATE void ad__thin_columns(const void *ctx, size_t lo, size_t hi)
     (void)done;
 }
 
-/* A thin product (ad__gemm_thin) large enough to share, its columns split over the tape's
-   threads: each column of C is the same dot product or sum whatever the split. Returns 1 when
-   done, 0 where it is not such a product or there is one thread. */
+/* A product the thin kernels take, from AD__THIN_SPLIT_MACS on, its columns split over the
+   tape's threads (on the calling thread alone where there is one, or too few columns for two
+   stretches): each column of C is the same dot product or sum whatever the split. Returns 1
+   when done, 0 where it is not such a product. */
 AD__PRIVATE int ad__gemm_thin_split(ad_tape *T, int ta, int tb, int M, int N, int K, const ad_real *A,
                                     ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc,
                                     int accumulate)
 {
     ad__thin_job job;
-    if (!AD__HAS_VECTOR_EXT || M < 1 || M >= 4 || (ta && tb) || K < 1 || N < 2 * AD__THIN_COLUMNS ||
-        (double)M * N * K < AD__THIN_SPLIT_MACS || ad__thread_count(T) < 2)
-        return 0;
+    if (!ad__thin_takes(ta, tb, M) || (double)M * N * K < AD__THIN_SPLIT_MACS) return 0;
     job.ta = ta; job.tb = tb; job.M = M; job.K = K;
     job.A = A; job.B = B; job.C = C;
     job.lda = lda; job.ldb = ldb; job.ldc = ldc;

@@ -560,13 +560,11 @@ static void test_float_gemm_thin(void)
                     for (tb = 0; tb <= 1; tb++) {
                         int n = wide[ni], k = 347, ldc = n + 3, threads;
                         size_t bytes = (size_t)m * ldc * sizeof(float);
-                        float *one = (float *)malloc(bytes), *more = (float *)malloc(bytes);
+                        float *one, *more;
                         ad_rng r1, rt;
-                        if (ta && tb) {
-                            free(one);
-                            free(more);
-                            continue;
-                        }
+                        if (ta && tb) continue;
+                        one = (float *)malloc(bytes);
+                        more = (float *)malloc(bytes);
                         if (!one || !more) {
                             free(one);
                             free(more);
