@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.6 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.7 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -336,6 +336,11 @@
    0.10.6  2026-11-28  speed: thin products of 131,072 multiply-adds or more are split
                        over the tape's threads by columns (ad__gemm_thin_split); the same
                        bits on any thread count.
+   0.10.7  2026-11-28  speed: convolutions straight from the images (AVX-512). Their input
+                       planes are written by rows in loops of one load and one store, with
+                       the padding rows apart; a short last block of vectors (forward map)
+                       or taps (weight gradient) computes only its own instead of repeating
+                       the last. The same bits.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -345,7 +350,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 6
+#define AUTODIFF_VERSION_PATCH 7
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -10199,13 +10204,18 @@ AD__INLINE __mmask16 ad__straight_lanes(int col, int count, int w, int *lo)
     return (__mmask16)(hi > first ? ad__first_lanes(hi) & ~ad__first_lanes(first) : 0);
 }
 
-/* The inputs of images [n0, n1) of x into xs (64-byte aligned; see ad__straight_vectors). */
+/* The inputs of images [n0, n1) of x into xs (64-byte aligned; see ad__straight_vectors). Each
+   plane is written whole, sixteen columns at a time: the rows above and below the input (the
+   padding) as 0, the rows inside it in a loop of one load and one store a row. */
 AD__PRIVATE __attribute__((target("avx512f"))) void ad__straight_inputs(const ad__win2d *G,
                                                                        const float *AD__RESTRICT x, int n0, int n1,
                                                                        float *AD__RESTRICT xs)
 {
     const int rows = ad__straight_rows(G), h = G->h, w = G->w, ow = G->ow;
+    /* the rows [inside, past) of a plane read input rows 0, 1, ... */
+    const int inside = G->ph < rows ? G->ph : rows, past = h + G->ph < rows ? h + G->ph : rows;
     const size_t plane = ad__straight_plane(G);
+    const __m512 zero = _mm512_setzero_ps();
     size_t room;
     int n, c, kj, a, r, lo;
     for (n = n0; n < n1; n++)
@@ -10215,18 +10225,22 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__straight_inputs(const ad
                 for (a = 0; a < ow; a += 16) { /* sixteen columns of every row */
                     int col = a + kj - G->pw, count = ow - a < 16 ? ow - a : 16;
                     __mmask16 lanes = ad__straight_lanes(col, count, w, &lo), out = ad__first_lanes(count);
-                    for (r = 0; r < rows; r++) {
-                        int iy = r - G->ph;
-                        __m512 v = _mm512_setzero_ps();
-                        /* the first value inside the row into lane lo: no address before the row */
-                        if (iy >= 0 && iy < h && lanes)
-                            v = lo ? _mm512_maskz_expandloadu_ps(lanes, src + (size_t)iy * w + col + lo)
-                                   : _mm512_maskz_loadu_ps(lanes, src + (size_t)iy * w + col);
-                        _mm512_mask_storeu_ps(xs + (size_t)r * ow + a, out, v);
-                    }
+                    float *dst = xs + a;
+                    /* the first value inside the row into lane lo: no address before the row */
+                    const float *in = src + col + lo;
+                    for (r = 0; r < inside; r++, dst += ow) _mm512_mask_storeu_ps(dst, out, zero);
+                    if (!lanes)
+                        for (; r < past; r++, dst += ow) _mm512_mask_storeu_ps(dst, out, zero);
+                    else if (lo)
+                        for (; r < past; r++, dst += ow, in += w)
+                            _mm512_mask_storeu_ps(dst, out, _mm512_maskz_expandloadu_ps(lanes, in));
+                    else
+                        for (; r < past; r++, dst += ow, in += w)
+                            _mm512_mask_storeu_ps(dst, out, _mm512_maskz_loadu_ps(lanes, in));
+                    for (; r < rows; r++, dst += ow) _mm512_mask_storeu_ps(dst, out, zero);
                 }
                 for (room = (size_t)rows * ow; room < plane; room += 16) /* the room after the rows: 0 */
-                    _mm512_mask_storeu_ps(xs + room, ad__first_lanes((long long)(plane - room)), _mm512_setzero_ps());
+                    _mm512_mask_storeu_ps(xs + room, ad__first_lanes((long long)(plane - room)), zero);
             }
         }
 }
@@ -10293,15 +10307,56 @@ AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_store(__m512 acc[AD__W
         }
 }
 
+/* One block of ad__conv_weight_grad_avx512: for output channels [o0, o0 + AD__WGRAD_OUTPUTS) and
+   the taps tb taps from (c, ki, kj0) (a constant where it is inlined, so that a short last block
+   computes only its own taps), the sums over the output positions of images [c0, c1), from the
+   buffers xs and gs, reduced into sums (added to it when add is set). */
+AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_block(const ad__win2d *G, const float *AD__RESTRICT xs,
+                                                               const float *AD__RESTRICT gs, int c0, int c1, int o0,
+                                                               int c, int ki, int kj0, const int tb,
+                                                               float *AD__RESTRICT sums, size_t ld, int add)
+{
+    enum { OB = AD__WGRAD_OUTPUTS, TB = AD__WGRAD_TAPS };
+    const int kh = G->kh, kw = G->kw, vectors = ad__straight_vectors(G);
+    const size_t image_x = ad__straight_input_floats(G), image_g = ad__wgrad_grad_floats(G);
+    const size_t plane = ad__straight_plane(G), L = (size_t)G->oh * G->ow;
+    const __mmask16 tail = ad__first_lanes((long long)(L - 16 * (size_t)(vectors - 1)));
+    __m512 acc[OB][TB];
+    int n, t, o, v;
+#pragma GCC unroll 8
+    for (o = 0; o < OB; o++)
+#pragma GCC unroll 4
+        for (t = 0; t < TB; t++) acc[o][t] = _mm512_setzero_ps();
+    for (n = c0; n < c1; n++) {
+        const float *gp = gs + (size_t)(n - c0) * image_g;
+        const float *xp = xs + (size_t)(n - c0) * image_x + ((size_t)c * kw + kj0) * plane + (size_t)ki * G->ow;
+        for (v = 0; v < vectors; v++, xp += 16, gp += OB * 16) {
+            __mmask16 lanes = v + 1 < vectors ? 0xFFFF : tail;
+            __m512 xv[TB];
+#pragma GCC unroll 4
+            for (t = 0; t < tb; t++) xv[t] = _mm512_maskz_loadu_ps(lanes, xp + t * plane);
+#pragma GCC unroll 8
+            for (o = 0; o < OB; o++) {
+                __m512 gv = _mm512_load_ps(gp + o * 16);
+#pragma GCC unroll 4
+                for (t = 0; t < tb; t++) acc[o][t] = _mm512_fmadd_ps(gv, xv[t], acc[o][t]);
+            }
+        }
+    }
+    ad__wgrad_store(acc, sums + (size_t)o0 * ld + ((size_t)c * kh + ki) * kw + kj0, ld,
+                    G->o - o0 < OB ? G->o - o0 : OB, tb, add);
+}
+
 /* The weight gradient of a convolution with stride and dilation 1 in one group, straight from
    the images, without im2row: for images [n0, n1) of the batch x [n, c, h, w] and the output
    gradient g [n, o, oh, ow], sums[o, k] (rows ld apart, k = (c, ki, kj)) = the sum over the
    images and output positions of g[o, oy, ox] x[c, oy + ki - ph, ox + kj - pw].
-   AD__WGRAD_OUTPUTS output channels by AD__WGRAD_TAPS neighbouring taps are summed in registers,
-   over the output positions of a chunk of images (ad__wgrad_chunk), from the buffers of
-   ad__straight_inputs and ad__wgrad_grads in scratch (ad__straight_scratch_floats(G) values,
-   64-byte aligned), then reduced. The chunks are fixed by the geometry and n0, so the sums do not depend
-   on the thread count. */
+   AD__WGRAD_OUTPUTS output channels by AD__WGRAD_TAPS neighbouring taps (the taps after the last
+   whole block of a row in blocks of two and one) are summed in registers, over the output
+   positions of a chunk of images (ad__wgrad_chunk), from the buffers of ad__straight_inputs and
+   ad__wgrad_grads in scratch (ad__straight_scratch_floats(G) values, 64-byte aligned), then
+   reduced. The chunks are fixed by the geometry and n0, so the sums do not depend on the thread
+   count. */
 AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_weight_grad_avx512(const ad__win2d *G,
                                                                                const float *AD__RESTRICT x,
                                                                                const float *AD__RESTRICT g,
@@ -10311,49 +10366,21 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_weight_grad_avx512(
                                                                                size_t ld)
 {
     enum { OB = AD__WGRAD_OUTPUTS, TB = AD__WGRAD_TAPS };
-    const int kh = G->kh, kw = G->kw, C = G->c, O = G->o, chunk = ad__wgrad_chunk(G);
-    const int vectors = ad__straight_vectors(G);
-    const size_t image_x = ad__straight_input_floats(G), image_g = ad__wgrad_grad_floats(G);
-    const size_t plane = ad__straight_plane(G), L = (size_t)G->oh * G->ow;
-    const __mmask16 tail = ad__first_lanes((long long)(L - 16 * (size_t)(vectors - 1)));
-    float *xs = scratch, *gs = scratch + (size_t)chunk * image_x;
-    int c0, c1, o0, c, ki, kj0, n, t, o, v;
+    const int kw = G->kw, chunk = ad__wgrad_chunk(G);
+    float *xs = scratch, *gs = scratch + (size_t)chunk * ad__straight_input_floats(G);
+    int c0, c1, o0, c, ki, kj0;
     for (c0 = n0; c0 < n1; c0 = c1) {
         c1 = n1 - c0 < chunk ? n1 : c0 + chunk;
         ad__straight_inputs(G, x, c0, c1, xs);
-        for (o0 = 0; o0 < O; o0 += OB) {
+        for (o0 = 0; o0 < G->o; o0 += OB) {
             ad__wgrad_grads(G, g, c0, c1, o0, gs);
-            for (c = 0; c < C; c++)
-                for (ki = 0; ki < kh; ki++)
-                    for (kj0 = 0; kj0 < kw; kj0 += TB) {
-                        /* past the last tap: a repeat, not stored */
-                        const size_t last = (size_t)((kj0 + TB <= kw ? TB : kw - kj0) - 1) * plane;
-                        __m512 acc[OB][TB];
-#pragma GCC unroll 8
-                        for (o = 0; o < OB; o++)
-#pragma GCC unroll 4
-                            for (t = 0; t < TB; t++) acc[o][t] = _mm512_setzero_ps();
-                        for (n = c0; n < c1; n++) {
-                            const float *gp = gs + (size_t)(n - c0) * image_g;
-                            const float *xp = xs + (size_t)(n - c0) * image_x + ((size_t)c * kw + kj0) * plane +
-                                              (size_t)ki * G->ow;
-                            for (v = 0; v < vectors; v++, xp += 16, gp += OB * 16) {
-                                __mmask16 lanes = v + 1 < vectors ? 0xFFFF : tail;
-                                __m512 xv[TB];
-#pragma GCC unroll 4
-                                for (t = 0; t < TB; t++)
-                                    xv[t] = _mm512_maskz_loadu_ps(lanes, xp + (t * plane < last ? t * plane : last));
-#pragma GCC unroll 8
-                                for (o = 0; o < OB; o++) {
-                                    __m512 gv = _mm512_load_ps(gp + o * 16);
-#pragma GCC unroll 4
-                                    for (t = 0; t < TB; t++) acc[o][t] = _mm512_fmadd_ps(gv, xv[t], acc[o][t]);
-                                }
-                            }
-                        }
-                        ad__wgrad_store(acc, sums + (size_t)o0 * ld + ((size_t)c * kh + ki) * kw + kj0, ld,
-                                        O - o0 < OB ? O - o0 : OB, kw - kj0 < TB ? kw - kj0 : TB, c0 > n0);
-                    }
+            for (c = 0; c < G->c; c++)
+                for (ki = 0; ki < G->kh; ki++) {
+                    for (kj0 = 0; kj0 + TB <= kw; kj0 += TB)
+                        ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, TB, sums, ld, c0 > n0);
+                    for (; kj0 + 2 <= kw; kj0 += 2) ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, 2, sums, ld, c0 > n0);
+                    if (kj0 < kw) ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, 1, sums, ld, c0 > n0);
+                }
         }
     }
 }
@@ -10371,12 +10398,66 @@ AD__PRIVATE void ad__conv_pack_weights(const ad__win2d *G, const float *AD__REST
                 *packed++ = o0 + o < G->o ? w[(size_t)(o0 + o) * K + k] : 0;
 }
 
+/* One block of ad__conv_forward_avx512: output channels [o0, o0 + AD__CONV_OUTPUTS) by vb vectors
+   of positions from v0 (a constant where it is inlined, so that a short last block computes only
+   its own vectors), summed in registers from 0, tap after tap in im2col's order, then added to
+   the bias (and to y): the GEMM's order over im2col's matrix where it sums all taps in one panel. */
+AD__HOT __attribute__((target("avx512f"))) void ad__conv_forward_block(const ad__win2d *G, const float *AD__RESTRICT wk,
+                                                                      const float *AD__RESTRICT xs,
+                                                                      const float *AD__RESTRICT bias,
+                                                                      float *AD__RESTRICT y, int n, int o0, int v0,
+                                                                      const int vb, int add)
+{
+    enum { OB = AD__CONV_OUTPUTS, VB = AD__CONV_VECTORS };
+    const int kh = G->kh, kw = G->kw, C = G->c, O = G->o, ow = G->ow;
+    const size_t plane = ad__straight_plane(G), L = (size_t)G->oh * ow;
+    __m512 acc[OB][VB];
+    int c, ki, kj, o, j;
+#pragma GCC unroll 8
+    for (o = 0; o < OB; o++)
+#pragma GCC unroll 4
+        for (j = 0; j < vb; j++) acc[o][j] = _mm512_setzero_ps();
+    for (c = 0; c < C; c++)
+        for (ki = 0; ki < kh; ki++)
+            for (kj = 0; kj < kw; kj++, wk += OB) {
+                const float *xp = xs + ((size_t)c * kw + kj) * plane + (size_t)ki * ow + 16 * v0;
+                __m512 xv[VB];
+#pragma GCC unroll 4
+                for (j = 0; j < vb; j++) xv[j] = _mm512_loadu_ps(xp + 16 * j);
+#pragma GCC unroll 8
+                for (o = 0; o < OB; o++) {
+                    __m512 wv = _mm512_set1_ps(wk[o]);
+#pragma GCC unroll 4
+                    for (j = 0; j < vb; j++) acc[o][j] = _mm512_fmadd_ps(wv, xv[j], acc[o][j]);
+                }
+            }
+#pragma GCC unroll 8
+    for (o = 0; o < OB; o++)
+#pragma GCC unroll 4
+        for (j = 0; j < vb; j++) {
+            size_t p = 16 * (size_t)(v0 + j);
+            float *dst;
+            __mmask16 lanes;
+            __m512 base;
+            if (o0 + o >= O) continue;
+            dst = y + ((size_t)n * O + o0 + o) * L + p;
+            lanes = ad__first_lanes((long long)(L - p));
+            if (bias) { /* the GEMM's order: the bias (added to y) first, then the sum */
+                base = _mm512_set1_ps(bias[o0 + o]);
+                if (add) base = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, dst), base);
+                _mm512_mask_storeu_ps(dst, lanes, _mm512_add_ps(base, acc[o][j]));
+            } else {
+                if (add) base = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, dst), acc[o][j]);
+                _mm512_mask_storeu_ps(dst, lanes, add ? base : acc[o][j]);
+            }
+        }
+}
+
 /* The convolution of image n with stride and dilation 1 in one group, straight from the image,
    without im2col: y[n, o] (+)= bias[o] + the sum over taps k = (c, ki, kj) of w[o, k] times the
    input under the tap (ad__straight_inputs, built in scratch), with the weights packed by
-   ad__conv_pack_weights. AD__CONV_OUTPUTS output channels by AD__CONV_VECTORS vectors of
-   positions are summed in registers from 0, tap after tap in im2col's order, then added to the
-   bias (and to y): the GEMM's order over im2col's matrix where it sums all taps in one panel. */
+   ad__conv_pack_weights, in blocks of AD__CONV_OUTPUTS output channels by AD__CONV_VECTORS
+   vectors of positions; the vectors after the last whole block go in blocks of two and one. */
 AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_forward_avx512(const ad__win2d *G,
                                                                            const float *AD__RESTRICT x,
                                                                            const float *AD__RESTRICT packed,
@@ -10385,55 +10466,16 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_forward_avx512(cons
                                                                            float *AD__RESTRICT scratch, int add)
 {
     enum { OB = AD__CONV_OUTPUTS, VB = AD__CONV_VECTORS };
-    const int kh = G->kh, kw = G->kw, C = G->c, O = G->o, ow = G->ow, vectors = ad__straight_vectors(G);
-    const size_t plane = ad__straight_plane(G), L = (size_t)G->oh * ow, K = (size_t)C * kh * kw;
-    int o0, v0, c, ki, kj, o, j;
+    const int vectors = ad__straight_vectors(G);
+    const size_t K = (size_t)G->c * G->kh * G->kw;
+    int o0, v0;
     ad__straight_inputs(G, x, n, n + 1, scratch);
-    for (o0 = 0; o0 < O; o0 += OB, packed += K * OB)
-        for (v0 = 0; v0 < vectors; v0 += VB) {
-            /* past the last vector: a repeat, not stored */
-            const int last = (v0 + VB <= vectors ? VB : vectors - v0) - 1;
-            const float *wk = packed;
-            __m512 acc[OB][VB];
-#pragma GCC unroll 8
-            for (o = 0; o < OB; o++)
-#pragma GCC unroll 4
-                for (j = 0; j < VB; j++) acc[o][j] = _mm512_setzero_ps();
-            for (c = 0; c < C; c++)
-                for (ki = 0; ki < kh; ki++)
-                    for (kj = 0; kj < kw; kj++, wk += OB) {
-                        const float *xp = scratch + ((size_t)c * kw + kj) * plane + (size_t)ki * ow + 16 * v0;
-                        __m512 xv[VB];
-#pragma GCC unroll 4
-                        for (j = 0; j < VB; j++) xv[j] = _mm512_loadu_ps(xp + 16 * (j < last ? j : last));
-#pragma GCC unroll 8
-                        for (o = 0; o < OB; o++) {
-                            __m512 wv = _mm512_set1_ps(wk[o]);
-#pragma GCC unroll 4
-                            for (j = 0; j < VB; j++) acc[o][j] = _mm512_fmadd_ps(wv, xv[j], acc[o][j]);
-                        }
-                    }
-#pragma GCC unroll 8
-            for (o = 0; o < OB; o++)
-#pragma GCC unroll 4
-                for (j = 0; j < VB; j++) {
-                    size_t p = 16 * (size_t)(v0 + j);
-                    float *dst;
-                    __mmask16 lanes;
-                    __m512 base;
-                    if (o0 + o >= O || j > last) continue;
-                    dst = y + ((size_t)n * O + o0 + o) * L + p;
-                    lanes = ad__first_lanes((long long)(L - p));
-                    if (bias) { /* the GEMM's order: the bias (added to y) first, then the sum */
-                        base = _mm512_set1_ps(bias[o0 + o]);
-                        if (add) base = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, dst), base);
-                        _mm512_mask_storeu_ps(dst, lanes, _mm512_add_ps(base, acc[o][j]));
-                    } else {
-                        if (add) base = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, dst), acc[o][j]);
-                        _mm512_mask_storeu_ps(dst, lanes, add ? base : acc[o][j]);
-                    }
-                }
-        }
+    for (o0 = 0; o0 < G->o; o0 += OB, packed += K * OB) {
+        for (v0 = 0; v0 + VB <= vectors; v0 += VB)
+            ad__conv_forward_block(G, packed, scratch, bias, y, n, o0, v0, VB, add);
+        for (; v0 + 2 <= vectors; v0 += 2) ad__conv_forward_block(G, packed, scratch, bias, y, n, o0, v0, 2, add);
+        if (v0 < vectors) ad__conv_forward_block(G, packed, scratch, bias, y, n, o0, v0, 1, add);
+    }
 }
 
 /* AVX2's straight convolutions (ad__conv_forward_avx2, ad__conv_weight_grad_avx2) keep AVX-512's
