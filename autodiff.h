@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.7 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.8 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -341,6 +341,9 @@
                        the padding rows apart; a short last block of vectors (forward map)
                        or taps (weight gradient) computes only its own instead of repeating
                        the last. The same bits.
+   0.10.8  2026-11-28  speed: the same for AVX2's straight convolutions (the input planes'
+                       rows in one loop, short last blocks of vectors or taps). The same
+                       bits.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -350,7 +353,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 7
+#define AUTODIFF_VERSION_PATCH 8
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -10493,6 +10496,8 @@ AD__PRIVATE void ad__straight_inputs_runs(const ad__win2d *G, const float *AD__R
                                            float *AD__RESTRICT xs)
 {
     const int rows = ad__straight_rows(G), h = G->h, w = G->w, ow = G->ow;
+    /* the rows [inside, past) of a plane read input rows 0, 1, ... */
+    const int inside = G->ph < rows ? G->ph : rows, past = h + G->ph < rows ? h + G->ph : rows;
     const size_t plane = ad__straight_plane(G);
     int n, c, kj, r;
     for (n = n0; n < n1; n++)
@@ -10501,13 +10506,12 @@ AD__PRIVATE void ad__straight_inputs_runs(const ad__win2d *G, const float *AD__R
             for (kj = 0; kj < G->kw; kj++, xs += plane) {
                 /* output columns [lo, hi) read input columns [lo + shift, hi + shift) */
                 int shift = kj - G->pw, lo = shift < 0 ? -shift : 0, hi = w - shift < ow ? w - shift : ow;
-                if (lo > ow) lo = ow;
-                if (hi < lo) hi = lo;
-                for (r = 0; r < rows; r++) {
-                    int iy = r - G->ph;
-                    if (iy >= 0 && iy < h && hi > lo)
-                        ad__copy_run(xs + (size_t)r * ow + lo, src + (size_t)iy * w + lo + shift, hi - lo);
-                }
+                float *dst;
+                const float *in;
+                if (hi <= lo) continue; /* no input column under these outputs */
+                dst = xs + (size_t)inside * ow + lo;
+                in = src + lo + shift;
+                for (r = inside; r < past; r++, dst += ow, in += w) ad__copy_run(dst, in, hi - lo);
             }
         }
 }
@@ -10583,9 +10587,56 @@ AD__PRIVATE __attribute__((target("avx2"))) AD__NOINLINE void ad__wgrad_store_av
         }
 }
 
+/* One block of ad__conv_weight_grad_avx2: half the block's output channels, from o0 + h0, by the
+   tb taps from (c, ki, kj0) (a constant where it is inlined, as in ad__wgrad_block), summed over
+   the output positions of images [c0, c1), each vector of sixteen as two halves; keep[] zeroes
+   the inputs past the last vector's positions. */
+AD__HOT __attribute__((target("avx2,fma"))) void ad__wgrad_block_avx2(const ad__win2d *G, const float *AD__RESTRICT xs,
+                                                                     const float *AD__RESTRICT gs, int c0, int c1,
+                                                                     int h0, int c, int ki, int kj0, const int tb,
+                                                                     const __m256 *keep, float *dst, size_t ld,
+                                                                     int outputs, int add)
+{
+    enum { OB = AD__WGRAD_OUTPUTS, HB = AD__STRAIGHT_AVX2_OUTPUTS, TB = AD__WGRAD_TAPS };
+    const int vectors = ad__straight_vectors(G);
+    const size_t image_x = ad__straight_input_floats(G), image_g = ad__wgrad_grad_floats(G);
+    const size_t plane = ad__straight_plane(G);
+    __m256 acc[HB][TB], tile[HB * TB];
+    int n, v, half, t, o;
+#pragma GCC unroll 4
+    for (o = 0; o < HB; o++)
+#pragma GCC unroll 4
+        for (t = 0; t < TB; t++) acc[o][t] = _mm256_setzero_ps();
+    for (n = c0; n < c1; n++) {
+        const float *gp = gs + (size_t)(n - c0) * image_g + h0 * 16;
+        const float *xp = xs + (size_t)(n - c0) * image_x + ((size_t)c * G->kw + kj0) * plane + (size_t)ki * G->ow;
+        for (v = 0; v < vectors; v++, xp += 16, gp += OB * 16)
+            for (half = 0; half < 2; half++) {
+                __m256 xv[TB];
+#pragma GCC unroll 4
+                for (t = 0; t < tb; t++) {
+                    xv[t] = _mm256_loadu_ps(xp + 8 * half + t * plane);
+                    if (v + 1 == vectors) xv[t] = _mm256_and_ps(xv[t], keep[half]);
+                }
+#pragma GCC unroll 4
+                for (o = 0; o < HB; o++) {
+                    __m256 gv = _mm256_load_ps(gp + o * 16 + 8 * half);
+#pragma GCC unroll 4
+                    for (t = 0; t < tb; t++) acc[o][t] = _mm256_fmadd_ps(gv, xv[t], acc[o][t]);
+                }
+            }
+    }
+#pragma GCC unroll 4
+    for (o = 0; o < HB; o++)
+#pragma GCC unroll 4
+        for (t = 0; t < tb; t++) tile[o * TB + t] = acc[o][t];
+    ad__wgrad_store_avx2(tile, dst, ld, outputs, tb, add);
+}
+
 /* ad__conv_weight_grad_avx512 with AVX2: the same chunks and buffers, each vector of sixteen
-   positions as two halves, half the block's output channels at a time; each sum's eight lanes
-   are added at the end of a chunk. */
+   positions as two halves, half the block's output channels at a time, the taps after the last
+   whole block of a row in blocks of two and one; each sum's eight lanes are added at the end of
+   a chunk. */
 AD__PRIVATE __attribute__((target("avx2,fma"))) void ad__conv_weight_grad_avx2(const ad__win2d *G,
                                                                               const float *AD__RESTRICT x,
                                                                               const float *AD__RESTRICT g,
@@ -10594,63 +10645,38 @@ AD__PRIVATE __attribute__((target("avx2,fma"))) void ad__conv_weight_grad_avx2(c
                                                                               float *AD__RESTRICT sums, size_t ld)
 {
     enum { OB = AD__WGRAD_OUTPUTS, HB = AD__STRAIGHT_AVX2_OUTPUTS, TB = AD__WGRAD_TAPS };
-    const int kh = G->kh, kw = G->kw, C = G->c, O = G->o, chunk = ad__wgrad_chunk(G);
+    const int kh = G->kh, kw = G->kw, O = G->o, chunk = ad__wgrad_chunk(G);
     const int vectors = ad__straight_vectors(G);
-    const size_t image_x = ad__straight_input_floats(G), image_g = ad__wgrad_grad_floats(G);
-    const size_t plane = ad__straight_plane(G), L = (size_t)G->oh * G->ow;
+    const size_t L = (size_t)G->oh * G->ow;
     const int tail = (int)(L - 16 * (size_t)(vectors - 1)); /* positions in the last vector */
     /* lanes of the last vector's halves that hold positions: its inputs past them are zeroed,
        so that an infinite input there adds no NaN */
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256 keep[2] = {_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(tail), lane)),
                             _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(tail - 8), lane))};
-    float *xs = scratch, *gs = scratch + (size_t)chunk * image_x;
-    int c0, c1, o0, h0, c, ki, kj0, n, t, o, v, half;
+    float *xs = scratch, *gs = scratch + (size_t)chunk * ad__straight_input_floats(G);
+    int c0, c1, o0, h0, c, ki, kj0;
     for (c0 = n0; c0 < n1; c0 = c1) {
         c1 = n1 - c0 < chunk ? n1 : c0 + chunk;
         ad__straight_inputs_runs(G, x, c0, c1, xs);
         for (o0 = 0; o0 < O; o0 += OB) {
             ad__wgrad_grads_copy(G, g, c0, c1, o0, gs);
-            for (h0 = 0; h0 < OB && o0 + h0 < O; h0 += HB)
-                for (c = 0; c < C; c++)
-                    for (ki = 0; ki < kh; ki++)
-                        for (kj0 = 0; kj0 < kw; kj0 += TB) {
-                            /* past the last tap: a repeat, not stored */
-                            const int taps = kj0 + TB <= kw ? TB : kw - kj0;
-                            const size_t last = (size_t)(taps - 1) * plane;
-                            const int outputs = O - o0 - h0 < HB ? O - o0 - h0 : HB;
-                            float *dst = sums + (size_t)(o0 + h0) * ld + ((size_t)c * kh + ki) * kw + kj0;
-                            __m256 acc[HB][TB], tile[HB * TB];
-#pragma GCC unroll 4
-                            for (o = 0; o < HB; o++)
-#pragma GCC unroll 4
-                                for (t = 0; t < TB; t++) acc[o][t] = _mm256_setzero_ps();
-                            for (n = c0; n < c1; n++) {
-                                const float *gp = gs + (size_t)(n - c0) * image_g + h0 * 16;
-                                const float *xp = xs + (size_t)(n - c0) * image_x + ((size_t)c * kw + kj0) * plane +
-                                                  (size_t)ki * G->ow;
-                                for (v = 0; v < vectors; v++, xp += 16, gp += OB * 16)
-                                    for (half = 0; half < 2; half++) {
-                                        __m256 xv[TB];
-#pragma GCC unroll 4
-                                        for (t = 0; t < TB; t++) {
-                                            xv[t] = _mm256_loadu_ps(xp + 8 * half + (t * plane < last ? t * plane : last));
-                                            if (v + 1 == vectors) xv[t] = _mm256_and_ps(xv[t], keep[half]);
-                                        }
-#pragma GCC unroll 4
-                                        for (o = 0; o < HB; o++) {
-                                            __m256 gv = _mm256_load_ps(gp + o * 16 + 8 * half);
-#pragma GCC unroll 4
-                                            for (t = 0; t < TB; t++) acc[o][t] = _mm256_fmadd_ps(gv, xv[t], acc[o][t]);
-                                        }
-                                    }
-                            }
-#pragma GCC unroll 4
-                            for (o = 0; o < HB; o++)
-#pragma GCC unroll 4
-                                for (t = 0; t < TB; t++) tile[o * TB + t] = acc[o][t];
-                            ad__wgrad_store_avx2(tile, dst, ld, outputs, taps, c0 > n0);
-                        }
+            for (h0 = 0; h0 < OB && o0 + h0 < O; h0 += HB) {
+                const int outputs = O - o0 - h0 < HB ? O - o0 - h0 : HB;
+                for (c = 0; c < G->c; c++)
+                    for (ki = 0; ki < kh; ki++) {
+                        float *dst = sums + (size_t)(o0 + h0) * ld + ((size_t)c * kh + ki) * kw;
+                        for (kj0 = 0; kj0 + TB <= kw; kj0 += TB)
+                            ad__wgrad_block_avx2(G, xs, gs, c0, c1, h0, c, ki, kj0, TB, keep, dst + kj0, ld, outputs,
+                                                 c0 > n0);
+                        for (; kj0 + 2 <= kw; kj0 += 2)
+                            ad__wgrad_block_avx2(G, xs, gs, c0, c1, h0, c, ki, kj0, 2, keep, dst + kj0, ld, outputs,
+                                                 c0 > n0);
+                        if (kj0 < kw)
+                            ad__wgrad_block_avx2(G, xs, gs, c0, c1, h0, c, ki, kj0, 1, keep, dst + kj0, ld, outputs,
+                                                 c0 > n0);
+                    }
+            }
         }
     }
 }
@@ -10681,9 +10707,47 @@ AD__PRIVATE __attribute__((target("avx2"))) AD__NOINLINE void ad__conv_store_avx
         }
 }
 
+/* One block of ad__conv_forward_avx2: half the block's output channels (outputs of them, their
+   packed weights from wk, their planes from y, their biases from bias) by vb vectors of eight
+   positions from v0 (a constant where it is inlined, as in ad__conv_forward_block). */
+AD__HOT __attribute__((target("avx2,fma"))) void ad__conv_forward_block_avx2(const ad__win2d *G, const float *AD__RESTRICT wk,
+                                                                            const float *AD__RESTRICT xs,
+                                                                            const float *bias, float *y, int outputs,
+                                                                            int v0, const int vb, int add)
+{
+    enum { OB = AD__CONV_OUTPUTS, HB = AD__STRAIGHT_AVX2_OUTPUTS, VB = AD__CONV_VECTORS };
+    const int kh = G->kh, kw = G->kw, C = G->c, ow = G->ow;
+    const size_t plane = ad__straight_plane(G);
+    __m256 acc[HB][VB], tile[HB * VB];
+    int c, ki, kj, o, j;
+#pragma GCC unroll 4
+    for (o = 0; o < HB; o++)
+#pragma GCC unroll 4
+        for (j = 0; j < VB; j++) acc[o][j] = _mm256_setzero_ps();
+    for (c = 0; c < C; c++)
+        for (ki = 0; ki < kh; ki++)
+            for (kj = 0; kj < kw; kj++, wk += OB) {
+                const float *xp = xs + ((size_t)c * kw + kj) * plane + (size_t)ki * ow + 8 * v0;
+                __m256 xv[VB];
+#pragma GCC unroll 4
+                for (j = 0; j < vb; j++) xv[j] = _mm256_loadu_ps(xp + 8 * j);
+#pragma GCC unroll 4
+                for (o = 0; o < HB; o++) {
+                    __m256 wv = _mm256_broadcast_ss(wk + o);
+#pragma GCC unroll 4
+                    for (j = 0; j < vb; j++) acc[o][j] = _mm256_fmadd_ps(wv, xv[j], acc[o][j]);
+                }
+            }
+#pragma GCC unroll 4
+    for (o = 0; o < HB; o++)
+#pragma GCC unroll 4
+        for (j = 0; j < vb; j++) tile[o * VB + j] = acc[o][j];
+    ad__conv_store_avx2(tile, bias, y, (size_t)G->oh * ow, 8 * (size_t)v0, outputs, vb - 1, add);
+}
+
 /* ad__conv_forward_avx512 with AVX2: the same packed weights and inputs, half the block's output
-   channels by AD__CONV_VECTORS vectors of eight positions at a time; the same sums, in the same
-   order, so the same bits. */
+   channels by AD__CONV_VECTORS vectors of eight positions at a time (the vectors after the last
+   whole block in blocks of two and one); the same sums, in the same order, so the same bits. */
 AD__PRIVATE __attribute__((target("avx2,fma"))) void ad__conv_forward_avx2(const ad__win2d *G,
                                                                           const float *AD__RESTRICT x,
                                                                           const float *AD__RESTRICT packed,
@@ -10692,43 +10756,21 @@ AD__PRIVATE __attribute__((target("avx2,fma"))) void ad__conv_forward_avx2(const
                                                                           float *AD__RESTRICT scratch, int add)
 {
     enum { OB = AD__CONV_OUTPUTS, HB = AD__STRAIGHT_AVX2_OUTPUTS, VB = AD__CONV_VECTORS };
-    const int kh = G->kh, kw = G->kw, C = G->c, O = G->o, ow = G->ow;
-    const size_t plane = ad__straight_plane(G), L = (size_t)G->oh * ow, K = (size_t)C * kh * kw;
+    const int O = G->o;
+    const size_t L = (size_t)G->oh * G->ow, K = (size_t)G->c * G->kh * G->kw;
     const int vectors = (int)((L + 7) / 8);
-    int o0, h0, v0, c, ki, kj, o, j;
+    int o0, h0, v0;
     ad__straight_inputs_runs(G, x, n, n + 1, scratch);
     for (o0 = 0; o0 < O; o0 += OB, packed += K * OB)
-        for (h0 = 0; h0 < OB && o0 + h0 < O; h0 += HB)
-            for (v0 = 0; v0 < vectors; v0 += VB) {
-                /* past the last vector: a repeat, not stored */
-                const int last = (v0 + VB <= vectors ? VB : vectors - v0) - 1;
-                const float *wk = packed + h0;
-                __m256 acc[HB][VB], tile[HB * VB];
-#pragma GCC unroll 4
-                for (o = 0; o < HB; o++)
-#pragma GCC unroll 4
-                    for (j = 0; j < VB; j++) acc[o][j] = _mm256_setzero_ps();
-                for (c = 0; c < C; c++)
-                    for (ki = 0; ki < kh; ki++)
-                        for (kj = 0; kj < kw; kj++, wk += OB) {
-                            const float *xp = scratch + ((size_t)c * kw + kj) * plane + (size_t)ki * ow + 8 * v0;
-                            __m256 xv[VB];
-#pragma GCC unroll 4
-                            for (j = 0; j < VB; j++) xv[j] = _mm256_loadu_ps(xp + 8 * (j < last ? j : last));
-#pragma GCC unroll 4
-                            for (o = 0; o < HB; o++) {
-                                __m256 wv = _mm256_broadcast_ss(wk + o);
-#pragma GCC unroll 4
-                                for (j = 0; j < VB; j++) acc[o][j] = _mm256_fmadd_ps(wv, xv[j], acc[o][j]);
-                            }
-                        }
-#pragma GCC unroll 4
-                for (o = 0; o < HB; o++)
-#pragma GCC unroll 4
-                    for (j = 0; j < VB; j++) tile[o * VB + j] = acc[o][j];
-                ad__conv_store_avx2(tile, bias ? bias + o0 + h0 : NULL, y + ((size_t)n * O + o0 + h0) * L, L,
-                                    8 * (size_t)v0, O - o0 - h0 < HB ? O - o0 - h0 : HB, last, add);
-            }
+        for (h0 = 0; h0 < OB && o0 + h0 < O; h0 += HB) {
+            const int outputs = O - o0 - h0 < HB ? O - o0 - h0 : HB;
+            const float *b = bias ? bias + o0 + h0 : NULL;
+            float *yo = y + ((size_t)n * O + o0 + h0) * L;
+            for (v0 = 0; v0 + VB <= vectors; v0 += VB)
+                ad__conv_forward_block_avx2(G, packed + h0, scratch, b, yo, outputs, v0, VB, add);
+            for (; v0 + 2 <= vectors; v0 += 2) ad__conv_forward_block_avx2(G, packed + h0, scratch, b, yo, outputs, v0, 2, add);
+            if (v0 < vectors) ad__conv_forward_block_avx2(G, packed + h0, scratch, b, yo, outputs, v0, 1, add);
+        }
 }
 
 /* The straight maps at the processor's width: AVX-512's, or AVX2's (ad__conv_straight says when
