@@ -10208,8 +10208,9 @@ AD__INLINE __mmask16 ad__straight_lanes(int col, int count, int w, int *lo)
 }
 
 /* The inputs of images [n0, n1) of x into xs (64-byte aligned; see ad__straight_vectors). Each
-   plane is written whole, sixteen columns at a time: the rows above and below the input (the
-   padding) as 0, the rows inside it in a loop of one load and one store a row. */
+   plane is written whole, sixteen columns at a time: the rows that read the input in a loop of
+   one load and one store a row, the others (the padding above and below, or every row when none
+   of the sixteen columns falls inside the input) as 0. */
 AD__PRIVATE __attribute__((target("avx512f"))) void ad__straight_inputs(const ad__win2d *G,
                                                                        const float *AD__RESTRICT x, int n0, int n1,
                                                                        float *AD__RESTRICT xs)
@@ -10228,19 +10229,19 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__straight_inputs(const ad
                 for (a = 0; a < ow; a += 16) { /* sixteen columns of every row */
                     int col = a + kj - G->pw, count = ow - a < 16 ? ow - a : 16;
                     __mmask16 lanes = ad__straight_lanes(col, count, w, &lo), out = ad__first_lanes(count);
-                    float *dst = xs + a;
+                    const int first_read = lanes ? inside : past; /* past: no row reads the input */
+                    for (r = 0; r < first_read; r++) _mm512_mask_storeu_ps(xs + (size_t)r * ow + a, out, zero);
                     /* the first value inside the row into lane lo: no address before the row */
-                    const float *in = src + col + lo;
-                    for (r = 0; r < inside; r++, dst += ow) _mm512_mask_storeu_ps(dst, out, zero);
-                    if (!lanes)
-                        for (; r < past; r++, dst += ow) _mm512_mask_storeu_ps(dst, out, zero);
-                    else if (lo)
-                        for (; r < past; r++, dst += ow, in += w)
-                            _mm512_mask_storeu_ps(dst, out, _mm512_maskz_expandloadu_ps(lanes, in));
+                    if (lo)
+                        for (; r < past; r++)
+                            _mm512_mask_storeu_ps(
+                                xs + (size_t)r * ow + a, out,
+                                _mm512_maskz_expandloadu_ps(lanes, src + (size_t)(r - G->ph) * w + col + lo));
                     else
-                        for (; r < past; r++, dst += ow, in += w)
-                            _mm512_mask_storeu_ps(dst, out, _mm512_maskz_loadu_ps(lanes, in));
-                    for (; r < rows; r++, dst += ow) _mm512_mask_storeu_ps(dst, out, zero);
+                        for (; r < past; r++)
+                            _mm512_mask_storeu_ps(xs + (size_t)r * ow + a, out,
+                                                  _mm512_maskz_loadu_ps(lanes, src + (size_t)(r - G->ph) * w + col));
+                    for (; r < rows; r++) _mm512_mask_storeu_ps(xs + (size_t)r * ow + a, out, zero);
                 }
                 for (room = (size_t)rows * ow; room < plane; room += 16) /* the room after the rows: 0 */
                     _mm512_mask_storeu_ps(xs + room, ad__first_lanes((long long)(plane - room)), zero);
@@ -10311,7 +10312,7 @@ AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_store(__m512 acc[AD__W
 }
 
 /* One block of ad__conv_weight_grad_avx512: for output channels [o0, o0 + AD__WGRAD_OUTPUTS) and
-   the taps tb taps from (c, ki, kj0) (a constant where it is inlined, so that a short last block
+   the tb taps from (c, ki, kj0) (a constant where it is inlined, so that a short last block
    computes only its own taps), the sums over the output positions of images [c0, c1), from the
    buffers xs and gs, reduced into sums (added to it when add is set). */
 AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_block(const ad__win2d *G, const float *AD__RESTRICT xs,
@@ -10329,7 +10330,7 @@ AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_block(const ad__win2d 
 #pragma GCC unroll 8
     for (o = 0; o < OB; o++)
 #pragma GCC unroll 4
-        for (t = 0; t < TB; t++) acc[o][t] = _mm512_setzero_ps();
+        for (t = 0; t < TB; t++) acc[o][t] = _mm512_setzero_ps(); /* all TB: ad__wgrad_store reads every one */
     for (n = c0; n < c1; n++) {
         const float *gp = gs + (size_t)(n - c0) * image_g;
         const float *xp = xs + (size_t)(n - c0) * image_x + ((size_t)c * kw + kj0) * plane + (size_t)ki * G->ow;
@@ -10381,7 +10382,8 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_weight_grad_avx512(
                 for (ki = 0; ki < G->kh; ki++) {
                     for (kj0 = 0; kj0 + TB <= kw; kj0 += TB)
                         ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, TB, sums, ld, c0 > n0);
-                    for (; kj0 + 2 <= kw; kj0 += 2) ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, 2, sums, ld, c0 > n0);
+                    for (; kj0 + 2 <= kw; kj0 += 2)
+                        ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, 2, sums, ld, c0 > n0);
                     if (kj0 < kw) ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, 1, sums, ld, c0 > n0);
                 }
         }
@@ -10506,12 +10508,9 @@ AD__PRIVATE void ad__straight_inputs_runs(const ad__win2d *G, const float *AD__R
             for (kj = 0; kj < G->kw; kj++, xs += plane) {
                 /* output columns [lo, hi) read input columns [lo + shift, hi + shift) */
                 int shift = kj - G->pw, lo = shift < 0 ? -shift : 0, hi = w - shift < ow ? w - shift : ow;
-                float *dst;
-                const float *in;
                 if (hi <= lo) continue; /* no input column under these outputs */
-                dst = xs + (size_t)inside * ow + lo;
-                in = src + lo + shift;
-                for (r = inside; r < past; r++, dst += ow, in += w) ad__copy_run(dst, in, hi - lo);
+                for (r = inside; r < past; r++)
+                    ad__copy_run(xs + (size_t)r * ow + lo, src + (size_t)(r - G->ph) * w + lo + shift, hi - lo);
             }
         }
 }
@@ -10710,7 +10709,8 @@ AD__PRIVATE __attribute__((target("avx2"))) AD__NOINLINE void ad__conv_store_avx
 /* One block of ad__conv_forward_avx2: half the block's output channels (outputs of them, their
    packed weights from wk, their planes from y, their biases from bias) by vb vectors of eight
    positions from v0 (a constant where it is inlined, as in ad__conv_forward_block). */
-AD__HOT __attribute__((target("avx2,fma"))) void ad__conv_forward_block_avx2(const ad__win2d *G, const float *AD__RESTRICT wk,
+AD__HOT __attribute__((target("avx2,fma"))) void ad__conv_forward_block_avx2(const ad__win2d *G,
+                                                                            const float *AD__RESTRICT wk,
                                                                             const float *AD__RESTRICT xs,
                                                                             const float *bias, float *y, int outputs,
                                                                             int v0, const int vb, int add)
@@ -10768,7 +10768,8 @@ AD__PRIVATE __attribute__((target("avx2,fma"))) void ad__conv_forward_avx2(const
             float *yo = y + ((size_t)n * O + o0 + h0) * L;
             for (v0 = 0; v0 + VB <= vectors; v0 += VB)
                 ad__conv_forward_block_avx2(G, packed + h0, scratch, b, yo, outputs, v0, VB, add);
-            for (; v0 + 2 <= vectors; v0 += 2) ad__conv_forward_block_avx2(G, packed + h0, scratch, b, yo, outputs, v0, 2, add);
+            for (; v0 + 2 <= vectors; v0 += 2)
+                ad__conv_forward_block_avx2(G, packed + h0, scratch, b, yo, outputs, v0, 2, add);
             if (v0 < vectors) ad__conv_forward_block_avx2(G, packed + h0, scratch, b, yo, outputs, v0, 1, add);
         }
 }
