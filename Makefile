@@ -19,6 +19,8 @@
 #                  tape, optimizers, elementwise functions, MLP, CNN, GPT and LSTM training),
 #                  and MLP training over MPI on 2 processes against 1 where MPI is installed
 #   make compare   the same benchmarks, autodiff.h against itself at REV (default HEAD~1)
+#   make pair      a few training steps and a product, autodiff.h against itself at REV, both
+#                  built into one program and timed alternately (PAIR_WORK picks some)
 #   make pictures  examples/pictures/*.svg: tapes drawn by ad_tape_write_dot and rendered by
 #                  Graphviz's dot (Debian: graphviz, needed by this target only)
 #   make clean     removes build/
@@ -75,6 +77,13 @@ REV ?= HEAD~1
 
 compare:
 	CC="$(CC)" bash bench/compare.sh $(REV)
+
+# bench/pair.sh: the same comparison in one process, round by round (bench/pair.c).
+PAIR_WORK ?=
+.PHONY: pair
+
+pair:
+	CC="$(CC)" bash bench/pair.sh $(REV) $(PAIR_WORK)
 
 # MNIST: found in MNIST_DIR, or downloaded there and checked (scripts/fetch_mnist.sh).
 # Fashion-MNIST: the same files, from Debian's dataset-fashion-mnist package by default.
