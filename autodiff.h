@@ -10164,6 +10164,15 @@ AD__INLINE int ad__straight_rows(const ad__win2d *G)
     return G->oh + G->kh - 1;
 }
 
+/* The rows [*inside, *past) of a plane, those that read input rows 0, 1, ...; the others are
+   padding. */
+AD__INLINE void ad__straight_rows_inside(const ad__win2d *G, int *inside, int *past)
+{
+    const int rows = ad__straight_rows(G);
+    *inside = G->ph < rows ? G->ph : rows;
+    *past = G->h + G->ph < rows ? G->h + G->ph : rows;
+}
+
 /* Floats of one channel's input for one kj: its rows, room for a vector read from the last
    row's tail, whole lines. */
 AD__INLINE size_t ad__straight_plane(const ad__win2d *G)
@@ -10216,12 +10225,11 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__straight_inputs(const ad
                                                                        float *AD__RESTRICT xs)
 {
     const int rows = ad__straight_rows(G), h = G->h, w = G->w, ow = G->ow;
-    /* the rows [inside, past) of a plane read input rows 0, 1, ... */
-    const int inside = G->ph < rows ? G->ph : rows, past = h + G->ph < rows ? h + G->ph : rows;
     const size_t plane = ad__straight_plane(G);
     const __m512 zero = _mm512_setzero_ps();
     size_t room;
-    int n, c, kj, a, r, lo;
+    int n, c, kj, a, r, lo, inside, past;
+    ad__straight_rows_inside(G, &inside, &past);
     for (n = n0; n < n1; n++)
         for (c = 0; c < G->c; c++) {
             const float *src = x + ((size_t)n * G->c + c) * h * w;
@@ -10497,11 +10505,10 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_forward_avx512(cons
 AD__PRIVATE void ad__straight_inputs_runs(const ad__win2d *G, const float *AD__RESTRICT x, int n0, int n1,
                                            float *AD__RESTRICT xs)
 {
-    const int rows = ad__straight_rows(G), h = G->h, w = G->w, ow = G->ow;
-    /* the rows [inside, past) of a plane read input rows 0, 1, ... */
-    const int inside = G->ph < rows ? G->ph : rows, past = h + G->ph < rows ? h + G->ph : rows;
+    const int h = G->h, w = G->w, ow = G->ow;
     const size_t plane = ad__straight_plane(G);
-    int n, c, kj, r;
+    int n, c, kj, r, inside, past;
+    ad__straight_rows_inside(G, &inside, &past);
     for (n = n0; n < n1; n++)
         for (c = 0; c < G->c; c++) {
             const float *src = x + ((size_t)n * G->c + c) * h * w;
