@@ -2,9 +2,9 @@
    older autodiff.h, pair_new against the newer) in one process, alternately, so that both meet
    the same moments of a shared, noisy machine.
 
-   Usage: pair WORK [STEPS [ROUNDS]]   (WORK: tape, cnn, conv, mlp or gemm; STEPS per round,
-                                        default chosen per work for about 20-50 ms; ROUNDS
-                                        default 30)
+   Usage: pair WORK [STEPS [ROUNDS]]   (WORK: tape, cnn, conv, mlp, gemm or gpt; STEPS per
+                                        round, default chosen per work for about 20-80 ms;
+                                        ROUNDS default 30)
    Each round times STEPS steps of each build, the order flipped every round, in CPU time of the
    thread. Prints the best round of each side per step and the median over rounds of the ratio
    old time / new time (above 1: the new build is faster), and whether the two builds' results
@@ -40,6 +40,7 @@ static long pair_default_steps(const char *work)
 {
     if (strcmp(work, "tape") == 0) return 500000;
     if (strcmp(work, "gemm") == 0) return 4;
+    if (strcmp(work, "gpt") == 0) return 2;
     return 20;
 }
 
@@ -58,7 +59,7 @@ int main(int argc, char **argv)
     /* warm up, then the same steps from both builds' fresh state: their results compared */
     for (k = 0; k < 2; k++) check[k] = side[k](work, 1);
     if (isnan(check[0]) || isnan(check[1])) {
-        fprintf(stderr, "pair: work '%s' unknown or failed (tape, cnn, conv, mlp, gemm)\n", work);
+        fprintf(stderr, "pair: work '%s' unknown or failed (tape, cnn, conv, mlp, gemm, gpt)\n", work);
         return 1;
     }
     for (k = 0; k < 2; k++) check[k] = side[k](work, steps);

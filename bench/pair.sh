@@ -7,7 +7,7 @@
 # against itself (REV = HEAD on a clean tree) to see the noise floor of the moment.
 #
 # Usage: bash bench/pair.sh [REV [WORK...]]   (REV default HEAD~1; WORK of tape, cnn, conv, mlp,
-#                                              gemm; default all five)
+#                                              gemm, gpt; default all six)
 # Prints one line per work: the best round of each side per step, the median over rounds of old
 # time / new time (above 1: the working tree is faster) with its quartiles, and whether the two
 # computed the same bits.
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.." || exit 1
 CC=${CC:-cc}
 REV=${1:-HEAD~1}
 shift $(($# > 0 ? 1 : 0))
-WORKS=${*:-tape cnn conv mlp gemm}
+WORKS=${*:-tape cnn conv mlp gemm gpt}
 OUT=build/pair
 mkdir -p "$OUT/old" "$OUT/new"
 git show "$REV:autodiff.h" > "$OUT/old/autodiff.h" || { echo "pair: no autodiff.h at $REV"; exit 1; }

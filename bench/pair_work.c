@@ -13,6 +13,9 @@
      mlp    one training step of the 784-512-256-10 MLP (ReLU, cross-entropy, batch 64, SGD) on
             fixed random data
      gemm   a square product C = A B, PAIR_GEMM_SIZE (default 1024) on a side, no gradient
+     gpt    one training step of bench/gpt.c's GPT (examples/char_model.h: 4 layers, 4 heads,
+            embedding 128, context 64, batch 12; AdamW, gradient norm clipped at 1) on fixed
+            random tokens
    Everything runs on one thread. */
 #define AUTODIFF_IMPLEMENTATION
 #define AUTODIFF_STATIC
@@ -20,6 +23,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "../examples/char_model.h"
 
 #ifndef PAIR_ENTRY
 #error "define PAIR_ENTRY, the name of this build's entry point"
@@ -207,6 +211,67 @@ static double pair_gemm(ad_tape *T, long steps)
     return sum;
 }
 
+/* bench/gpt.c's model, optimizer and batch, made on the first call. */
+typedef struct pair_gpt_state {
+    char_model m;
+    ad_params *P;
+    ad_optim *opt;
+    int ids[12 * 64], targets[12 * 64];
+} pair_gpt_state;
+
+static int pair_gpt_init(pair_gpt_state *g)
+{
+    char_config cfg;
+    ad_optim_desc desc;
+    unsigned seed = 42;
+    int i;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.kind = CHAR_GPT;
+    cfg.vocab = 65;
+    cfg.ctx = 64;
+    cfg.layers = 4;
+    cfg.heads = 4;
+    cfg.embd = 128;
+    for (i = 0; i < cfg.vocab; i++) cfg.chars[i] = (unsigned char)(' ' + i);
+    if (!(g->P = ad_params_new(1337)) || char_model_init(&g->m, &cfg, g->P) != 0) return -1;
+    memset(&desc, 0, sizeof desc);
+    desc.kind = AD_OPTIM_ADAMW;
+    desc.lr = 1e-3;
+    desc.beta1 = 0.9;
+    desc.beta2 = 0.99;
+    desc.weight_decay = 0.1;
+    if (!(g->opt = ad_optim_new(g->P, &desc))) return -1;
+    for (i = 0; i < 12 * 64; i++) {
+        seed = seed * 1103515245u + 12345u;
+        g->ids[i] = (int)((seed >> 9) % 65);
+        seed = seed * 1103515245u + 12345u;
+        g->targets[i] = (int)((seed >> 9) % 65);
+    }
+    return 0;
+}
+
+static double pair_gpt(ad_tape *T, long steps)
+{
+    static pair_gpt_state g;
+    static int made;
+    double sum = 0;
+    long i;
+    if (!made) {
+        if (pair_gpt_init(&g) != 0) return NAN;
+        made = 1;
+    }
+    for (i = 0; i < steps; i++) {
+        ad_tensor *loss;
+        ad_params_zero_grad_on(g.P, T);
+        loss = ad_cross_entropy(T, char_forward(T, &g.m, g.ids, 12, 64), g.targets);
+        if (!loss || ad_backward(T, loss) != 0 || ad_clip_grad_norm(g.P, 1.0) < 0 || ad_optim_step_on(g.opt, T) != 0)
+            return NAN;
+        sum += ad_item(loss);
+        ad_tape_reset(T);
+    }
+    return sum;
+}
+
 /* Runs work steps times on this build's tape (one thread); NAN for unknown work or a failure. */
 double PAIR_ENTRY(const char *work, long steps);
 double PAIR_ENTRY(const char *work, long steps)
@@ -221,5 +286,6 @@ double PAIR_ENTRY(const char *work, long steps)
     if (strcmp(work, "conv") == 0) return pair_conv(T, steps);
     if (strcmp(work, "mlp") == 0) return pair_mlp(T, steps);
     if (strcmp(work, "gemm") == 0) return pair_gemm(T, steps);
+    if (strcmp(work, "gpt") == 0) return pair_gpt(T, steps);
     return NAN;
 }
