@@ -12,7 +12,8 @@
 # time / new time (above 1: the working tree is faster) with its quartiles, and whether the two
 # computed the same bits.
 # Environment: CC (default cc), built with -O2 as bench/run.sh builds; PAIR_STEPS and PAIR_ROUNDS
-# (defaults: per work, and 30); PAIR_GEMM_SIZE (default 1024). Everything runs on one thread.
+# (defaults: per work, and 30); PAIR_GEMM_SIZE (default 1024), or PAIR_GEMM_SHAPE="M,N,K,ta,tb" for
+# a product of another shape. Everything runs on one thread.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 CC=${CC:-cc}

@@ -12,7 +12,9 @@
      conv   the CNN's two convolutions alone, forward and backward
      mlp    one training step of the 784-512-256-10 MLP (ReLU, cross-entropy, batch 64, SGD) on
             fixed random data
-     gemm   a square product C = A B, PAIR_GEMM_SIZE (default 1024) on a side, no gradient
+     gemm   a product C = op(A) op(B), no gradient: a square of PAIR_GEMM_SIZE (default 1024) on a
+            side, or the shape PAIR_GEMM_SHAPE="M,N,K,ta,tb" (op(A) M x K, op(B) K x N, ta and
+            tb: whether A and B are stored transposed)
      gpt    one training step of bench/gpt.c's GPT (examples/char_model.h: 4 layers, 4 heads,
             embedding 128, context 64, batch 12; AdamW, gradient norm clipped at 1) on fixed
             random tokens
@@ -21,6 +23,7 @@
 #define AUTODIFF_STATIC
 #include "autodiff.h"
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../examples/char_model.h"
@@ -186,26 +189,45 @@ static double pair_mlp(ad_tape *T, long steps)
     return sum;
 }
 
+/* The product's shape: op(A) is M x K, op(B) K x N, each operand stored transposed when its flag
+   is set (PAIR_GEMM_SHAPE "M,N,K,ta,tb"), else a square of PAIR_GEMM_SIZE. */
+typedef struct pair_gemm_shape {
+    int M, N, K, ta, tb;
+} pair_gemm_shape;
+
+static pair_gemm_shape pair_gemm_read_shape(void)
+{
+    pair_gemm_shape g;
+    const char *shape = getenv("PAIR_GEMM_SHAPE"), *size = getenv("PAIR_GEMM_SIZE");
+    int side = size && atoi(size) > 0 ? atoi(size) : 1024;
+    g.M = g.N = g.K = side;
+    g.ta = g.tb = 0;
+    if (shape && (sscanf(shape, "%d,%d,%d,%d,%d", &g.M, &g.N, &g.K, &g.ta, &g.tb) < 3 || g.M < 1 || g.N < 1 || g.K < 1))
+        g.M = 0;
+    return g;
+}
+
 static double pair_gemm(ad_tape *T, long steps)
 {
     static ad_real *a, *b;
-    static int side;
+    static pair_gemm_shape g;
     double sum = 0;
     long i;
     if (!a) {
-        const char *env = getenv("PAIR_GEMM_SIZE");
-        side = env && atoi(env) > 0 ? atoi(env) : 1024;
-        a = pair_data((size_t)side * side, 1);
-        b = pair_data((size_t)side * side, 2);
+        g = pair_gemm_read_shape();
+        if (g.M == 0) return NAN;
+        a = pair_data((size_t)g.M * g.K, 1);
+        b = pair_data((size_t)g.K * g.N, 2);
         if (!a || !b) return NAN;
     }
     for (i = 0; i < steps; i++) {
-        int shape[2];
+        int sa[2], sb[2];
         ad_tensor *c;
-        shape[0] = shape[1] = side;
-        c = ad_matmul(T, ad_tensor_view(T, 2, shape, a, NULL, 0), ad_tensor_view(T, 2, shape, b, NULL, 0));
+        sa[0] = g.ta ? g.K : g.M, sa[1] = g.ta ? g.M : g.K;
+        sb[0] = g.tb ? g.N : g.K, sb[1] = g.tb ? g.K : g.N;
+        c = ad_matmul_t(T, ad_tensor_view(T, 2, sa, a, NULL, 0), ad_tensor_view(T, 2, sb, b, NULL, 0), g.ta, g.tb);
         if (!c) return NAN;
-        sum += c->data[(size_t)side + 1];
+        sum += c->data[(size_t)(g.M * g.N) / 2];
         ad_tape_reset(T);
     }
     return sum;
