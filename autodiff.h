@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.8 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.9 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -344,6 +344,10 @@
    0.10.8  2026-11-28  speed: the same for AVX2's straight convolutions (the input planes'
                        rows in one loop, short last blocks of vectors or taps). The same
                        bits.
+   0.10.9  2026-11-29  speed: an untransposed B is packed row by row (ad__pack_b_rows), each
+                       row read from start to end, rather than panel by panel down B; an
+                       MLP's x W1 (64 x 784 . 784 x 512) 1.08-1.09x, a GPT layer's x^T g
+                       1.03-1.07x, the large MLP's step 1.03-1.05x. The same bits.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -353,7 +357,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 8
+#define AUTODIFF_VERSION_PATCH 9
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -4527,16 +4531,38 @@ AD__PRIVATE AD__CODE_ALIGN void ad__pack_a(int ta, const ad_real *A, ptrdiff_t l
     }
 }
 
+/* Packs whole panels of an untransposed B (nr a multiple of 16) row by row: each row of B is
+   read from start to end, a stream the hardware prefetchers follow, and its pieces go to the
+   panels. Panel by panel, the reads would stride down B a panel's width at a time: x W1 of the
+   large MLP (W1 784 rows 2 KiB apart, packed 32 columns a panel) ran 1.08x faster row by row. */
+AD__PRIVATE AD__CODE_ALIGN void ad__pack_b_rows(const ad_real *B, ptrdiff_t ldb, int k0, int kc, int j0,
+                                                int panels, int nr, ad_real *AD__RESTRICT dst)
+{
+    int k, p, c;
+    for (k = 0; k < kc; k++) {
+        const ad_real *src = B + (ptrdiff_t)(k0 + k) * ldb + j0;
+        ad_real *d = dst + (size_t)k * nr;
+        for (p = 0; p < panels; p++, src += nr, d += (size_t)nr * kc)
+            for (c = 0; c < nr; c += 16) memcpy(d + c, src + c, 16 * sizeof(ad_real));
+    }
+}
+
 /* Packs rows k0..k0+kc-1, columns j0..j0+nc-1 of op(B) into panels of nr columns. B's values
    end at b_end. A last, partial panel of an untransposed B is copied in whole blocks of 16 where
    those stay before b_end: its extra columns then hold whatever follows in B, which only reaches
-   columns of edge tiles that are never stored. Whole panels of a transposed B go through 8 x 8
-   register transposes where the processor has AVX2. */
+   columns of edge tiles that are never stored. Two or more whole panels of an untransposed B go
+   row by row (ad__pack_b_rows); whole panels of a transposed B through 8 x 8 register transposes
+   where the processor has AVX2. */
 AD__PRIVATE AD__CODE_ALIGN void ad__pack_b(int tb, const ad_real *B, ptrdiff_t ldb, const ad_real *b_end,
                                            int k0, int kc, int j0, int nc, int nr, ad_real *AD__RESTRICT dst)
 {
-    int p, c, k;
-    for (p = 0; p < nc; p += nr, dst += (size_t)nr * kc) {
+    int p = 0, c, k, panels = nc / nr;
+    if (!tb && nr % 16 == 0 && panels > 1) { /* the whole panels; a part of one goes below */
+        ad__pack_b_rows(B, ldb, k0, kc, j0, panels, nr, dst);
+        p = panels * nr;
+        dst += (size_t)panels * nr * kc;
+    }
+    for (; p < nc; p += nr, dst += (size_t)nr * kc) {
         int cols = nc - p < nr ? nc - p : nr, whole = (cols + 15) / 16 * 16;
         if (!tb) {
             for (k = 0; k < kc; k++) {
