@@ -26,6 +26,7 @@
 #include "autodiff.h"
 #include "bench/bench.h"
 #include "examples/char_model.h"
+#include "bench/seq_setup.h"
 
 #define WARMUP 3
 #define MAX_STEPS 1000
@@ -63,37 +64,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "gpt: bench/gpt [gpt|lstm] [steps, 1 to %d]\n", MAX_STEPS);
         return 2;
     }
-    memset(&cfg, 0, sizeof cfg);
-    cfg.vocab = 65;
-    if (gpt) {
-        cfg.kind = CHAR_GPT;
-        cfg.ctx = 64;
-        cfg.layers = 4;
-        cfg.heads = 4;
-        cfg.embd = 128;
-        B = 12;
-        L = 64;
-    } else {
-        cfg.kind = CHAR_LSTM;
-        cfg.ctx = 64;
-        cfg.layers = 2;
-        cfg.heads = 1;
-        cfg.embd = 256;
-        B = 32;
-        L = 64;
-    }
-    for (i = 0; i < cfg.vocab; i++) cfg.chars[i] = (unsigned char)(' ' + i);
+    bench_seq_config(gpt, &cfg, &B, &L);
     P = ad_params_new(1337);
     if (!P || char_model_init(&m, &cfg, P) != 0) {
         fprintf(stderr, "gpt: cannot build the model: %s\n", P ? ad_params_error(P) : "out of memory");
         return 1;
     }
-    memset(&desc, 0, sizeof desc);
-    desc.kind = AD_OPTIM_ADAMW;
-    desc.lr = 1e-3;
-    desc.beta1 = 0.9;
-    desc.beta2 = 0.99;
-    desc.weight_decay = 0.1;
+    desc = bench_seq_adamw();
     opt = ad_optim_new(P, &desc);
     T = ad_tape_new();
     ids = (int *)malloc((size_t)B * L * sizeof(int));

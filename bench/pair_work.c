@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../examples/char_model.h"
+#include "seq_setup.h"
 
 #ifndef PAIR_ENTRY
 #error "define PAIR_ENTRY, the name of this build's entry point"
@@ -233,41 +234,31 @@ static double pair_gemm(ad_tape *T, long steps)
     return sum;
 }
 
-/* bench/gpt.c's model, optimizer and batch, made on the first call. */
+/* bench/gpt.c's model, optimizer and batch (bench/seq_setup.h), made on the first call. */
 typedef struct pair_gpt_state {
     char_model m;
     ad_params *P;
     ad_optim *opt;
-    int ids[12 * 64], targets[12 * 64];
+    int B, L, *ids, *targets; /* B x L tokens and the next ones */
 } pair_gpt_state;
 
 static int pair_gpt_init(pair_gpt_state *g)
 {
     char_config cfg;
-    ad_optim_desc desc;
+    ad_optim_desc desc = bench_seq_adamw();
     unsigned seed = 42;
     int i;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.kind = CHAR_GPT;
-    cfg.vocab = 65;
-    cfg.ctx = 64;
-    cfg.layers = 4;
-    cfg.heads = 4;
-    cfg.embd = 128;
-    for (i = 0; i < cfg.vocab; i++) cfg.chars[i] = (unsigned char)(' ' + i);
+    bench_seq_config(1, &cfg, &g->B, &g->L);
+    g->ids = (int *)malloc((size_t)g->B * g->L * sizeof(int));
+    g->targets = (int *)malloc((size_t)g->B * g->L * sizeof(int));
+    if (!g->ids || !g->targets) return -1;
     if (!(g->P = ad_params_new(1337)) || char_model_init(&g->m, &cfg, g->P) != 0) return -1;
-    memset(&desc, 0, sizeof desc);
-    desc.kind = AD_OPTIM_ADAMW;
-    desc.lr = 1e-3;
-    desc.beta1 = 0.9;
-    desc.beta2 = 0.99;
-    desc.weight_decay = 0.1;
     if (!(g->opt = ad_optim_new(g->P, &desc))) return -1;
-    for (i = 0; i < 12 * 64; i++) {
+    for (i = 0; i < g->B * g->L; i++) {
         seed = seed * 1103515245u + 12345u;
-        g->ids[i] = (int)((seed >> 9) % 65);
+        g->ids[i] = (int)((seed >> 9) % (unsigned)cfg.vocab);
         seed = seed * 1103515245u + 12345u;
-        g->targets[i] = (int)((seed >> 9) % 65);
+        g->targets[i] = (int)((seed >> 9) % (unsigned)cfg.vocab);
     }
     return 0;
 }
@@ -285,7 +276,7 @@ static double pair_gpt(ad_tape *T, long steps)
     for (i = 0; i < steps; i++) {
         ad_tensor *loss;
         ad_params_zero_grad_on(g.P, T);
-        loss = ad_cross_entropy(T, char_forward(T, &g.m, g.ids, 12, 64), g.targets);
+        loss = ad_cross_entropy(T, char_forward(T, &g.m, g.ids, g.B, g.L), g.targets);
         if (!loss || ad_backward(T, loss) != 0 || ad_clip_grad_norm(g.P, 1.0) < 0 || ad_optim_step_on(g.opt, T) != 0)
             return NAN;
         sum += ad_item(loss);
