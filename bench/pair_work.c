@@ -35,16 +35,21 @@
 
 enum { PAIR_BATCH = 64 };
 
-/* Values in [-0.5, 0.5) from a fixed seed: the same data for both builds. */
+/* The next number of a fixed sequence (a linear congruential generator's upper bits): the same
+   data for both builds. */
+static unsigned pair_random(unsigned *seed)
+{
+    *seed = *seed * 1103515245u + 12345u;
+    return *seed >> 9;
+}
+
+/* Values in [-0.5, 0.5) from a fixed seed. */
 static ad_real *pair_data(size_t n, unsigned seed)
 {
     ad_real *p = (ad_real *)malloc(n * sizeof *p);
     size_t i;
     if (!p) return NULL;
-    for (i = 0; i < n; i++) {
-        seed = seed * 1103515245u + 12345u;
-        p[i] = (ad_real)((seed >> 9) & 0xFFFF) / (ad_real)65536 - (ad_real)0.5;
-    }
+    for (i = 0; i < n; i++) p[i] = (ad_real)(pair_random(&seed) & 0xFFFF) / (ad_real)65536 - (ad_real)0.5;
     return p;
 }
 
@@ -228,7 +233,7 @@ static double pair_gemm(ad_tape *T, long steps)
         sb[0] = g.tb ? g.N : g.K, sb[1] = g.tb ? g.K : g.N;
         c = ad_matmul_t(T, ad_tensor_view(T, 2, sa, a, NULL, 0), ad_tensor_view(T, 2, sb, b, NULL, 0), g.ta, g.tb);
         if (!c) return NAN;
-        sum += c->data[(size_t)(g.M * g.N) / 2];
+        sum += c->data[(size_t)g.M * g.N / 2];
         ad_tape_reset(T);
     }
     return sum;
@@ -255,10 +260,8 @@ static int pair_gpt_init(pair_gpt_state *g)
     if (!(g->P = ad_params_new(1337)) || char_model_init(&g->m, &cfg, g->P) != 0) return -1;
     if (!(g->opt = ad_optim_new(g->P, &desc))) return -1;
     for (i = 0; i < g->B * g->L; i++) {
-        seed = seed * 1103515245u + 12345u;
-        g->ids[i] = (int)((seed >> 9) % (unsigned)cfg.vocab);
-        seed = seed * 1103515245u + 12345u;
-        g->targets[i] = (int)((seed >> 9) % (unsigned)cfg.vocab);
+        g->ids[i] = (int)(pair_random(&seed) % (unsigned)cfg.vocab);
+        g->targets[i] = (int)(pair_random(&seed) % (unsigned)cfg.vocab);
     }
     return 0;
 }
