@@ -13,7 +13,8 @@
 # computed the same bits.
 # Environment: CC (default cc), built with -O2 as bench/run.sh builds; PAIR_STEPS and PAIR_ROUNDS
 # (defaults: per work, and 30); PAIR_GEMM_SIZE (default 1024), or PAIR_GEMM_SHAPE="M,N,K,ta,tb" for
-# a product of another shape. Everything runs on one thread.
+# a product of another shape; PAIR_THREADS (default 1): the threads of each build's tape, timed
+# in wall-clock time when more than one.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 CC=${CC:-cc}
@@ -35,6 +36,6 @@ echo "autodiff.h at $REV (old) against the working tree (new), $(grep -m1 'model
     cut -d: -f2 | sed 's/^ *//')"
 status=0
 for work in $WORKS; do
-    AUTODIFF_THREADS=1 "$OUT/pair" "$work" "${PAIR_STEPS:-0}" "${PAIR_ROUNDS:-30}" || status=1
+    AUTODIFF_THREADS=${PAIR_THREADS:-1} "$OUT/pair" "$work" "${PAIR_STEPS:-0}" "${PAIR_ROUNDS:-30}" || status=1
 done
 exit $status

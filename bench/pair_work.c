@@ -18,7 +18,7 @@
      gpt    one training step of bench/gpt.c's GPT (examples/char_model.h: 4 layers, 4 heads,
             embedding 128, context 64, batch 12; AdamW, gradient norm clipped at 1) on fixed
             random tokens
-   Everything runs on one thread. */
+   Everything runs on one thread, or on PAIR_THREADS threads (each build's tape its own pool). */
 #define AUTODIFF_IMPLEMENTATION
 #define AUTODIFF_STATIC
 #include "autodiff.h"
@@ -288,14 +288,16 @@ static double pair_gpt(ad_tape *T, long steps)
     return sum;
 }
 
-/* Runs work steps times on this build's tape (one thread); NAN for unknown work or a failure. */
+/* Runs work steps times on this build's tape (one thread, or PAIR_THREADS); NAN for unknown work
+   or a failure. */
 double PAIR_ENTRY(const char *work, long steps);
 double PAIR_ENTRY(const char *work, long steps)
 {
     static ad_tape *T;
     if (!T) {
+        const char *threads = getenv("PAIR_THREADS");
         if (!(T = ad_tape_new())) return NAN;
-        ad_set_threads(T, 1);
+        ad_set_threads(T, threads && atoi(threads) > 1 ? atoi(threads) : 1);
     }
     if (strcmp(work, "tape") == 0) return pair_tape(T, steps);
     if (strcmp(work, "cnn") == 0) return pair_cnn(T, steps);

@@ -935,7 +935,7 @@ static void test_threads(void)
 
 /* (i2) elementwise functions of one and two tensors, softmax, sums of rows and columns, the sum
    of everything and cross-entropy with their gradients, large enough to be split over threads
-   (over 2^18 values, where even relu is split): values and gradients on two and three threads
+   (over 2^18 values, well past 2^16, where even relu is split): values and gradients on two and three threads
    equal to one thread's bit for bit. The length is no multiple of a vector, so the last
    stretch ends in a part of one; the gradient is written (x used once) and added (x used again
    before). */
