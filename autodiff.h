@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.10 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.11 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -352,6 +352,9 @@
                        values (was 256K): a GPT's residual adds (768 x 128) no longer run on
                        one thread; on two threads the GPT's step 1.02-1.03x, the CNN's
                        1.02x. The same bits for any thread count.
+   0.10.11  2026-11-29  ad_clip_grad_norm_on: the gradient norm on a tape's threads; both clip
+                       functions sum the squares in chunks fixed by the store's size. The
+                       backward sweep adds up and copies gradients on the tape's threads.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -361,7 +364,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 10
+#define AUTODIFF_VERSION_PATCH 11
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -1436,10 +1439,15 @@ AUTODIFF_API uint64_t ad_optim_steps(const ad_optim *O);
 AUTODIFF_API ad_optim_desc ad_optim_settings(const ad_optim *O);
 
 /* Scales every gradient of P by max_norm / (norm + 1e-6) when that is below 1, as PyTorch's
-   clip_grad_norm_, where norm is the L2 norm of all gradients together, computed in double.
+   clip_grad_norm_, where norm is the L2 norm of all gradients together, computed in double
+   (the squares summed in chunks whose length depends on the store's size alone).
    Returns that norm from before clipping; a non-finite norm is returned and nothing is scaled.
    Returns -1 with the store's error set when max_norm is negative or NaN. */
 AUTODIFF_API double ad_clip_grad_norm(ad_params *P, double max_norm);
+/* The same, split over the threads of tape T (see >>threads) when the store is large; T NULL
+   means the calling thread alone. T is only borrowed for the call. The norm is summed in chunks
+   fixed by the store's size, so norm and gradients are identical for any thread count. */
+AUTODIFF_API double ad_clip_grad_norm_on(ad_params *P, double max_norm, ad_tape *T);
 
 /* Learning-rate schedules: pure functions of the step, to pass to ad_optim_set_lr.
    Step decay: lr0 * gamma^floor(epoch / step_size) (lr0 when step_size <= 0 or epoch <= 0). */
@@ -3304,13 +3312,38 @@ AD__PRIVATE void ad__add_into(ad_real *AD__RESTRICT y, const ad_real *AD__RESTRI
     for (i = 0; i < n; i++) y[i] += x[i];
 }
 
+/* y[0..n) += x[0..n) (add set) or y = x, on the tape's threads from AD__SPLIT_LIGHT values: the
+   gradients a backward sweep adds up or copies where two routes meet, which would otherwise
+   leave the other threads waiting. */
+typedef struct ad__move_job {
+    ad_real *y;
+    const ad_real *x;
+    int add;
+} ad__move_job;
+
+AD__PRIVATE void ad__move_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__move_job *j = (const ad__move_job *)ctx;
+    if (j->add) ad__add_into(j->y + lo, j->x + lo, hi - lo);
+    else memcpy(j->y + lo, j->x + lo, (hi - lo) * sizeof(ad_real));
+}
+
+AD__PRIVATE void ad__move_split(ad_tape *T, ad_real *y, const ad_real *x, size_t n, int add)
+{
+    ad__move_job job;
+    job.y = y;
+    job.x = x;
+    job.add = add;
+    ad__parallel_range(T, ad__move_range, &job, n, AD__SPLIT_LIGHT, AD__STORE_BLOCK);
+}
+
 /* A new gradient buffer for x, owned by the sweep: a copy of held, x's gradient so far that is
    shared with another tensor, or uninitialised when held is NULL. NULL when memory runs out. */
 AD__PRIVATE ad_real *ad__grad_buffer(ad__sweep *S, ad_tensor *x, const ad_tensor *held)
 {
     ad_tensor *buf = ad__like(S->T, "ad_backward", x);
     if (!buf) { S->failed = 1; return NULL; }
-    if (held) memcpy(buf->data, held->data, x->size * sizeof(ad_real));
+    if (held) ad__move_split(S->T, buf->data, held->data, x->size, 0);
     S->gacc[x->id] = buf;
     S->owned[x->id] = 1;
     return buf->data;
@@ -3433,7 +3466,7 @@ AD__PRIVATE void ad__accum_more(ad__sweep *S, ad_tensor *x, ad_tensor *g)
         *slot = ad_add(S->T, *slot, g);
         if (!*slot) S->failed = 1;
     } else if ((d = ad__grad_target(S, x, &add)) != NULL) {
-        ad__add_into(d, g->data, x->size);
+        ad__move_split(S->T, d, g->data, x->size, 1);
     }
 }
 
@@ -3643,13 +3676,13 @@ AUTODIFF_API int ad_backward(ad_tape *T, ad_tensor *y)
         }
         if (!g || g->data == leaf->grad) continue; /* none, or already added in place */
         if (leaf->grad) {
-            ad__add_into(leaf->grad, g->data, leaf->size);
+            ad__move_split(T, leaf->grad, g->data, leaf->size, 1);
         } else if (S.owned[leaf->id]) {
             leaf->grad = g->data; /* a buffer of this sweep that nothing else uses */
         } else {
             leaf->grad = (ad_real *)ad__alloc(T, leaf->size * sizeof(ad_real), "ad_backward");
             if (!leaf->grad) return -1;
-            memcpy(leaf->grad, g->data, leaf->size * sizeof(ad_real));
+            ad__move_split(T, leaf->grad, g->data, leaf->size, 0);
         }
     }
     if (S.watch) ad__sweep_watched_end(&S);
@@ -15041,23 +15074,29 @@ AD__PRIVATE void ad__zero_range(const void *ctx, size_t lo, size_t hi)
     memset(P->grad + lo, 0, (hi - lo) * sizeof(ad_real));
 }
 
-/* One stretch a thread, cut as the optimizer step cuts the store, so that each thread zeroes
-   the band it updates (rather than the stretches taken as they come of ad__parallel_range). */
-AUTODIFF_API void ad_params_zero_grad_on(ad_params *P, ad_tape *T)
+/* fn(ctx, lo, hi) over the n scalars of a store, one stretch a thread of T, cut as the
+   optimizer step cuts the store, so that each thread works on the band it updates (rather than
+   the stretches taken as they come of ad__parallel_range); on the calling thread alone for T
+   NULL or a small store. */
+AD__PRIVATE void ad__store_bands(ad_tape *T, size_t n, ad__range_fn fn, const void *ctx)
 {
     ad__range_job job;
-    int tasks;
-    if (!P || !P->nscalars) return;
-    tasks = ad__store_tasks(T, P->nscalars);
+    int tasks = ad__store_tasks(T, n);
     if (tasks <= 1) {
-        ad__zero_range(P, 0, P->nscalars);
+        fn(ctx, 0, n);
         return;
     }
-    job.fn = ad__zero_range;
-    job.ctx = P;
-    job.n = P->nscalars;
-    job.stretch = ad__store_stretch(P->nscalars, tasks);
+    job.fn = fn;
+    job.ctx = ctx;
+    job.n = n;
+    job.stretch = ad__store_stretch(n, tasks);
     ad__parallel(T, ad__range_task, &job, tasks);
+}
+
+AUTODIFF_API void ad_params_zero_grad_on(ad_params *P, ad_tape *T)
+{
+    if (!P || !P->nscalars) return;
+    ad__store_bands(T, P->nscalars, ad__zero_range, P);
 }
 
 AUTODIFF_API void ad_params_zero_grad(ad_params *P) { ad_params_zero_grad_on(P, NULL); }
@@ -16236,25 +16275,71 @@ AD__PRIVATE double ad__sum_squares(const ad_real *v, size_t n)
     return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
-AUTODIFF_API double ad_clip_grad_norm(ad_params *P, double max_norm)
+/* The gradient norm's sum of squares is taken in chunks whose length depends on the store's
+   size alone (as ad__reduce_sum_split cuts a sum of everything), each chunk's in ad__sum_squares,
+   and the chunks' sums are added in order: threads take chunks, and the norm is the same for
+   any thread count. */
+typedef struct ad__clip_job {
+    ad_real *g;
+    size_t n, chunk;
+    double *part;    /* each chunk's sum of squares */
+    ad_real scale;   /* what the gradients are multiplied by */
+} ad__clip_job;
+
+AD__PRIVATE void ad__clip_sum_range(const void *ctx, size_t lo, size_t hi)
 {
-    ad_real *AD__RESTRICT g;
-    double norm, coef;
-    size_t i, n;
+    const ad__clip_job *j = (const ad__clip_job *)ctx;
+    size_t c;
+    for (c = lo; c < hi; c++) {
+        size_t at = c * j->chunk;
+        j->part[c] = ad__sum_squares(j->g + at, j->n - at < j->chunk ? j->n - at : j->chunk);
+    }
+}
+
+AD__PRIVATE void ad__clip_scale_range(const void *ctx, size_t lo, size_t hi)
+{
+    const ad__clip_job *j = (const ad__clip_job *)ctx;
+    ad_real *AD__RESTRICT g = j->g, c = j->scale;
+    size_t i;
+    for (i = lo; i < hi; i++) g[i] *= c;
+}
+
+AD__PRIVATE double ad__clip_grad_norm(ad_params *P, double max_norm, ad_tape *T, const char *op)
+{
+    double part[AD__SUM_CHUNKS], sum = 0, norm, coef;
+    ad__clip_job job;
+    size_t chunks, c;
     if (!P) return -1;
     if (!(max_norm >= 0)) {
-        ad__pfail(P, "ad_clip_grad_norm: max_norm is %g; it must be >= 0", max_norm);
+        ad__pfail(P, "%s: max_norm is %g; it must be >= 0", op, max_norm);
         return -1;
     }
-    g = P->grad;
-    n = P->nscalars;
-    norm = sqrt(ad__sum_squares(g, n));
+    job.g = P->grad;
+    job.n = P->nscalars;
+    job.part = part;
+    job.chunk = (job.n + AD__SUM_CHUNKS - 1) / AD__SUM_CHUNKS;
+    if (job.chunk < AD__SUM_CHUNK) job.chunk = AD__SUM_CHUNK;
+    chunks = (job.n + job.chunk - 1) / job.chunk;
+    if (ad__store_tasks(T, job.n) > 1) ad__parallel_range(T, ad__clip_sum_range, &job, chunks, 2, 1);
+    else ad__clip_sum_range(&job, 0, chunks);
+    for (c = 0; c < chunks; c++) sum += part[c];
+    norm = sqrt(sum);
     coef = max_norm / (norm + 1e-6);
     if (ad__train_finite(norm) && coef < 1) {
-        ad_real c = (ad_real)coef;
-        for (i = 0; i < n; i++) g[i] *= c;
+        job.scale = (ad_real)coef;
+        ad__store_bands(T, job.n, ad__clip_scale_range, &job);
     }
     return norm;
+}
+
+AUTODIFF_API double ad_clip_grad_norm(ad_params *P, double max_norm)
+{
+    return ad__clip_grad_norm(P, max_norm, NULL, "ad_clip_grad_norm");
+}
+
+AUTODIFF_API double ad_clip_grad_norm_on(ad_params *P, double max_norm, ad_tape *T)
+{
+    return ad__clip_grad_norm(P, max_norm, T, "ad_clip_grad_norm_on");
 }
 
 AUTODIFF_API double ad_lr_step_decay(double lr0, int64_t step_size, double gamma, int64_t epoch)

@@ -95,7 +95,7 @@ int main(int argc, char **argv)
         ad_tensor *loss;
         ad_params_zero_grad_on(P, T);
         loss = ad_cross_entropy(T, char_forward(T, &m, ids, B, L), targets);
-        if (!loss || ad_backward(T, loss) != 0 || ad_clip_grad_norm(P, 1.0) < 0 || ad_optim_step_on(opt, T) != 0) {
+        if (!loss || ad_backward(T, loss) != 0 || ad_clip_grad_norm_on(P, 1.0, T) < 0 || ad_optim_step_on(opt, T) != 0) {
             fprintf(stderr, "gpt: %s\n", ad_tape_error(T) ? ad_tape_error(T) : ad_params_error(P));
             return 1;
         }

@@ -893,7 +893,7 @@ static int shakespeare_run(int argc, char **argv, const train_group *g)
             g->end_gradients(g->ctx);
             g->sum(g->ctx, &step_loss, 1);
         }
-        if (o.clip > 0) ad_clip_grad_norm(P, o.clip);
+        if (o.clip > 0) ad_clip_grad_norm_on(P, o.clip, T);
         if (ad_optim_step_on(opt, T) != 0) {
             snprintf(why, sizeof why, "\noptimizer step %d failed: %s", step, ad_params_error(P));
             rc = training_error(g, why);

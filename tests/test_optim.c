@@ -659,6 +659,51 @@ static void test_threaded_steps(void)
     }
 }
 
+/* ad_clip_grad_norm_on on 2, 3 and 5 threads: the norm and every clipped gradient equal
+   ad_clip_grad_norm's on the calling thread bit for bit, on a store large enough to be split
+   and summed in several chunks (102,967 scalars); the norm within 1e-14 of the sum of squares
+   taken in long double; a NULL tape is the calling thread; a bad max_norm names the function. */
+static void test_threaded_clip(void)
+{
+    static const int thread_counts[] = {2, 3, 5};
+    ad_params *want = make_big_store(), *alone = make_big_store();
+    size_t n = ad_params_scalars(want), i, t;
+    long double squares = 0;
+    double norm_want, norm;
+    ad_tape *T = ad_tape_new();
+    fill_grads(want, 21);
+    fill_grads(alone, 21);
+    for (i = 0; i < n; i++) squares += (long double)ad_params_grads(want)[i] * ad_params_grads(want)[i];
+    norm_want = ad_clip_grad_norm(want, 10);
+    TH_CHECK(fabs(norm_want - (double)sqrtl(squares)) <= 1e-14 * norm_want, "norm %.17g, in long double %.17g",
+             norm_want, (double)sqrtl(squares));
+    TH_CHECK(norm_want > 10 && fabs(ad_params_grads(want)[7]) < fabs(ad_params_grads(alone)[7]),
+             "the gradients were clipped (norm %g)", norm_want);
+    norm = ad_clip_grad_norm_on(alone, 10, NULL);
+    TH_CHECK(memcmp(&norm, &norm_want, sizeof norm) == 0 &&
+                 memcmp(ad_params_grads(alone), ad_params_grads(want), n * sizeof(ad_real)) == 0,
+             "with no tape: norm %.17g against %.17g, or the gradients differ", norm, norm_want);
+    for (t = 0; t < sizeof thread_counts / sizeof thread_counts[0]; t++) {
+        ad_params *P = make_big_store();
+        ad_set_threads(T, thread_counts[t]);
+        fill_grads(P, 21);
+        norm = ad_clip_grad_norm_on(P, 10, T);
+        TH_CHECK(memcmp(&norm, &norm_want, sizeof norm) == 0, "on %d threads: norm %.17g against %.17g",
+                 thread_counts[t], norm, norm_want);
+        TH_CHECK(memcmp(ad_params_grads(P), ad_params_grads(want), n * sizeof(ad_real)) == 0,
+                 "on %d threads: clipped gradients differ from one thread's", thread_counts[t]);
+        norm = ad_clip_grad_norm_on(P, 1e300, T);
+        TH_CHECK(fabs(norm - norm_want * 10 / (norm_want + 1e-6)) <= 1e-13,
+                 "on %d threads: the norm after clipping at 10 is %.17g", thread_counts[t], norm);
+        ad_params_free(P);
+    }
+    TH_CHECK(ad_clip_grad_norm_on(want, -2, T) == -1, "negative max_norm refused on threads");
+    TH_CHECK_PERROR(want, "ad_clip_grad_norm_on: max_norm is -2");
+    ad_tape_free(T);
+    ad_params_free(want);
+    ad_params_free(alone);
+}
+
 /* An optimizer made with zero_grad updates the parameters exactly as one without it (SGD zeroes
    each gradient in its own loops, Adam works in pieces; neither may change a bit) and leaves
    every gradient of the store at zero, the frozen parameter's too, on one thread and on three. */
@@ -715,6 +760,7 @@ int main(void)
     test_clip();
     test_schedules();
     test_threaded_steps();
+    test_threaded_clip();
     test_zero_grad_in_step();
     return th_summary();
 }

@@ -1148,6 +1148,63 @@ static void test_threads_elementwise(void)
     free(more);
 }
 
+/* (i2b) leaves' gradients added up over two sweeps, on tensors large enough for the sums to be
+   split over threads: x and x2 get the gradient of an add, then a second sweep adds exp(x) x2
+   and exp(x) to them. On two and three threads the bits of one thread's, and near
+   w + exp(x) x2 and w + exp(x). */
+static int leaf_run(int t, ad_real *dx, ad_real *dx2, ad_real *want, ad_real *want2)
+{
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    ad_tensor *x, *x2, *w, *loss;
+    size_t i;
+    int ok;
+    ad_set_threads(T, t);
+    ad_rng_seed(&rng, 71);
+    x = ad_rand(T, AD_SHAPE(SPLIT_ROWS, SPLIT_COLS), -2, 2, &rng);
+    x2 = ad_rand(T, AD_SHAPE(SPLIT_ROWS, SPLIT_COLS), -2, 2, &rng);
+    w = ad_rand(T, AD_SHAPE(SPLIT_ROWS, SPLIT_COLS), -1, 1, &rng);
+    ad_set_requires_grad(x, 1);
+    ad_set_requires_grad(x2, 1);
+    loss = ad_sum(T, ad_mul(T, ad_add(T, x, x2), w));
+    ok = loss && ad_backward(T, loss) == 0;
+    loss = ad_sum(T, ad_mul(T, ad_exp(T, x), x2));
+    ok = ok && loss && ad_backward(T, loss) == 0 && x->grad && x2->grad;
+    if (ok) {
+        memcpy(dx, x->grad, x->size * sizeof(ad_real));
+        memcpy(dx2, x2->grad, x2->size * sizeof(ad_real));
+        for (i = 0; i < x->size; i++) {
+            want[i] = w->data[i] + (ad_real)exp((double)x->data[i]) * x2->data[i];
+            want2[i] = w->data[i] + (ad_real)exp((double)x->data[i]);
+        }
+    }
+    ad_tape_free(T);
+    return ok;
+}
+
+static void test_threads_leaf_grads(void)
+{
+    size_t n = (size_t)SPLIT_ROWS * SPLIT_COLS, bytes = n * sizeof(ad_real), i, far = 0;
+    ad_real *one = (ad_real *)malloc(4 * bytes), *more = (ad_real *)malloc(4 * bytes);
+    int t;
+    if (!one || !more) {
+        TH_CHECK(0, "out of memory");
+        free(one);
+        free(more);
+        return;
+    }
+    TH_CHECK(leaf_run(1, one, one + n, one + 2 * n, one + 3 * n), "leaf gradients on one thread failed");
+    for (i = 0; i < 2 * n; i++)
+        if (fabs((double)one[i] - (double)one[2 * n + i]) > 1e-5 * (1 + fabs((double)one[2 * n + i]))) far++;
+    TH_CHECK(far == 0, "%zu leaf gradients far from w + exp(x) x2 and w + exp(x)", far);
+    for (t = 2; t <= 3; t++) {
+        int ok = leaf_run(t, more, more + n, more + 2 * n, more + 3 * n);
+        TH_CHECK(ok && memcmp(more, one, 2 * bytes) == 0, "leaf gradients on %d threads differ from one thread's", t);
+    }
+    free(one);
+    free(more);
+}
+
 /* (j) scalar tapes: ops on one-element tensors take a path of their own (one block per binary
    entry; in plain sweeps gradients held as values in the sweep's table, not as tensors). The
    same expressions on two-element tensors take the general path, and on a tape in anomaly mode
@@ -3005,6 +3062,7 @@ int main(void)
     test_float_softmax();
     test_threads();
     test_threads_elementwise();
+    test_threads_leaf_grads();
     test_threads_pool();
     test_float_long_sum();
     test_scalar_tape();
