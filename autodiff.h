@@ -7717,6 +7717,14 @@ AD__PRIVATE void ad__axis_split(ad_tape *T, ad__range_fn fn, const ad__axis_job 
 #define AD__SUM_CHUNK ((size_t)1 << 15)
 #define AD__SUM_CHUNKS 256
 
+/* The length of the chunks of a run of n values (the gradient norm of ad_clip_grad_norm is cut
+   the same way) */
+AD__INLINE size_t ad__sum_chunk_length(size_t n)
+{
+    size_t chunk = (n + AD__SUM_CHUNKS - 1) / AD__SUM_CHUNKS;
+    return chunk < AD__SUM_CHUNK ? AD__SUM_CHUNK : chunk;
+}
+
 typedef struct ad__sum_job {
     const ad_real *x;
     ad_real *y;        /* one sum per row, or per chunk */
@@ -7756,8 +7764,7 @@ AD__PRIVATE void ad__reduce_sum_split(ad_tape *T, const ad_real *x, ad_real *y, 
     if (inner == 1 && outer == 1 && n > AD__SUM_CHUNK) {
         ad_real part[AD__SUM_CHUNKS], s = 0;
         size_t chunks, c;
-        job.chunk = (n + AD__SUM_CHUNKS - 1) / AD__SUM_CHUNKS;
-        if (job.chunk < AD__SUM_CHUNK) job.chunk = AD__SUM_CHUNK;
+        job.chunk = ad__sum_chunk_length(n);
         chunks = (n + job.chunk - 1) / job.chunk;
         job.y = part;
         ad__parallel_range(T, ad__sum_chunks_range, &job, chunks, n >= AD__SPLIT_LIGHT ? 2 : chunks + 1, 1);
@@ -16317,8 +16324,7 @@ AD__PRIVATE double ad__clip_grad_norm(ad_params *P, double max_norm, ad_tape *T,
     job.g = P->grad;
     job.n = P->nscalars;
     job.part = part;
-    job.chunk = (job.n + AD__SUM_CHUNKS - 1) / AD__SUM_CHUNKS;
-    if (job.chunk < AD__SUM_CHUNK) job.chunk = AD__SUM_CHUNK;
+    job.chunk = ad__sum_chunk_length(job.n);
     chunks = (job.n + job.chunk - 1) / job.chunk;
     if (ad__store_tasks(T, job.n) > 1) ad__parallel_range(T, ad__clip_sum_range, &job, chunks, 2, 1);
     else ad__clip_sum_range(&job, 0, chunks);
