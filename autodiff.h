@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.11 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.12 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -355,6 +355,10 @@
    0.10.11  2026-11-29  ad_clip_grad_norm_on: the gradient norm on a tape's threads; both clip
                        functions sum the squares in chunks fixed by the store's size. The
                        backward sweep adds up and copies gradients on the tape's threads.
+   0.10.12  2026-11-29  speed: a recorded ad_gelu keeps its derivative, computed by its forward
+                       with GELU itself (one exponential and one Phi for both), and the
+                       backward multiplies by it (float builds with the vector functions).
+                       The same bits.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -364,7 +368,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 11
+#define AUTODIFF_VERSION_PATCH 12
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -578,7 +582,9 @@ AUTODIFF_API ad_tensor *ad_sigmoid(ad_tape *T, ad_tensor *a);
 AUTODIFF_API ad_tensor *ad_relu(ad_tape *T, ad_tensor *a);
 /* x for x > 0, slope * x otherwise. */
 AUTODIFF_API ad_tensor *ad_leaky_relu(ad_tape *T, ad_tensor *a, ad_real slope);
-/* x * Phi(x) with the exact normal CDF (erf), as PyTorch's default. */
+/* x * Phi(x) with the exact normal CDF (erf), as PyTorch's default. When recorded in a float
+   build with the vector functions, the forward also keeps the derivative of every value on the
+   tape (one more value per element) for the backward. */
 AUTODIFF_API ad_tensor *ad_gelu(ad_tape *T, ad_tensor *a);
 AUTODIFF_API ad_tensor *ad_sqrt(ad_tape *T, ad_tensor *a);
 AUTODIFF_API ad_tensor *ad_abs(ad_tape *T, ad_tensor *a);
@@ -2395,6 +2401,7 @@ typedef void (*ad__backward_fn)(ad__sweep *S, ad__node *n, ad_tensor *g);
 typedef struct ad__unary_state {
     int kind;                    /* the row of AD__UNARY_OPS */
     ad_real p0, p1;              /* its parameters (a slope, a scale and shift, an exponent) */
+    const ad_real *deriv;        /* f'(x) of every value, saved by the forward (GELU's), or NULL */
 } ad__unary_state;
 typedef struct ad__binary_state {
     int kind;                    /* the row of AD__BINARY_OPS */
@@ -6384,6 +6391,33 @@ AD__INLINE ad_real ad__softplus1(ad_real x)
         PFX##_vf e = PFX##_exp_neg_square(x, 0.5f);                                               \
         return 0.5f * PFX##_two_phi(x, e) + x * ((float)AD__INV_SQRT_2PI * e);                   \
     }                                                                                            \
+    /* GELU and its derivative from one exponential and one Phi, the same bits as the two       \
+       functions above: what a recorded forward saves for its backward */                       \
+    static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_gelu_and_grad(PFX##_vf x, PFX##_vf *grad) \
+    {                                                                                            \
+        PFX##_vf e = PFX##_exp_neg_square(x, 0.5f), t = PFX##_two_phi(x, e);                     \
+        *grad = 0.5f * t + x * ((float)AD__INV_SQRT_2PI * e);                                    \
+        return 0.5f * x * t;                                                                     \
+    }                                                                                            \
+    static ATTR AD__UNUSED void PFX##_gelu_with_grad(const float *x, float *y, float *d, size_t n) \
+    {                                                                                            \
+        enum { VL = VBYTES / 4 };                                                                \
+        size_t i = 0;                                                                            \
+        PFX##_vf v, g;                                                                           \
+        for (; i + VL <= n; i += VL) {                                                           \
+            memcpy(&v, x + i, sizeof v);                                                         \
+            v = PFX##_gelu_and_grad(v, &g);                                                      \
+            memcpy(y + i, &v, sizeof v);                                                         \
+            memcpy(d + i, &g, sizeof g);                                                         \
+        }                                                                                        \
+        if (i < n) {                                                                             \
+            memset(&v, 0, sizeof v);                                                             \
+            memcpy(&v, x + i, (n - i) * sizeof(float));                                          \
+            v = PFX##_gelu_and_grad(v, &g);                                                      \
+            memcpy(y + i, &v, (n - i) * sizeof(float));                                          \
+            memcpy(d + i, &g, (n - i) * sizeof(float));                                          \
+        }                                                                                        \
+    }                                                                                            \
     /* y = f(x) for n floats, f one of exp, log, sigmoid, tanh, sin, cos (kind); a last part     \
        vector goes through a padded copy */                                                      \
     static ATTR AD__UNUSED AD__INLINE_KEYWORD PFX##_vf PFX##_apply(int kind, PFX##_vf v)         \
@@ -6472,6 +6506,34 @@ AD__PRIVATE int ad__unary_vectorised(int kind, const ad_real *x, ad_real *y, siz
     return 0;
 }
 
+/* Whether GELU's forward computes its derivative too (ad__gelu_with_grad): where the vector
+   functions run, the derivative costs about what GELU does (an exponential and erf), and the
+   forward has both parts at hand; the backward then multiplies by the saved values instead of
+   evaluating them again (a GPT layer's GELU on 768 x 512 values). */
+AD__PRIVATE int ad__gelu_saves_grad(void)
+{
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+    return ad__isa() == AD__ISA_AVX512 || ad__isa() == AD__ISA_AVX2;
+#else
+    return 0;
+#endif
+}
+
+/* y = GELU(x) and d = GELU'(x) for n values; only where ad__gelu_saves_grad. */
+AD__PRIVATE void ad__gelu_with_grad(const ad_real *x, ad_real *y, ad_real *d, size_t n)
+{
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+    if (ad__isa() == AD__ISA_AVX512) ad__vm512_gelu_with_grad(x, y, d, n);
+    else ad__vm256_gelu_with_grad(x, y, d, n);
+#else
+    (void)x;
+    (void)y;
+    (void)d;
+    (void)n;
+    AUTODIFF_ASSERT(0);
+#endif
+}
+
 AD__PRIVATE void ad__unary_kernel(int kind, const ad_real *AD__RESTRICT xs, ad_real *AD__RESTRICT y,
                                   size_t n, ad_real p0, ad_real p1)
 {
@@ -6514,13 +6576,15 @@ typedef struct ad__unary_job {
     int kind;
     const ad_real *x;
     ad_real *y;
+    ad_real *deriv;    /* f'(x) computed with f(x) when not NULL (GELU) */
     ad_real p0, p1;
 } ad__unary_job;
 
 AD__PRIVATE void ad__unary_range(const void *ctx, size_t lo, size_t hi)
 {
     const ad__unary_job *j = (const ad__unary_job *)ctx;
-    ad__unary_kernel(j->kind, j->x + lo, j->y + lo, hi - lo, j->p0, j->p1);
+    if (j->deriv) ad__gelu_with_grad(j->x + lo, j->y + lo, j->deriv + lo, hi - lo);
+    else ad__unary_kernel(j->kind, j->x + lo, j->y + lo, hi - lo, j->p0, j->p1);
 }
 
 AD__PRIVATE void ad__unary_backward(ad__sweep *S, ad__node *n, ad_tensor *g);
@@ -6546,6 +6610,7 @@ AD__INLINE ad_tensor *ad__unary_one(ad_tape *T, const char *op, ad_tensor *a, in
         n->st.unary.kind = kind;
         n->st.unary.p0 = p0;
         n->st.unary.p1 = p1;
+        n->st.unary.deriv = NULL;
     }
     if (T->anomaly && !ad__anomaly_forward(T, op, y, &a, 1, &T->sink)) return NULL;
     return y;
@@ -6565,8 +6630,12 @@ AD__PRIVATE ad_tensor *ad__unary_as(ad_tape *T, const char *op, ad_tensor *a, in
     job.kind = kind;
     job.x = a->data;
     job.y = y->data;
+    job.deriv = NULL;
     job.p0 = p0;
     job.p1 = p1;
+    if (kind == AD__U_GELU && ad__gelu_saves_grad() && ad__would_record(T, &a, 1) &&
+        !(job.deriv = (ad_real *)ad__alloc_aligned(T, a->size * sizeof(ad_real), AD__ALIGN, op)))
+        return NULL;
     ad__parallel_range(T, ad__unary_range, &job, a->size, ad__unary_split(kind), AD__STORE_BLOCK);
     n = ad__record1(T, op, y, ad__unary_backward, a);
     if (!n) return NULL;
@@ -6574,6 +6643,7 @@ AD__PRIVATE ad_tensor *ad__unary_as(ad_tape *T, const char *op, ad_tensor *a, in
     n->st.unary.kind = kind;
     n->st.unary.p0 = p0;
     n->st.unary.p1 = p1;
+    n->st.unary.deriv = job.deriv;
     return y;
 }
 
@@ -6589,6 +6659,7 @@ AD__PRIVATE ad_tensor *ad__unary(ad_tape *T, ad_tensor *a, int kind, ad_real p0,
 typedef struct ad__unary_grad_job {
     int kind, add, in_place;
     const ad_real *x, *y, *g;
+    const ad_real *deriv;    /* f'(x) saved by the forward, or NULL: computed here */
     ad_real *d;
     ad_real p0, p1;
     size_t g_period;
@@ -6630,6 +6701,19 @@ AD__PRIVATE int ad__unary_grad_vectorised(int kind, const ad_real *AD__RESTRICT 
 /* The fused loops: sin, cos and GELU take the vector functions where they are; the factor gets a
    statement of its own, since GCC if-converts (and vectorises) a conditional factor only then;
    one element (scalar tapes) gets no loop. */
+/* d (+)= g f or d *= f (in place, g unread) for a derivative f saved by the forward */
+AD__PRIVATE void ad__scale_by_saved(const ad_real *AD__RESTRICT f, const ad_real *AD__RESTRICT g,
+                                    ad_real *AD__RESTRICT d, size_t n, int add, int in_place)
+{
+    size_t i;
+    if (in_place)
+        for (i = 0; i < n; i++) d[i] *= f[i];
+    else if (add)
+        for (i = 0; i < n; i++) d[i] += g[i] * f[i];
+    else
+        for (i = 0; i < n; i++) d[i] = g[i] * f[i];
+}
+
 AD__PRIVATE void ad__unary_grad_run(const void *ctx, size_t lo, size_t hi, const ad_real *AD__RESTRICT g)
 {
     const ad__unary_grad_job *j = (const ad__unary_grad_job *)ctx;
@@ -6639,6 +6723,10 @@ AD__PRIVATE void ad__unary_grad_run(const void *ctx, size_t lo, size_t hi, const
     int add = j->add, kind = j->kind, in_place = j->in_place;
     (void)p1;
     (void)yv;
+    if (j->deriv) {
+        ad__scale_by_saved(j->deriv + lo, g, d, size, add, in_place);
+        return;
+    }
     if (ad__unary_grad_vectorised(kind, xv, g, d, size, add, in_place)) return;
     switch (kind) {
 #define AD__UNARY_FUSED(ID, NAME, SPLIT, FORWARD, DERIV)                                             \
@@ -6692,6 +6780,7 @@ AD__PRIVATE void ad__unary_backward_fused(ad__sweep *S, ad__node *n, ad_tensor *
     if (!job.d) return;
     job.x = n->in[0]->data;
     job.y = n->out->data;
+    job.deriv = n->st.unary.deriv;
     job.g = ad__grad_source(S, n, gt, repeated, PERIOD, &job.g_period);
     ad__parallel_range(S->T, ad__unary_grad_range, &job, n->in[0]->size, ad__unary_split(job.kind),
                        AD__STORE_BLOCK);
@@ -6771,6 +6860,7 @@ AD__HOT ad_real ad__unary_one_deriv(const ad__node *n, ad_real g_value)
     job.y = n->out->data;
     job.g = &g_value;
     job.d = &d;
+    job.deriv = NULL;
     job.p0 = n->st.unary.p0;
     job.p1 = n->st.unary.p1;
     job.g_period = 0;

@@ -2499,6 +2499,54 @@ done:
     free(x);
 }
 
+/* (j3b) GELU's gradient where its forward saves the derivative (float, vector functions): equal
+   bit for bit to g times the derivative the vector function gives in the backward
+   (AD__VM_GELU_GRAD), the path of machines without them and of one-element tensors, with the
+   gradient written into a new buffer, added to one (x used twice) and written over the
+   incoming one (the sweep's own buffer taken over); NaNs compared as NaNs. */
+static void test_gelu_saved_grad(void)
+{
+    enum { N = 3001 };
+    static float x[N], w[N], f[N];
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    int shape[1] = {N}, i, form;
+    ad_rng_seed(&rng, 23);
+    for (i = 0; i < N; i++) {
+        x[i] = (float)(3 * ad_rng_normal(&rng));
+        w[i] = (float)ad_rng_normal(&rng);
+    }
+    x[0] = -INFINITY;
+    x[1] = INFINITY;
+    x[2] = NAN;
+    x[3] = -0.0f;
+    x[4] = -10.5f;
+    if (!ad__unary_vectorised(AD__VM_GELU_GRAD, x, f, N)) {
+        ad_tape_free(T);
+        return; /* no vector functions: the backward evaluates the derivative itself */
+    }
+    for (form = 0; form < 3; form++) {
+        ad_tensor *a = ad_tensor_view(T, 1, shape, x, NULL, 1), *wt = ad_tensor_view(T, 1, shape, w, NULL, 0);
+        ad_tensor *y = ad_gelu(T, a), *loss;
+        int differ = 0;
+        if (form == 0) loss = ad_sum(T, ad_mul(T, wt, y));                                /* in place */
+        else if (form == 1) loss = ad_sum(T, ad_add(T, ad_mul(T, wt, y), ad_mul(T, wt, a))); /* added */
+        else loss = ad_sum(T, ad_mul(T, ad_relu(T, ad_affine(T, y, 1, 100)), wt));          /* written */
+        if (!loss || ad_backward(T, loss) != 0 || !a->grad) {
+            TH_CHECK(0, "GELU's saved derivative, form %d: %s", form, ad_tape_error(T));
+            break;
+        }
+        for (i = 0; i < N; i++) {
+            float want = form == 1 ? w[i] * f[i] + w[i] : w[i] * f[i];
+            if (!(isnan(want) && isnan(a->grad[i])) && memcmp(&want, &a->grad[i], sizeof want) != 0) differ++;
+        }
+        TH_CHECK(differ == 0, "GELU's saved derivative, form %d: %d of %d gradients differ from g f'(x)", form, differ,
+                 N);
+        ad_tape_reset(T);
+    }
+    ad_tape_free(T);
+}
+
 /* (k) softmax and log-softmax of float rows (the vector exp where the machine has it) against
    double precision: each value within the rounding a row of n terms can gather, n + 2 units u
    of float's roundoff, plus |x - max| u from rounding x - max to float before the exponential;
@@ -3059,6 +3107,7 @@ int main(void)
     test_uniform_gradient();
     test_take_over();
     test_float_erf_gelu();
+    test_gelu_saved_grad();
     test_float_softmax();
     test_threads();
     test_threads_elementwise();
