@@ -6512,11 +6512,7 @@ AD__PRIVATE int ad__unary_vectorised(int kind, const ad_real *x, ad_real *y, siz
    evaluating them again (a GPT layer's GELU on 768 x 512 values). */
 AD__PRIVATE int ad__gelu_saves_grad(void)
 {
-#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
-    return ad__isa() == AD__ISA_AVX512 || ad__isa() == AD__ISA_AVX2;
-#else
-    return 0;
-#endif
+    return ad__unary_vectorised(AD__U_GELU, NULL, NULL, 0);
 }
 
 /* y = GELU(x) and d = GELU'(x) for n values; only where ad__gelu_saves_grad. */
@@ -6665,6 +6661,20 @@ typedef struct ad__unary_grad_job {
     size_t g_period;
 } ad__unary_grad_job;
 
+/* d (+)= g f, or d *= f in place (g unread), for factors f computed beforehand: by the vector
+   functions a block at a time, or by the forward (GELU's saved derivative) */
+AD__PRIVATE void ad__grad_times(const ad_real *AD__RESTRICT f, const ad_real *AD__RESTRICT g,
+                                ad_real *AD__RESTRICT d, size_t n, int add, int in_place)
+{
+    size_t i;
+    if (in_place)
+        for (i = 0; i < n; i++) d[i] *= f[i];
+    else if (add)
+        for (i = 0; i < n; i++) d[i] += g[i] * f[i];
+    else
+        for (i = 0; i < n; i++) d[i] = g[i] * f[i];
+}
+
 /* d (+)= g f'(x) with the vector functions, in blocks through a buffer, where f' is one: for sin
    cos(x), for cos -sin(x) (the forward ops' own values, as in the recorded backward: ad_cos, ad_neg
    of ad_sin), for GELU Phi(x) + x phi(x); d *= f'(x) in place (g unread). Returns 0 (nothing
@@ -6685,12 +6695,7 @@ AD__PRIVATE int ad__unary_grad_vectorised(int kind, const ad_real *AD__RESTRICT 
         ad__unary_vectorised(factor, x + at, f, len);
         if (kind == AD__U_COS)
             for (i = 0; i < len; i++) f[i] = -f[i];
-        if (in_place)
-            for (i = 0; i < len; i++) d[at + i] *= f[i];
-        else if (add)
-            for (i = 0; i < len; i++) d[at + i] += g[at + i] * f[i];
-        else
-            for (i = 0; i < len; i++) d[at + i] = g[at + i] * f[i];
+        ad__grad_times(f, g + at, d + at, len, add, in_place);
     }
     return 1;
 }
@@ -6701,19 +6706,6 @@ AD__PRIVATE int ad__unary_grad_vectorised(int kind, const ad_real *AD__RESTRICT 
 /* The fused loops: sin, cos and GELU take the vector functions where they are; the factor gets a
    statement of its own, since GCC if-converts (and vectorises) a conditional factor only then;
    one element (scalar tapes) gets no loop. */
-/* d (+)= g f or d *= f (in place, g unread) for a derivative f saved by the forward */
-AD__PRIVATE void ad__scale_by_saved(const ad_real *AD__RESTRICT f, const ad_real *AD__RESTRICT g,
-                                    ad_real *AD__RESTRICT d, size_t n, int add, int in_place)
-{
-    size_t i;
-    if (in_place)
-        for (i = 0; i < n; i++) d[i] *= f[i];
-    else if (add)
-        for (i = 0; i < n; i++) d[i] += g[i] * f[i];
-    else
-        for (i = 0; i < n; i++) d[i] = g[i] * f[i];
-}
-
 AD__PRIVATE void ad__unary_grad_run(const void *ctx, size_t lo, size_t hi, const ad_real *AD__RESTRICT g)
 {
     const ad__unary_grad_job *j = (const ad__unary_grad_job *)ctx;
@@ -6724,7 +6716,7 @@ AD__PRIVATE void ad__unary_grad_run(const void *ctx, size_t lo, size_t hi, const
     (void)p1;
     (void)yv;
     if (j->deriv) {
-        ad__scale_by_saved(j->deriv + lo, g, d, size, add, in_place);
+        ad__grad_times(j->deriv + lo, g, d, size, add, in_place);
         return;
     }
     if (ad__unary_grad_vectorised(kind, xv, g, d, size, add, in_place)) return;

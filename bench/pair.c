@@ -7,10 +7,11 @@
                                         ROUNDS default 30)
    Each round times STEPS steps of each build, the order flipped every round, in CPU time of the
    thread, or in wall-clock time when PAIR_THREADS asks for more than one thread (the CPU time of
-   the calling thread would miss the workers' share, and its waits for them). Prints the best round of each side per step and the median over rounds of the ratio
-   old time / new time (above 1: the new build is faster), and whether the two builds' results
-   were equal (a change that alters the last bits shows as "differ"). Exits non-zero when the
-   work is unknown or failed. */
+   the calling thread would miss the workers' share, and its waits for them). Prints the best
+   round of each side per step and the median over rounds of the ratio old time / new time
+   (above 1: the new build is faster), and whether the two builds' results were equal (a change
+   that alters the last bits shows as "differ"). Exits non-zero when the work is unknown or
+   failed. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
