@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.12 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.13 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -359,6 +359,10 @@
                        with GELU itself (one exponential and one Phi for both), and the
                        backward multiplies by it (float builds with the vector functions).
                        The same bits.
+   0.10.13  2026-11-29  speed: on several threads, a product of one block of rows and many
+                       columns (a layer's weight gradient x^T g) packs op(A) once for all
+                       threads, which then take runs of B's panels as they come, instead of
+                       each packing all of A for its stripe. The same bits.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -368,7 +372,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 12
+#define AUTODIFF_VERSION_PATCH 13
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -5655,6 +5659,85 @@ AD__PRIVATE void ad__gemm_shared(ad_tape *T, const ad__gemm_job *j, int threads)
     }
 }
 
+/* Products of one block of rows (M at most AD__MC) and many columns, such as a GPT layer's
+   weight gradient x^T g (128 x 512 from K = 768), on several threads share one packed op(A)
+   instead of each thread packing all of it for its stripe of columns: the threads pack A's K
+   blocks together, then take runs of B's panels one at a time, a few per thread, each packing
+   its own B panels and running them against all of A block by block. Every element of C goes
+   through the same kernel calls, in the same order of blocks, as on one thread. */
+typedef struct ad__gemm_cols_job {
+    const ad__gemm_job *j;
+    ad_real *pa;             /* op(A) packed: the block of K from pc on at pa + pc * rows */
+    const ad_real *b_end;    /* the end of B's values */
+    int kstep, rows;         /* rows: M rounded up to whole register tiles */
+    int pack_tasks;          /* tasks packing each K block of A, each a run of its row panels */
+    int panels_per_pack;     /* A's panels each packing task packs */
+    int cols_per_task;       /* columns of C (whole panels of B) per column task */
+    int b_direct;            /* B's whole panels read in place, as ad__gemm_serial reads them */
+} ad__gemm_cols_job;
+
+/* From AD__SHARE_MACS multiply-adds, products that the split by stripes of columns would leave
+   packing all of op(A) on every thread (in float, without a kernel for few columns). */
+AD__PRIVATE int ad__gemm_shares_a(const ad__gemm_job *j, int threads)
+{
+    if (j->bf16 || threads < 2 || j->M > AD__MC || j->M >= j->N || j->N < 4 * j->ker.nr) return 0;
+    if (j->ta && !j->tb && j->N <= j->ker.column_width && j->ker.columns) return 0;
+    if (!j->tb && j->N <= j->ker.narrow_width && j->ker.narrow) return 0;
+    return (double)j->M * j->N * j->K >= AD__SHARE_MACS;
+}
+
+AD__PRIVATE void ad__gemm_pack_a_task(void *ctx, int task, int thread)
+{
+    const ad__gemm_cols_job *s = (const ad__gemm_cols_job *)ctx;
+    const ad__gemm_job *j = s->j;
+    int pc = task / s->pack_tasks * s->kstep, kc = j->K - pc < s->kstep ? j->K - pc : s->kstep;
+    int i0 = task % s->pack_tasks * s->panels_per_pack * j->ker.mr, mc = s->panels_per_pack * j->ker.mr;
+    (void)thread;
+    if (mc > j->M - i0) mc = j->M - i0;
+    if (mc > 0) ad__pack_a(j->ta, j->A, j->lda, i0, mc, pc, kc, j->ker.mr, s->pa + (size_t)pc * s->rows + (size_t)i0 * kc);
+}
+
+AD__PRIVATE void ad__gemm_cols_task(void *ctx, int task, int thread)
+{
+    const ad__gemm_cols_job *s = (const ad__gemm_cols_job *)ctx;
+    const ad__gemm_job *j = s->j;
+    ad_real *pb = j->pack + (size_t)thread * AD__PACK_PER_THREAD + (size_t)AD__MC * AD__KC;
+    int jc = task * s->cols_per_task, nc = j->N - jc < s->cols_per_task ? j->N - jc : s->cols_per_task;
+    int b_full = s->b_direct ? nc / j->ker.nr * j->ker.nr : 0, pc;
+    for (pc = 0; pc < j->K; pc += s->kstep) {
+        int kc = j->K - pc < s->kstep ? j->K - pc : s->kstep;
+        const ad_real *bp = j->pk ? ad__packed_block(j->pk, jc, pc, kc) : pb;
+        if (!j->pk && b_full < nc) ad__pack_b(j->tb, j->B, j->ldb, s->b_end, pc, kc, jc + b_full, nc - b_full, j->ker.nr, pb);
+        ad__gemm_block(j->ker, s->pa + (size_t)pc * s->rows, bp, j->ta, j->A, j->lda, j->B, j->ldb, 0, j->M, jc, nc, pc,
+                       kc, 0, b_full, j->C, j->ldc, j->accumulate || pc > 0);
+    }
+}
+
+/* The values ad__gemm_shared_a needs beyond the threads' buffers: op(A) packed whole. */
+AD__INLINE size_t ad__gemm_shared_a_values(const ad__gemm_job *j)
+{
+    return (size_t)((j->M + j->ker.mr - 1) / j->ker.mr * j->ker.mr) * (size_t)j->K;
+}
+
+AD__PRIVATE void ad__gemm_shared_a(ad_tape *T, const ad__gemm_job *j, int threads)
+{
+    ad__gemm_cols_job s;
+    int nr = j->ker.nr, row_panels = (j->M + j->ker.mr - 1) / j->ker.mr, panels = (j->N + nr - 1) / nr;
+    int per = (panels + 4 * threads - 1) / (4 * threads);
+    s.j = j;
+    s.pa = j->pack + AD__PACK_PER_THREAD * (size_t)threads;
+    s.b_end = ad__gemm_b_end(j->tb, j->B, j->ldb, j->N, j->K);
+    s.kstep = ad__gemm_kc(j->K);
+    s.rows = row_panels * j->ker.mr;
+    s.panels_per_pack = (row_panels + threads - 1) / threads;
+    s.pack_tasks = (row_panels + s.panels_per_pack - 1) / s.panels_per_pack;
+    s.cols_per_task = per * nr;
+    s.b_direct = !j->pk && !j->tb &&
+                 !ad__gemm_pack_strided(j->ldb, s.kstep, row_panels, j->ker.pack_b_reuse);
+    ad__parallel(T, ad__gemm_pack_a_task, &s, s.pack_tasks * ((j->K + s.kstep - 1) / s.kstep));
+    ad__parallel(T, ad__gemm_cols_task, &s, (j->N + s.cols_per_task - 1) / s.cols_per_task);
+}
+
 /* Products with a small C and a long K, such as the first layer of an MLP (x [64, 784] times W
    [784, 128]), are split over threads along K: each thread takes a run of K blocks, that is a
    band of W's rows. The band is the one that thread's share of the backward product W's
@@ -5883,6 +5966,12 @@ AD__PRIVATE int ad__gemm_packed(ad_tape *T, int ta, int tb, int M, int N, int K,
         if (!job.pack) return -1;
         s.part = job.pack + AD__PACK_PER_THREAD * (size_t)threads;
         ad__gemm_ksplit(T, &s);
+        return 0;
+    }
+    if (ad__gemm_shares_a(&job, threads)) {
+        job.pack = ad__gemm_buffers(T, threads, ad__gemm_shared_a_values(&job));
+        if (!job.pack) return -1;
+        ad__gemm_shared_a(T, &job, threads);
         return 0;
     }
     job.pack = ad__gemm_buffers(T, threads, 0);

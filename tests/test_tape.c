@@ -793,6 +793,24 @@ static void test_float_gemm_shared(void)
     ad_tape_free(T);
 }
 
+/* (h3) products of one block of rows and many columns, whose threads share one packed op(A) and
+   take runs of B's panels as they come: a layer's weight gradient (128 x 512 from K = 768, three
+   whole blocks), ragged rows, columns and K blocks (600 = 200 x 3, 520 = 174 + 174 + 172), a
+   run of panels past AD__NC, every transpose, with and without accumulating, a padded B. */
+static void test_float_gemm_shared_a(void)
+{
+    static const int sizes[][3] = {{128, 512, 768}, {131, 515, 600}, {97, 1100, 520}, {20, 2300, 900}};
+    ad_tape *T = ad_tape_new();
+    size_t si;
+    int ta, tb, acc;
+    for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (ta = 0; ta <= 1; ta++)
+            for (tb = 0; tb <= 1; tb++)
+                for (acc = 0; acc <= 1; acc++)
+                    check_gemm_threads(T, 600 + si, ta, tb, sizes[si][0], sizes[si][1], sizes[si][2], acc);
+    ad_tape_free(T);
+}
+
 /* (h4) products with a small C and a long K, which threads split along K: a K of whole blocks,
    one of three ragged blocks (two threads take one and two of them), one of five (three threads
    take one, two and two), ragged rows and columns, every transpose, with and without
@@ -815,11 +833,12 @@ static void test_float_gemm_ksplit(void)
    it, equals ad__gemm packing B itself, bit for bit, on 1, 2 and 3 threads, with and without
    accumulating, on shapes that take each path: a few rows (the layers' per-step products, split
    by columns on threads), K over the cache block with a shorter last block (520 = 174 + 174 +
-   172), N over AD__NC, a small C split along K, and B shared between threads (M over AD__MC). */
+   172), N over AD__NC, a small C split along K, B shared between threads (M over AD__MC) and A
+   shared (one block of rows, many columns). */
 static void test_float_gemm_prepacked(void)
 {
     static const int sizes[][3] = {{32, 1024, 256}, {5, 1200, 520}, {6, 2100, 40}, {4, 1024, 1024},
-                                   {200, 300, 600}, {3, 64, 64}};
+                                   {200, 300, 600}, {3, 64, 64}, {120, 1100, 520}};
     size_t si;
     int threads, acc, r;
     ad_rng rng;
@@ -3090,6 +3109,7 @@ int main(void)
     test_float_gemm_stride_paths();
     test_float_pack_a();
     test_float_gemm_shared();
+    test_float_gemm_shared_a();
     test_float_gemm_ksplit();
     test_float_gemm_prepacked();
     test_layer_allocations();
