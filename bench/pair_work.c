@@ -18,6 +18,8 @@
      gpt    one training step of bench/gpt.c's GPT (examples/char_model.h: 4 layers, 4 heads,
             embedding 128, context 64, batch 12; AdamW, gradient norm clipped at 1) on fixed
             random tokens
+     clip   the GPT's gradient norm clipped at 1 (as its step clips it) over its store of 804,096
+            gradients, filled with fixed random values once
    Everything runs on one thread, or on PAIR_THREADS threads (each build's tape its own pool). */
 #define AUTODIFF_IMPLEMENTATION
 #define AUTODIFF_STATIC
@@ -300,6 +302,30 @@ static double pair_gpt(ad_tape *T, long steps)
     return sum;
 }
 
+static double pair_clip_alone(ad_tape *T, long steps)
+{
+    static pair_gpt_state g;
+    static int made;
+    double sum = 0;
+    long i;
+    if (!made) {
+        ad_real *values;
+        size_t n;
+        if (pair_gpt_init(&g) != 0) return NAN;
+        n = ad_params_scalars(g.P);
+        if (!(values = pair_data(n, 99))) return NAN;
+        memcpy(ad_params_grads(g.P), values, n * sizeof *values);
+        free(values);
+        made = 1;
+    }
+    for (i = 0; i < steps; i++) {
+        double norm = pair_clip(g.P, T);
+        if (norm < 0) return NAN;
+        sum += norm;
+    }
+    return sum;
+}
+
 /* Runs work steps times on this build's tape (one thread, or PAIR_THREADS); NAN for unknown work
    or a failure. */
 double PAIR_ENTRY(const char *work, long steps);
@@ -317,5 +343,6 @@ double PAIR_ENTRY(const char *work, long steps)
     if (strcmp(work, "mlp") == 0) return pair_mlp(T, steps);
     if (strcmp(work, "gemm") == 0) return pair_gemm(T, steps);
     if (strcmp(work, "gpt") == 0) return pair_gpt(T, steps);
+    if (strcmp(work, "clip") == 0) return pair_clip_alone(T, steps);
     return NAN;
 }

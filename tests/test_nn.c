@@ -1067,7 +1067,8 @@ static void test_layer_norm(void)
    [2, 137, 131] normalised over the last one or two dimensions (274 rows, which 2 threads split,
    in the backward's blocks of rows with a short last one; or 2 rows), with gamma and beta: values
    and the gradients of x, gamma and beta within 1e-12; then the same bits, values and gradients,
-   on 1 and 2 threads. */
+   on 1 and 2 threads. Also in a residual block, x + norm(x), where the norm's backward adds to a
+   gradient of x that the add shares with its output. */
 static ad_tensor *ln_composed(ad_tape *T, ad_tensor *x, int k, ad_tensor *gamma, ad_tensor *beta, ad_real eps)
 {
     int shape[2], i;
@@ -1084,11 +1085,13 @@ static ad_tensor *ln_composed(ad_tape *T, ad_tensor *x, int k, ad_tensor *gamma,
 
 static void test_layer_norm_fused(void)
 {
-    int k, t, composed;
-    for (k = 1; k <= 2; k++) {
+    int k, t, composed, residual, kr;
+    for (kr = 0; kr < 4; kr++) {
         ad_real *bits[2][4] = {{NULL}};
         size_t sizes[4];
         double worst = 0;
+        k = 1 + kr % 2;
+        residual = kr / 2;
         for (t = 0; t < 2; t++)
             for (composed = 0; composed < 2; composed++) {
                 ad_tape *T = ad_tape_new();
@@ -1106,8 +1109,9 @@ static void test_layer_norm_fused(void)
                 for (i = 0; i < 3; i++) ad_set_requires_grad(in[i], 1);
                 y = composed ? ln_composed(T, x, k, gamma, beta, (ad_real)1e-5)
                              : ad_layer_norm(T, x, k, gamma, beta, (ad_real)1e-5);
+                if (residual) y = ad_add(T, x, y);
                 if (!y || ad_backward(T, ad_sum(T, ad_mul(T, y, w))) != 0) {
-                    TH_CHECK(0, "layer norm k=%d: %s", k, ad_tape_error(T));
+                    TH_CHECK(0, "layer norm k=%d%s: %s", k, residual ? " residual" : "", ad_tape_error(T));
                     ad_tape_free(T);
                     continue;
                 }
@@ -1129,12 +1133,13 @@ static void test_layer_norm_fused(void)
                 }
                 ad_tape_free(T);
             }
-        TH_CHECK(worst <= 1e-12, "layer norm k=%d: fused and composed differ by %.3g", k, worst);
+        TH_CHECK(worst <= 1e-12, "layer norm k=%d%s: fused and composed differ by %.3g", k,
+                 residual ? " residual" : "", worst);
         {
             int same = 1, i;
             for (i = 0; i < 4; i++)
                 same = same && bits[0][i] && bits[1][i] && memcmp(bits[0][i], bits[1][i], sizes[i] * sizeof(ad_real)) == 0;
-            TH_CHECK(same, "layer norm k=%d: 1 and 2 threads give different bits", k);
+            TH_CHECK(same, "layer norm k=%d%s: 1 and 2 threads give different bits", k, residual ? " residual" : "");
             for (i = 0; i < 4; i++) {
                 free(bits[0][i]);
                 free(bits[1][i]);

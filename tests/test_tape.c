@@ -1734,12 +1734,48 @@ static void test_float_unary_avx2(void)
    each row's statistics) and the backward (dx assigned and added, with and without a weight,
    and each block's dgamma and dbeta), on rows of 131 values (no multiple of a vector) and a
    last block of fewer than AD__NORM_ROWS rows. */
+/* The gradient norm's sums of squares at AVX2's width equal the portable loop's bit for bit,
+   chunk by chunk: a store of several chunks and a last one that is no multiple of 8 values, values
+   from 1e-30 to 1e30 (their squares beyond float's range, not double's), subnormals and zeros. */
+static void test_float_clip_sum_avx2(void)
+{
+#if AD__X86_DISPATCH
+    enum { N = 3 * 32768 + 6173, MAX_CHUNKS = 16 };
+    static ad_real g[N];
+    double part[2][MAX_CHUNKS];
+    ad__clip_job job;
+    ad_rng rng;
+    size_t i, chunks;
+    if (ad__isa() < AD__ISA_AVX2) return;
+    ad_rng_seed(&rng, 78);
+    for (i = 0; i < N; i++) g[i] = (ad_real)(ad_rng_normal(&rng) * pow(10.0, (double)(i % 61) - 30));
+    g[5] = 1e-40f;
+    g[77] = -1e-44f;
+    g[N - 1] = 0;
+    memset(&job, 0, sizeof job);
+    job.g = g;
+    job.n = N;
+    job.chunk = ad__sum_chunk_length(N);
+    chunks = (N + job.chunk - 1) / job.chunk;
+    TH_CHECK(chunks > 1 && chunks <= MAX_CHUNKS && N % job.chunk % 8 != 0, "%u chunks of %u values",
+             (unsigned)chunks, (unsigned)job.chunk);
+    if (chunks > MAX_CHUNKS) return;
+    job.part = part[0];
+    ad__clip_sum_range(&job, 0, chunks);
+    job.part = part[1];
+    ad__clip_sum_range_avx2(&job, 0, chunks);
+    TH_CHECK(memcmp(part[0], part[1], chunks * sizeof(double)) == 0, "the AVX2 sums of squares differ from the portable loop's");
+#endif
+}
+
 static void test_float_norm_avx2(void)
 {
 #if AD__X86_DISPATCH
     enum { ROWS = 37, N = 131, BLOCKS = (ROWS + AD__NORM_ROWS - 1) / AD__NORM_ROWS };
     static ad_real x[ROWS * N], g[ROWS * N], gamma[N], beta[N];
     static ad_real y[2][ROWS * N], stats[2][2 * ROWS], dx[2][ROWS * N], part[2][BLOCKS * 2 * N];
+    static ad_real added_in_place[ROWS * N];
+    static const char *const modes[] = {"assigned", "added in place", "added to a shared gradient"};
     ad_rng rng;
     ad__norm_job job;
     int v, weighted, add;
@@ -1755,7 +1791,7 @@ static void test_float_norm_avx2(void)
         beta[i] = (ad_real)(0.1 * ad_rng_normal(&rng));
     }
     for (weighted = 0; weighted < 2; weighted++)
-        for (add = 0; add < 2; add++) {
+        for (add = 0; add < 3; add++) {
             for (v = 0; v < 2; v++) {
                 memset(&job, 0, sizeof job);
                 job.x = x;
@@ -1770,16 +1806,22 @@ static void test_float_norm_avx2(void)
                 job.g = g;
                 job.dx = dx[v];
                 job.part = part[v];
-                job.add_x = add;
-                for (i = 0; i < ROWS * N; i++) dx[v][i] = add ? g[i] : 0;
+                /* the gradient so far is g: in dx itself, or left in g (shared) */
+                job.dx_from = add == 1 ? dx[v] : add == 2 ? g : NULL;
+                for (i = 0; i < ROWS * N; i++) dx[v][i] = add == 1 ? g[i] : (ad_real)0.25;
                 if (v) ad__norm_backward_range_avx2(&job, 0, ROWS);
                 else ad__norm_backward_range(&job, 0, ROWS);
             }
+            if (add == 1) memcpy(added_in_place, dx[0], sizeof added_in_place);
+            if (add == 2)
+                TH_CHECK(memcmp(dx[0], added_in_place, sizeof added_in_place) == 0,
+                         "layer norm backward%s: dx added to a shared gradient differs from added in place",
+                         weighted ? " with a weight" : "");
             TH_CHECK(memcmp(y[0], y[1], sizeof y[0]) == 0 && memcmp(stats[0], stats[1], sizeof stats[0]) == 0,
                      "layer norm forward%s: AVX2 and portable rows differ", weighted ? " with a weight" : "");
             TH_CHECK(memcmp(dx[0], dx[1], sizeof dx[0]) == 0 && memcmp(part[0], part[1], sizeof part[0]) == 0,
                      "layer norm backward%s, dx %s: AVX2 and portable rows differ", weighted ? " with a weight" : "",
-                     add ? "added" : "assigned");
+                     modes[add]);
         }
 #endif
 }
@@ -3117,6 +3159,7 @@ int main(void)
     test_float_unary_accuracy();
     test_float_unary_avx2();
     test_float_norm_avx2();
+    test_float_clip_sum_avx2();
     test_float_max_pool_avx512();
     test_float_max_pool_adjoint_avx512();
     test_float_max_pool_third_order();
