@@ -776,6 +776,21 @@ static void check_gemm_threads(ad_tape *T, uint64_t seed, int ta, int tb, int m,
     free(more);
 }
 
+/* check_gemm_threads for each of count shapes (m, n, k), every transpose, with and without
+   accumulating; the data of shape i from seed + i. */
+static void check_gemm_shapes_threads(const int (*sizes)[3], size_t count, uint64_t seed)
+{
+    ad_tape *T = ad_tape_new();
+    size_t si;
+    int ta, tb, acc;
+    for (si = 0; si < count; si++)
+        for (ta = 0; ta <= 1; ta++)
+            for (tb = 0; tb <= 1; tb++)
+                for (acc = 0; acc <= 1; acc++)
+                    check_gemm_threads(T, seed + si, ta, tb, sizes[si][0], sizes[si][1], sizes[si][2], acc);
+    ad_tape_free(T);
+}
+
 /* (h3) products large enough for the threads to share one packed block of B and take blocks of
    A's rows as they come: ragged rows, a K remainder, more columns than one block of B (whose last
    block is narrow enough for A to be read in place), every transpose, with and without
@@ -800,15 +815,7 @@ static void test_float_gemm_shared(void)
 static void test_float_gemm_shared_a(void)
 {
     static const int sizes[][3] = {{128, 512, 768}, {131, 515, 600}, {97, 1100, 520}, {20, 2300, 900}};
-    ad_tape *T = ad_tape_new();
-    size_t si;
-    int ta, tb, acc;
-    for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
-        for (ta = 0; ta <= 1; ta++)
-            for (tb = 0; tb <= 1; tb++)
-                for (acc = 0; acc <= 1; acc++)
-                    check_gemm_threads(T, 600 + si, ta, tb, sizes[si][0], sizes[si][1], sizes[si][2], acc);
-    ad_tape_free(T);
+    check_gemm_shapes_threads(sizes, sizeof sizes / sizeof sizes[0], 600);
 }
 
 /* (h4) products with a small C and a long K, which threads split along K: a K of whole blocks,
@@ -818,15 +825,7 @@ static void test_float_gemm_shared_a(void)
 static void test_float_gemm_ksplit(void)
 {
     static const int sizes[][3] = {{64, 128, 784}, {37, 203, 700}, {120, 130, 1030}};
-    ad_tape *T = ad_tape_new();
-    size_t si;
-    int ta, tb, acc;
-    for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
-        for (ta = 0; ta <= 1; ta++)
-            for (tb = 0; tb <= 1; tb++)
-                for (acc = 0; acc <= 1; acc++)
-                    check_gemm_threads(T, 700 + si, ta, tb, sizes[si][0], sizes[si][1], sizes[si][2], acc);
-    ad_tape_free(T);
+    check_gemm_shapes_threads(sizes, sizeof sizes / sizeof sizes[0], 700);
 }
 
 /* (h4) ad__gemm_packed with B^T packed once (ad__gemm_prepack_bt), as the recurrent layers use
