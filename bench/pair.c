@@ -2,8 +2,8 @@
    older autodiff.h, pair_new against the newer) in one process, alternately, so that both meet
    the same moments of a shared, noisy machine.
 
-   Usage: pair WORK [STEPS [ROUNDS]]   (WORK: tape, cnn, conv, mlp, gemm, gpt or clip; STEPS per
-                                        round, default chosen per work for about 20-80 ms;
+   Usage: pair WORK [STEPS [ROUNDS]]   (WORK: tape, cnn, conv, mlp, gemm, gpt, clip or norm;
+                                        STEPS per round, default chosen per work for about 20-80 ms;
                                         ROUNDS default 30)
    Each round times STEPS steps of each build, the order flipped every round, in CPU time of the
    thread, or in wall-clock time when PAIR_THREADS asks for more than one thread (the CPU time of
@@ -63,7 +63,7 @@ int main(int argc, char **argv)
     /* warm up, then the same steps from both builds' fresh state: their results compared */
     for (k = 0; k < 2; k++) check[k] = side[k](work, 1);
     if (isnan(check[0]) || isnan(check[1])) {
-        fprintf(stderr, "pair: work '%s' unknown or failed (tape, cnn, conv, mlp, gemm, gpt, clip)\n", work);
+        fprintf(stderr, "pair: work '%s' unknown or failed (tape, cnn, conv, mlp, gemm, gpt, clip, norm)\n", work);
         return 1;
     }
     for (k = 0; k < 2; k++) check[k] = side[k](work, steps);

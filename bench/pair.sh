@@ -7,7 +7,7 @@
 # against itself (REV = HEAD on a clean tree) to see the noise floor of the moment.
 #
 # Usage: bash bench/pair.sh [REV [WORK...]]   (REV default HEAD~1; WORK of tape, cnn, conv, mlp,
-#                                              gemm, gpt, clip; default the first six)
+#                                              gemm, gpt, clip, norm; default the first six)
 # Prints one line per work: the best round of each side per step, the median over rounds of old
 # time / new time (above 1: the working tree is faster) with its quartiles, and whether the two
 # computed the same bits.

@@ -18,6 +18,9 @@
      gpt    one training step of bench/gpt.c's GPT (examples/char_model.h: 4 layers, 4 heads,
             embedding 128, context 64, batch 12; AdamW, gradient norm clipped at 1) on fixed
             random tokens
+     norm   a GPT layer's residual block around its layer norm, x + layer_norm(x) with a weight,
+            on [768, 128], forward and backward (the norm's backward adds to the gradient of x
+            that the add shares)
      clip   the GPT's gradient norm clipped at 1 (as its step clips it) over its store of 804,096
             gradients, filled with fixed random values once
    Everything runs on one thread, or on PAIR_THREADS threads (each build's tape its own pool). */
@@ -173,6 +176,30 @@ static double pair_conv(ad_tape *T, long steps)
         ad_tensor *y = ad_add(T, ad_sum(T, y1), ad_sum(T, y2));
         if (!y || ad_backward(T, y) != 0) return NAN;
         sum += ad_item(y) + g1[3] + g2[7] + gx2[11];
+        ad_tape_reset(T);
+    }
+    return sum;
+}
+
+static double pair_norm(ad_tape *T, long steps)
+{
+    enum { ROWS = 768, WIDTH = 128 };
+    static ad_real *x, *gx, *gamma, *ggamma, *w;
+    double sum = 0;
+    long i;
+    if (!x) {
+        x = pair_data((size_t)ROWS * WIDTH, 12), gx = pair_data((size_t)ROWS * WIDTH, 13);
+        gamma = pair_data(WIDTH, 14), ggamma = pair_data(WIDTH, 15), w = pair_data((size_t)ROWS * WIDTH, 16);
+        if (!x || !gx || !gamma || !ggamma || !w) return NAN;
+    }
+    for (i = 0; i < steps; i++) {
+        int sx[2] = {ROWS, WIDTH}, sg[1] = {WIDTH};
+        ad_tensor *xt = ad_tensor_view(T, 2, sx, x, gx, 1);
+        ad_tensor *y = ad_add(T, xt, ad_layer_norm(T, xt, 1, ad_tensor_view(T, 1, sg, gamma, ggamma, 1), NULL,
+                                                   (ad_real)1e-5));
+        ad_tensor *loss = ad_sum(T, ad_mul(T, y, ad_tensor_view(T, 2, sx, w, NULL, 0)));
+        if (!loss || ad_backward(T, loss) != 0) return NAN;
+        sum += ad_item(loss) + gx[5] + ggamma[3];
         ad_tape_reset(T);
     }
     return sum;
@@ -344,5 +371,6 @@ double PAIR_ENTRY(const char *work, long steps)
     if (strcmp(work, "gemm") == 0) return pair_gemm(T, steps);
     if (strcmp(work, "gpt") == 0) return pair_gpt(T, steps);
     if (strcmp(work, "clip") == 0) return pair_clip_alone(T, steps);
+    if (strcmp(work, "norm") == 0) return pair_norm(T, steps);
     return NAN;
 }
