@@ -5726,6 +5726,7 @@ AD__PRIVATE void ad__gemm_shared_a(ad_tape *T, const ad__gemm_job *j, int thread
     ad__gemm_cols_job s;
     int nr = j->ker.nr, row_panels = (j->M + j->ker.mr - 1) / j->ker.mr, panels = (j->N + nr - 1) / nr;
     int per = (panels + 4 * threads - 1) / (4 * threads);
+    if (per > AD__NC / nr) per = AD__NC / nr; /* a thread's B buffer holds AD__NC columns */
     s.j = j;
     s.pa = j->pack + AD__PACK_PER_THREAD * (size_t)threads;
     s.b_end = ad__gemm_b_end(j->tb, j->B, j->ldb, j->N, j->K);

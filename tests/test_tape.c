@@ -811,10 +811,13 @@ static void test_float_gemm_shared(void)
 /* (h3) products of one block of rows and many columns, whose threads share one packed op(A) and
    take runs of B's panels as they come: a layer's weight gradient (128 x 512 from K = 768, three
    whole blocks), ragged rows, columns and K blocks (600 = 200 x 3, 520 = 174 + 174 + 172), a
-   run of panels past AD__NC, every transpose, with and without accumulating, a padded B. */
+   run of panels past AD__NC, so many columns that a thread's share would overflow its buffer for
+   B (17,000 columns, whole blocks of K), every transpose, with and without accumulating, a
+   padded B. */
 static void test_float_gemm_shared_a(void)
 {
-    static const int sizes[][3] = {{128, 512, 768}, {131, 515, 600}, {97, 1100, 520}, {20, 2300, 900}};
+    static const int sizes[][3] = {{128, 512, 768}, {131, 515, 600}, {97, 1100, 520}, {20, 2300, 900},
+                                   {9, 17000, 256}};
     check_gemm_shapes_threads(sizes, sizeof sizes / sizeof sizes[0], 600);
 }
 
