@@ -709,47 +709,52 @@ static void test_float_gemm_stride_paths(void)
     ad_tape_free(T);
 }
 
-/* (h2c) A's packing into panels of eight rows, untransposed (8 x 8 register transposes where the
-   processor has AVX2, one value at a time in the AUTODIFF_NO_DISPATCH build) and transposed: every
-   value where the micro-kernel reads it, dst[panel][k][row], and zeros below the last row of a
-   ragged panel. Blocks that start inside A, with kc not a multiple of 8 and panels of 8 and
-   fewer rows. */
+/* (h2c) A's packing into panels of eight rows (the AVX-512 kernels') and of six (AVX2's),
+   untransposed (register transposes where the processor has AVX2, one value at a time in the
+   AUTODIFF_NO_DISPATCH build) and transposed (whole panels four at a time): every value where the
+   micro-kernel reads it, dst[panel][k][row], and zeros below the last row of a ragged panel.
+   Blocks that start inside A, with kc not a multiple of 8, panels of mr and fewer rows, and
+   whole panels in groups of four and fewer, a transposed A's rows a power of two apart. */
 static void test_float_pack_a(void)
 {
     static const int cases[][5] = {/* rows, cols, i0, mc, kc; k0 = 3 */
-                                   {8, 11, 0, 8, 8},     {12, 20, 2, 8, 13},   {40, 140, 5, 19, 131},
-                                   {30, 300, 1, 24, 256}, {9, 9, 1, 8, 1},     {64, 784, 0, 64, 261}};
+                                   {8, 11, 0, 8, 8},      {12, 20, 2, 8, 13},    {40, 140, 5, 19, 131},
+                                   {30, 300, 1, 24, 256},  {9, 9, 1, 8, 1},       {64, 784, 0, 64, 261},
+                                   {512, 300, 8, 144, 256}, {100, 40, 0, 100, 37}, {128, 260, 0, 128, 256}};
+    static const int heights[2] = {8, 6};
     size_t ci;
-    int ta;
+    int ta, hi;
     for (ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
-        for (ta = 0; ta <= 1; ta++) {
-            int rows = cases[ci][0], cols = cases[ci][1], i0 = cases[ci][2], mc = cases[ci][3], kc = cases[ci][4];
-            int k0 = 3, panels = (mc + 7) / 8, bad = 0, p, k, r;
-            /* op(A) is rows x cols: stored as is, or as its transpose */
-            int lda = ta ? rows : cols;
-            float *A = (float *)malloc((size_t)rows * cols * sizeof(float));
-            float *dst = (float *)malloc((size_t)panels * 8 * kc * sizeof(float));
-            if (!A || !dst) {
-                TH_CHECK(0, "out of memory");
+        for (hi = 0; hi < 2; hi++)
+            for (ta = 0; ta <= 1; ta++) {
+                int rows = cases[ci][0], cols = cases[ci][1], i0 = cases[ci][2], mc = cases[ci][3];
+                int kc = cases[ci][4], mr = heights[hi], k0 = 3, panels = (mc + mr - 1) / mr, bad = 0, p, k, r;
+                /* op(A) is rows x cols: stored as is, or as its transpose */
+                int lda = ta ? rows : cols;
+                float *A = (float *)malloc((size_t)rows * cols * sizeof(float));
+                float *dst = (float *)malloc((size_t)panels * mr * kc * sizeof(float));
+                if (!A || !dst) {
+                    TH_CHECK(0, "out of memory");
+                    free(A);
+                    free(dst);
+                    return;
+                }
+                for (r = 0; r < rows * cols; r++) A[r] = (float)(r + 1);
+                memset(dst, 0xff, (size_t)panels * mr * kc * sizeof(float));
+                ad__pack_a(ta, A, lda, i0, mc, k0, kc, mr, dst);
+                for (p = 0; p < panels; p++)
+                    for (k = 0; k < kc; k++)
+                        for (r = 0; r < mr; r++) {
+                            int i = i0 + mr * p + r;
+                            float want = mr * p + r < mc ? (ta ? A[(size_t)(k0 + k) * lda + i] : A[(size_t)i * lda + k0 + k])
+                                                         : 0;
+                            bad += dst[((size_t)p * kc + k) * mr + r] != want;
+                        }
+                TH_CHECK(bad == 0, "pack_a ta=%d mr=%d rows %d cols %d i0 %d mc %d kc %d: %d values misplaced", ta, mr,
+                         rows, cols, i0, mc, kc, bad);
                 free(A);
                 free(dst);
-                return;
             }
-            for (r = 0; r < rows * cols; r++) A[r] = (float)(r + 1);
-            memset(dst, 0xff, (size_t)panels * 8 * kc * sizeof(float));
-            ad__pack_a(ta, A, lda, i0, mc, k0, kc, 8, dst);
-            for (p = 0; p < panels; p++)
-                for (k = 0; k < kc; k++)
-                    for (r = 0; r < 8; r++) {
-                        int i = i0 + 8 * p + r;
-                        float want = 8 * p + r < mc ? (ta ? A[(size_t)(k0 + k) * lda + i] : A[(size_t)i * lda + k0 + k]) : 0;
-                        bad += dst[((size_t)p * kc + k) * 8 + r] != want;
-                    }
-            TH_CHECK(bad == 0, "pack_a ta=%d rows %d cols %d i0 %d mc %d kc %d: %d values misplaced", ta, rows, cols,
-                     i0, mc, kc, bad);
-            free(A);
-            free(dst);
-        }
 }
 
 /* One product on one, two and three threads: each result held to the bound of (h), and the
