@@ -3,7 +3,8 @@
    square sizes and at the products of the 784-128-10 and 784-512-256-10 MLPs trained with batch
    64. Also measures one core's fp32 peak with an FMA loop on the widest vectors (AVX-512 or
    AVX2) and, on several threads, how much faster that loop runs on all of them at once than on
-   one (the most any threaded code could gain on the machine at that moment), and checks that
+   one (the most any threaded code could gain on the machine at that moment), and the
+   micro-kernel alone on packed panels in L2 (what the products lose outside it), and checks that
    both libraries give the same product. Timed batches of the two libraries alternate, and with
    them batches of autodiff.h's products in bfloat16 (ad_set_matmul_precision), reported beside
    its float ones.
@@ -115,6 +116,19 @@ static float peak_loop(long iters, double *flops)
     return peak_loop_avx2(iters, 0.999f, 0.001f);
 }
 
+/* GFLOP/s of one short run of the FMA loop, in thread CPU time; 0 without AVX2 or AVX-512. */
+static double peak_once(void)
+{
+    double flops, t;
+    volatile float sink;
+    if (!peak_bits()) return 0;
+    t = bench_thread_cpu();
+    sink = peak_loop(2000000, &flops);
+    t = bench_thread_cpu() - t;
+    (void)sink;
+    return flops / t * 1e-9;
+}
+
 /* GFLOP/s of one core on fused multiply-adds on the widest vectors, or 0 without AVX2 or
    AVX-512: the best of a few short runs, in thread CPU time, so that other programs on the
    machine do not lower it. */
@@ -178,9 +192,80 @@ static double measure_scaling(int threads)
 }
 #else
 static int peak_bits(void) { return 0; }
+static double peak_once(void) { return 0; }
 static double measure_peak(void) { return 0; }
 static double measure_scaling(int threads) { (void)threads; return 0; }
 #endif
+
+/* ---- the micro-kernel alone ----------------------------------------------------------------------- */
+/* The micro-kernel the products use (ad__gemm_pick's), alone: panels packed as the products pack
+   them, a block of AD__MC x AD__KC of A against 1024 columns of B, both in L2, taken in the
+   products' order (each panel of B against every panel of A), each tile added into C. Beside the
+   FMA loop, what the kernel itself leaves unused; beside the products, what they lose around it
+   (packing, caches, edges). */
+typedef struct kernel_bench {
+    ad__gemm_kernel ker;
+    int rows, kc;
+    float *A, *B, *C;
+} kernel_bench;
+
+enum { KERNEL_COLS = 1024 };
+
+/* GFLOP/s of one timed run, in thread CPU time. */
+static double kernel_once(const kernel_bench *kb)
+{
+    enum { PASSES = 16 };
+    int mr = kb->ker.mr, nr = kb->ker.nr, pass, ir, jr;
+    double t = bench_thread_cpu();
+    for (pass = 0; pass < PASSES; pass++)
+        for (jr = 0; jr < KERNEL_COLS; jr += nr)
+            for (ir = 0; ir < kb->rows; ir += mr)
+                kb->ker.fn(kb->kc, kb->A + (size_t)ir * kb->kc, 1, mr, kb->B + (size_t)jr * kb->kc, nr,
+                           kb->C + (size_t)ir * KERNEL_COLS + jr, KERNEL_COLS, mr, nr, 1);
+    t = bench_thread_cpu() - t;
+    return 2.0 * PASSES * kb->rows * KERNEL_COLS * kb->kc / t * 1e-9;
+}
+
+/* The kernel's GFLOP/s, and in *share its speed over the FMA loop's (0 without the loop): medians
+   over nine pairs of runs, each of the kernel beside one of the loop, so that the share comes
+   from one stretch of a busy machine's time. 0 when memory runs out. */
+static double measure_kernel(double *share)
+{
+    enum { ROUNDS = 9 };
+    kernel_bench kb;
+    size_t na, nb, nc, i;
+    void *pa = NULL, *pb = NULL, *pc = NULL;
+    double gf[ROUNDS], shares[ROUNDS], result = 0;
+    int r;
+    kb.ker = ad__gemm_pick(KERNEL_COLS);
+    kb.kc = AD__KC;
+    kb.rows = AD__MC / kb.ker.mr * kb.ker.mr;
+    na = (size_t)kb.rows * kb.kc;
+    nb = (size_t)kb.kc * KERNEL_COLS;
+    nc = (size_t)kb.rows * KERNEL_COLS;
+    *share = 0;
+    if (!posix_memalign(&pa, 64, na * sizeof(float)) && !posix_memalign(&pb, 64, nb * sizeof(float)) &&
+        !posix_memalign(&pc, 64, nc * sizeof(float))) {
+        kb.A = (float *)pa;
+        kb.B = (float *)pb;
+        kb.C = (float *)pc;
+        for (i = 0; i < na; i++) kb.A[i] = (float)(i % 7) * 1e-3f;
+        for (i = 0; i < nb; i++) kb.B[i] = (float)(i % 5) * 1e-3f;
+        memset(kb.C, 0, nc * sizeof(float));
+        kernel_once(&kb);
+        for (r = 0; r < ROUNDS; r++) {
+            double loop = peak_once();
+            gf[r] = kernel_once(&kb);
+            shares[r] = loop > 0 ? gf[r] / loop : 0;
+        }
+        result = bench_median(gf, ROUNDS);
+        *share = bench_median(shares, ROUNDS);
+    }
+    free(pa);
+    free(pb);
+    free(pc);
+    return result;
+}
 
 /* ---- the two implementations ------------------------------------------------------------------- */
 typedef struct gemm_job {
@@ -246,6 +331,14 @@ int main(int argc, char **argv)
     peak = measure_peak();
     printf("# peak of one core (FMA loop on %d-bit vectors): %.1f GFLOP/s\n", peak_bits(), peak);
     if (peak > 0) bench_result("peak.gflops", peak);
+    {
+        double share, kernel = measure_kernel(&share);
+        printf("# the micro-kernel alone, on packed panels in L2: %.1f GFLOP/s", kernel);
+        if (share > 0) printf(" (%.0f%% of the FMA loop timed beside it)", 100 * share);
+        printf("\n");
+        if (kernel > 0) bench_result("kernel.gflops", kernel);
+        if (share > 0) bench_result("kernel.share", share);
+    }
     if (bench_threads() > 1) {
         double scaling = measure_scaling(bench_threads());
         printf("# the FMA loop on %d threads at once did %.2f times the work of one thread per second\n",
