@@ -4,7 +4,7 @@
    64. Also measures one core's fp32 peak with an FMA loop on the widest vectors (AVX-512 or
    AVX2) and, on several threads, how much faster that loop runs on all of them at once than on
    one (the most any threaded code could gain on the machine at that moment), and the
-   micro-kernel alone on packed panels in L2 (what the products lose outside it), and checks that
+   micro-kernel alone on packed panels in cache (what the products lose outside it), and checks that
    both libraries give the same product. Timed batches of the two libraries alternate, and with
    them batches of autodiff.h's products in bfloat16 (ad_set_matmul_precision), reported beside
    its float ones.
@@ -199,10 +199,10 @@ static double measure_scaling(int threads) { (void)threads; return 0; }
 
 /* ---- the micro-kernel alone ----------------------------------------------------------------------- */
 /* The micro-kernel the products use (ad__gemm_pick's), alone: panels packed as the products pack
-   them, a block of AD__MC x AD__KC of A against 1024 columns of B, both in L2, taken in the
-   products' order (each panel of B against every panel of A), each tile added into C. Beside the
-   FMA loop, what the kernel itself leaves unused; beside the products, what they lose around it
-   (packing, caches, edges). */
+   them, a block of AD__MC x AD__KC of A (144 KiB in float) against 1024 columns of B (1 MiB), in
+   cache, taken in the products' order (each panel of B against every panel of A), each tile
+   added into C. Beside the FMA loop, what the kernel itself leaves unused; beside the products,
+   what they lose around it (packing, caches, edges). */
 typedef struct kernel_bench {
     ad__gemm_kernel ker;
     int rows, kc;
@@ -333,7 +333,7 @@ int main(int argc, char **argv)
     if (peak > 0) bench_result("peak.gflops", peak);
     {
         double share, kernel = measure_kernel(&share);
-        printf("# the micro-kernel alone, on packed panels in L2: %.1f GFLOP/s", kernel);
+        printf("# the micro-kernel alone, on packed panels in cache: %.1f GFLOP/s", kernel);
         if (share > 0) printf(" (%.0f%% of the FMA loop timed beside it)", 100 * share);
         printf("\n");
         if (kernel > 0) bench_result("kernel.gflops", kernel);

@@ -421,7 +421,7 @@ data=$(awk '$3 == "mlp.real_data" { print ($4 == 1 ? "MNIST from " ENVIRON["MNIS
         kernel = med(tl[1], "kernel.gflops")
         kshare = med(tl[1], "kernel.share")
         if (found)
-            printf "\nThe GEMM micro-kernel alone, on packed panels in L2 in the products'"'"' order: %.1f GFLOP/s, %.0f%% of the FMA loop timed beside it (what a product falls short of that share is lost around the kernel: packing, caches, edges).\n", kernel, 100 * kshare
+            printf "\nThe GEMM micro-kernel alone, on packed panels in cache in the products'"'"' order: %.1f GFLOP/s, %.0f%% of the FMA loop timed beside it (what a product falls short of that share is lost around the kernel: packing, caches, edges).\n", kernel, 100 * kshare
         gf = med(tl[1], "gpt.gflop_step")
         if (found) {
             printf "\nGPT and LSTM steps: random token ids (fixed seed), AdamW lr 1e-3, betas (0.9, 0.99), weight decay 0.1 on the matrices, gradients clipped at 1.0; "
