@@ -4546,17 +4546,20 @@ AD__INLINE AD__ALWAYS_INLINE void ad__pack_at_group(const ad_real *A, ptrdiff_t 
    rows, a power of two apart, crowd a few L1 sets, so the line was gone when the next panel came
    for the rest: h^T g of a GPT's MLP (h 768 x 512) packs 1.5-2.0x faster four at a time. More at
    a time was slower (eight 1.4x, all eighteen of a block 0.8x): the panels being written lie
-   mr x kc values apart, 8 KiB with kc 256, all in one L1 set. Returns the rows packed. */
+   mr x kc values apart, 8 KiB with kc 256, all in one L1 set. The groups of four are calls with
+   constant sizes, whose copies the compiler lays out straight: with the group's size a variable,
+   the packing was no faster than panel by panel. Returns the rows packed. */
 AD__PRIVATE int ad__pack_at_panels(const ad_real *A, ptrdiff_t lda, int i0, int mc, int k0, int kc, int mr,
                                    ad_real *AD__RESTRICT dst)
 {
     int panels = mc / mr, p;
-    for (p = 0; p < panels; p += 4) {
-        int group = panels - p < 4 ? panels - p : 4;
-        ad_real *d = dst + (size_t)p * mr * kc;
-        if (mr == 8 && group == 4) ad__pack_at_group(A, lda, i0 + p * mr, k0, kc, 8, 4, d);
-        else if (mr == 8) ad__pack_at_group(A, lda, i0 + p * mr, k0, kc, 8, group, d);
-        else ad__pack_at_group(A, lda, i0 + p * mr, k0, kc, 6, group, d);
+    for (p = 0; p + 4 <= panels; p += 4) {
+        if (mr == 8) ad__pack_at_group(A, lda, i0 + p * mr, k0, kc, 8, 4, dst + (size_t)p * mr * kc);
+        else ad__pack_at_group(A, lda, i0 + p * mr, k0, kc, 6, 4, dst + (size_t)p * mr * kc);
+    }
+    if (p < panels) { /* the last one to three */
+        if (mr == 8) ad__pack_at_group(A, lda, i0 + p * mr, k0, kc, 8, panels - p, dst + (size_t)p * mr * kc);
+        else ad__pack_at_group(A, lda, i0 + p * mr, k0, kc, 6, panels - p, dst + (size_t)p * mr * kc);
     }
     return panels * mr;
 }

@@ -1737,10 +1737,6 @@ static void test_float_unary_avx2(void)
 #endif
 }
 
-/* (j1b) layer norm's rows at AVX2's width give the portable loops' bits: the forward (y and
-   each row's statistics) and the backward (dx assigned and added, with and without a weight,
-   and each block's dgamma and dbeta), on rows of 131 values (no multiple of a vector) and a
-   last block of fewer than AD__NORM_ROWS rows. */
 /* The gradient norm's sums of squares at AVX2's width equal the portable loop's bit for bit,
    chunk by chunk: a store of several chunks and a last one that is no multiple of 8 values, values
    from 1e-30 to 1e30 (their squares beyond float's range, not double's), subnormals and zeros. */
@@ -1775,6 +1771,10 @@ static void test_float_clip_sum_avx2(void)
 #endif
 }
 
+/* (j1b) layer norm's rows at AVX2's width give the portable loops' bits: the forward (y and
+   each row's statistics) and the backward (dx assigned and added, with and without a weight,
+   and each block's dgamma and dbeta), on rows of 131 values (no multiple of a vector) and a
+   last block of fewer than AD__NORM_ROWS rows. */
 static void test_float_norm_avx2(void)
 {
 #if AD__X86_DISPATCH
