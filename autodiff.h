@@ -10638,6 +10638,9 @@ AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_block(const ad__win2d 
 #pragma GCC unroll 8
             for (o = 0; o < OB; o++) {
                 __m512 gv = _mm512_load_ps(gp + o * 16);
+                /* in a register: GCC would otherwise load it into each of its tb multiply-adds,
+                   and the block's loads would outnumber the two a cycle the processor takes */
+                __asm__("" : "+v"(gv));
 #pragma GCC unroll 4
                 for (t = 0; t < tb; t++) acc[o][t] = _mm512_fmadd_ps(gv, xv[t], acc[o][t]);
             }
