@@ -2007,6 +2007,9 @@ static AD__UNUSED int ad__isa_features(void)
 #define AD__WGRAD_CHUNK_BYTES 24576              /* the images whose gradients and inputs of those
                                                     channels fit this are summed before one
                                                     reduction of the lanes: kept in L1 */
+#define AD__WGRAD_KEEP_BYTES 524288              /* AVX-512 keeps each block's sums as vectors
+                                                    from chunk to chunk of a part when all blocks'
+                                                    fit this (a quarter of a 2 MiB L2) */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define AD__PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -10488,10 +10491,33 @@ AD__INLINE int ad__wgrad_chunk(const ad__win2d *G)
     return chunk < (size_t)G->n ? (int)chunk : G->n;
 }
 
-/* Scratch of one chunk: its inputs, then its gradient vectors. */
+/* The weight gradient's blocks of AD__WGRAD_OUTPUTS output channels by a run of taps in one
+   kernel row: AD__WGRAD_TAPS taps, then the row's last taps in runs of two and one. */
+AD__INLINE size_t ad__wgrad_blocks(const ad__win2d *G)
+{
+    int runs = G->kw / AD__WGRAD_TAPS + G->kw % AD__WGRAD_TAPS / 2 + G->kw % AD__WGRAD_TAPS % 2;
+    return (size_t)((G->o + AD__WGRAD_OUTPUTS - 1) / AD__WGRAD_OUTPUTS) * G->c * G->kh * runs;
+}
+
+/* Floats of every block's sums kept as vectors between the chunks of a part (AVX-512's weight
+   gradient), or 0 where they would not fit AD__WGRAD_KEEP_BYTES or the processor has no
+   AVX-512: each chunk's sums are then reduced on their own and added. */
+AD__INLINE size_t ad__wgrad_keep_floats(const ad__win2d *G)
+{
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+    size_t floats = ad__wgrad_blocks(G) * AD__WGRAD_OUTPUTS * AD__WGRAD_TAPS * 16;
+    return ad__isa() == AD__ISA_AVX512 && floats * sizeof(float) <= AD__WGRAD_KEEP_BYTES ? floats : 0;
+#else
+    (void)G;
+    return 0;
+#endif
+}
+
+/* Scratch of one part: a chunk's inputs, then its gradient vectors, then the kept sums. */
 AD__INLINE size_t ad__straight_scratch_floats(const ad__win2d *G)
 {
-    return (size_t)ad__wgrad_chunk(G) * (ad__straight_input_floats(G) + ad__wgrad_grad_floats(G));
+    return (size_t)ad__wgrad_chunk(G) * (ad__straight_input_floats(G) + ad__wgrad_grad_floats(G)) +
+           ad__wgrad_keep_floats(G);
 }
 
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
@@ -10610,10 +10636,13 @@ AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_store(__m512 acc[AD__W
 /* One block of ad__conv_weight_grad_avx512: for output channels [o0, o0 + AD__WGRAD_OUTPUTS) and
    the tb taps from (c, ki, kj0) (a constant where it is inlined, so that a short last block
    computes only its own taps), the sums over the output positions of images [c0, c1), from the
-   buffers xs and gs, reduced into sums (added to it when add is set). */
+   buffers xs and gs, reduced into sums (added to it when add is set). With keep (the block's
+   AD__WGRAD_OUTPUTS x AD__WGRAD_TAPS vectors), the sums go on from the vectors kept there unless
+   first, and are kept there again unless last: reduced once a part. */
 AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_block(const ad__win2d *G, const float *AD__RESTRICT xs,
                                                                const float *AD__RESTRICT gs, int c0, int c1, int o0,
                                                                int c, int ki, int kj0, const int tb,
+                                                               float *AD__RESTRICT keep, int first, int last,
                                                                float *AD__RESTRICT sums, size_t ld, int add)
 {
     enum { OB = AD__WGRAD_OUTPUTS, TB = AD__WGRAD_TAPS };
@@ -10626,7 +10655,8 @@ AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_block(const ad__win2d 
 #pragma GCC unroll 8
     for (o = 0; o < OB; o++)
 #pragma GCC unroll 4
-        for (t = 0; t < TB; t++) acc[o][t] = _mm512_setzero_ps(); /* all TB: ad__wgrad_store reads every one */
+        for (t = 0; t < TB; t++) /* all TB: ad__wgrad_store reads every one */
+            acc[o][t] = keep && !first ? _mm512_load_ps(keep + (o * TB + t) * 16) : _mm512_setzero_ps();
     for (n = c0; n < c1; n++) {
         const float *gp = gs + (size_t)(n - c0) * image_g;
         const float *xp = xs + (size_t)(n - c0) * image_x + ((size_t)c * kw + kj0) * plane + (size_t)ki * G->ow;
@@ -10646,6 +10676,13 @@ AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_block(const ad__win2d 
             }
         }
     }
+    if (keep && !last) {
+#pragma GCC unroll 8
+        for (o = 0; o < OB; o++)
+#pragma GCC unroll 4
+            for (t = 0; t < TB; t++) _mm512_store_ps(keep + (o * TB + t) * 16, acc[o][t]);
+        return;
+    }
     ad__wgrad_store(acc, sums + (size_t)o0 * ld + ((size_t)c * kh + ki) * kw + kj0, ld,
                     G->o - o0 < OB ? G->o - o0 : OB, tb, add);
 }
@@ -10658,32 +10695,45 @@ AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_block(const ad__win2d 
    whole block of a row in blocks of two and one) are summed in registers, over the output
    positions of a chunk of images (ad__wgrad_chunk), from the buffers of ad__straight_inputs and
    ad__wgrad_grads in scratch (ad__straight_scratch_floats(G) values, 64-byte aligned), then
-   reduced. The chunks are fixed by the geometry and n0, so the sums do not depend on the thread
-   count. */
+   reduced; with keep (ad__wgrad_keep_floats(G) values after them in scratch, or NULL), summed on
+   over the chunks as vectors and reduced once at the end (the weight gradients of a MNIST CNN's
+   two convolutions, parts of 8 images in chunks of 1 and 5, 1.1x as fast).
+   The chunks are fixed by the geometry and n0, so the sums do not depend on the thread count. */
 AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_weight_grad_avx512(const ad__win2d *G,
                                                                                const float *AD__RESTRICT x,
                                                                                const float *AD__RESTRICT g,
                                                                                int n0, int n1,
                                                                                float *AD__RESTRICT scratch,
+                                                                               int keep_sums,
                                                                                float *AD__RESTRICT sums,
                                                                                size_t ld)
 {
-    enum { OB = AD__WGRAD_OUTPUTS, TB = AD__WGRAD_TAPS };
+    enum { OB = AD__WGRAD_OUTPUTS, TB = AD__WGRAD_TAPS, KEPT = OB * TB * 16 };
     const int kw = G->kw, chunk = ad__wgrad_chunk(G);
     float *xs = scratch, *gs = scratch + (size_t)chunk * ad__straight_input_floats(G);
-    int c0, c1, o0, c, ki, kj0;
+    float *kept = keep_sums ? gs + (size_t)chunk * ad__wgrad_grad_floats(G) : NULL;
+    size_t b; /* the block's place among the kept sums */
+    int c0, c1, o0, c, ki, kj0, first, last, add;
     for (c0 = n0; c0 < n1; c0 = c1) {
         c1 = n1 - c0 < chunk ? n1 : c0 + chunk;
+        first = c0 == n0;
+        last = c1 == n1;
+        add = !kept && !first; /* without kept sums, each chunk's are added to the last's */
+        b = 0;
         ad__straight_inputs(G, x, c0, c1, xs);
         for (o0 = 0; o0 < G->o; o0 += OB) {
             ad__wgrad_grads(G, g, c0, c1, o0, gs);
             for (c = 0; c < G->c; c++)
                 for (ki = 0; ki < G->kh; ki++) {
-                    for (kj0 = 0; kj0 + TB <= kw; kj0 += TB)
-                        ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, TB, sums, ld, c0 > n0);
-                    for (; kj0 + 2 <= kw; kj0 += 2)
-                        ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, 2, sums, ld, c0 > n0);
-                    if (kj0 < kw) ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, 1, sums, ld, c0 > n0);
+                    for (kj0 = 0; kj0 + TB <= kw; kj0 += TB, b++)
+                        ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, TB, kept ? kept + b * KEPT : NULL, first,
+                                        last, sums, ld, add);
+                    for (; kj0 + 2 <= kw; kj0 += 2, b++)
+                        ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, 2, kept ? kept + b * KEPT : NULL, first,
+                                        last, sums, ld, add);
+                    for (; kj0 < kw; kj0++, b++)
+                        ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, 1, kept ? kept + b * KEPT : NULL, first,
+                                        last, sums, ld, add);
                 }
         }
     }
@@ -11084,7 +11134,8 @@ AD__PRIVATE void ad__conv_forward_straight(const ad__win2d *G, const float *x, c
 AD__PRIVATE void ad__conv_weight_grad_straight(const ad__win2d *G, const float *x, const float *g, int n0, int n1,
                                                float *scratch, float *sums, size_t ld)
 {
-    if (ad__isa() == AD__ISA_AVX512) ad__conv_weight_grad_avx512(G, x, g, n0, n1, scratch, sums, ld);
+    if (ad__isa() == AD__ISA_AVX512)
+        ad__conv_weight_grad_avx512(G, x, g, n0, n1, scratch, ad__wgrad_keep_floats(G) > 0, sums, ld);
     else ad__conv_weight_grad_avx2(G, x, g, n0, n1, scratch, sums, ld);
 }
 #endif

@@ -2095,7 +2095,10 @@ static void test_float_conv_straight_tail(void)
    and taps past a whole block, more images than parts, parts of several chunks, and a batch of
    images too large to go straight but for its size (AD__STRAIGHT_IMAGES). The forward map and
    the input gradient also add into their outputs; nothing is written past the outputs; 1, 2 and
-   3 threads give the same bits. */
+   3 threads give the same bits. With AVX-512, the weight gradient of the whole batch as one part
+   (several chunks for most geometries) within the same bound, its chunks' sums reduced one by one
+   and, where they fit AD__WGRAD_KEEP_BYTES, kept as vectors from chunk to chunk (the last
+   geometry's do not fit). */
 static void test_float_conv_straight(void)
 {
 #if AD__X86_DISPATCH
@@ -2106,7 +2109,7 @@ static void test_float_conv_straight(void)
                                   {2, 1, 5, 5, 3, 7, 7, 3, 3},   {2, 2, 33, 3, 4, 1, 3, 0, 1},
                                   {2, 3, 4, 4, 2, 1, 1, 1, 1},   {1, 6, 16, 16, 8, 3, 3, 1, 1},
                                   {2, 3, 6, 6, 4, 3, 3, 3, 1},   {20, 3, 16, 16, 16, 3, 3, 1, 1},
-                                  {16, 8, 14, 14, 24, 5, 5, 2, 2}};
+                                  {16, 8, 14, 14, 24, 5, 5, 2, 2}, {16, 24, 6, 6, 48, 3, 3, 1, 1}};
     ad_tape *T = ad_tape_new();
     ad_rng rng;
     int k;
@@ -2120,7 +2123,7 @@ static void test_float_conv_straight(void)
         ad__conv_scratch_t s[3]; /* for each map */
         size_t nx, ny, nw, i;
         float *x, *w, *b, *g, *y, *y0, *dw, *dw1, *dx, *dx0, *dx1;
-        double worst_y = 0, worst_w = 0, worst_x = 0;
+        double worst_y = 0, worst_w = 0, worst_x = 0, *ref_w, *size_w;
         int n, o, c, oy, ox, ki, kj, threads, bits_same = 1;
         memset(&G, 0, sizeof G);
         G.n = geos[k][0]; G.c = geos[k][1]; G.h = geos[k][2]; G.w = geos[k][3]; G.o = geos[k][4];
@@ -2142,6 +2145,8 @@ static void test_float_conv_straight(void)
         dx = (float *)malloc((nx + 1) * sizeof(float));
         dx0 = (float *)malloc(nx * sizeof(float));
         dx1 = (float *)malloc(nx * sizeof(float));
+        ref_w = (double *)malloc(nw * sizeof(double));
+        size_w = (double *)malloc(nw * sizeof(double));
         for (i = 0; i < nx; i++) x[i] = (float)ad_rng_normal(&rng);
         for (i = 0; i < nx; i++) dx[i] = dx0[i] = (float)ad_rng_normal(&rng);
         for (i = 0; i < nw; i++) w[i] = (float)ad_rng_normal(&rng);
@@ -2212,6 +2217,8 @@ static void test_float_conv_straight(void)
                                     sum += term;
                                     size += fabs(term);
                                 }
+                        ref_w[at] = sum;
+                        size_w[at] = size;
                         if (fabs(dw[at] - sum) / (size + 1e-30) > worst_w) worst_w = fabs(dw[at] - sum) / (size + 1e-30);
                     }
         /* float's rounding over sums of up to a few thousand terms, relative to their magnitudes */
@@ -2223,6 +2230,28 @@ static void test_float_conv_straight(void)
         TH_CHECK(worst_x < 1e-5 && dx[nx] == -7.0f,
                  "straight convolution, geometry %d: input gradient off by %.3g of the terms' size, or wrote past it",
                  k, worst_x);
+#if !defined(AUTODIFF_DOUBLE)
+        if (ad__isa() == AD__ISA_AVX512) {
+            size_t ld = ad__conv_row_ld(&G), K = nw / (size_t)G.o;
+            float *scratch = (float *)ad__alloc(T, ad__straight_scratch_floats(&G) * sizeof(float), "test");
+            float *sums = (float *)ad__alloc(T, (size_t)G.o * ld * sizeof(float), "test");
+            int keep;
+            for (keep = 0; keep <= (ad__wgrad_keep_floats(&G) > 0) && scratch && sums; keep++) {
+                double worst = 0;
+                ad__conv_weight_grad_avx512(&G, x, g, 0, G.n, scratch, keep, sums, ld);
+                for (o = 0; o < G.o; o++)
+                    for (i = 0; i < K; i++) {
+                        size_t at = (size_t)o * K + i;
+                        double off = fabs(sums[(size_t)o * ld + i] - ref_w[at]) / (size_w[at] + 1e-30);
+                        if (off > worst) worst = off;
+                    }
+                TH_CHECK(worst < 1e-5, "straight weight gradient of geometry %d as one part, sums %s: off by %.3g of "
+                         "the terms' size", k, keep ? "kept as vectors" : "reduced chunk by chunk", worst);
+            }
+            TH_CHECK(k + 1 < (int)(sizeof geos / sizeof geos[0]) || ad__wgrad_keep_floats(&G) == 0,
+                     "the last geometry's kept sums were to exceed AD__WGRAD_KEEP_BYTES");
+        }
+#endif
         /* one thread's maps without adding, before another thread count's scratch (which may
            replace the tape's packing buffers) */
         ad__conv_kernel(T, AD__CONV_FORWARD, &G, x, w, b, y, 0, &s[AD__CONV_FORWARD]);
@@ -2256,6 +2285,7 @@ static void test_float_conv_straight(void)
             free(xs);
         }
         free(x); free(w); free(b); free(g); free(y); free(y0); free(dw); free(dw1); free(dx); free(dx0); free(dx1);
+        free(ref_w); free(size_w);
         ad_tape_reset(T);
     }
     ad_tape_free(T);
