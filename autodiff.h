@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.15 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.16 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -368,6 +368,10 @@
    0.10.15  2026-11-29  speed: the GEMM micro-kernels' loop over K is unrolled four times; a
                        transposed A (the weight gradient x^T g) is packed four panels at a
                        time, each line of A read once. The same bits.
+   0.10.16  2026-11-29  speed: a convolution's weight gradient straight from the images, with
+                       AVX-512, keeps each block's sums as vectors over all chunks of a part
+                       and reduces them once, and holds each output gradient vector in a
+                       register for its taps. Its last bits change (another order of the sum).
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -377,7 +381,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 15
+#define AUTODIFF_VERSION_PATCH 16
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
