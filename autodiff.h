@@ -372,6 +372,8 @@
                        AVX-512, keeps each block's sums as vectors over all chunks of a part
                        and reduces them once, and holds each output gradient vector in a
                        register for its taps. Its last bits change (another order of the sum).
+                       col2im with AVX-512 keeps a block of eight channels' sums in registers
+                       (the same bits).
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -10374,42 +10376,53 @@ AD__INLINE __mmask16 ad__first_lanes(long long n)
    summed in a register from every tap and output row that reaches it, in ad__col2im's order
    (so the sums are the same), then stored once; the same run of up to eight channels at a
    time, so that their adds overlap. A tap's part of a run is expanded from its row of col into
-   the lanes it reaches, which reads nothing outside that row. */
+   the lanes it reaches, which reads nothing outside that row. This does channels [c0, c0 + cb)
+   (cb a constant where it is inlined: the sums then stay in registers). */
+AD__HOT __attribute__((target("avx512f"))) void ad__col2im_block(const ad__win2d *G, int c0, const int cb,
+                                                                const float *AD__RESTRICT col,
+                                                                float *AD__RESTRICT x)
+{
+    const int oh = G->oh, ow = G->ow, w = G->w, kh = G->kh, kw = G->kw;
+    const size_t L = (size_t)oh * ow, plane = (size_t)G->h * w, tap_stride = (size_t)kh * kw * L;
+    int iy, x0, ki, kj, b;
+    for (iy = 0; iy < G->h; iy++)
+        for (x0 = 0; x0 < w; x0 += 16) {
+            float *dst = x + ((size_t)c0 * G->h + (size_t)iy) * w + x0;
+            __mmask16 run = ad__first_lanes(w - x0);
+            __m512 acc[AD__COL2IM_CHANNELS];
+#pragma GCC unroll 8
+            for (b = 0; b < cb; b++) acc[b] = _mm512_maskz_loadu_ps(run, dst + b * plane);
+            for (ki = 0; ki < kh; ki++) {
+                int t = iy + G->ph - ki * G->dh, oy = t / G->sh;
+                if (t < 0 || t % G->sh || oy >= oh) continue;
+                for (kj = 0; kj < kw; kj++) {
+                    /* lanes [lo, hi) of the run take outputs x0 + lane - shift of this tap */
+                    int shift = kj * G->dw - G->pw, lo = shift - x0 > 0 ? shift - x0 : 0, hi = 16;
+                    const float *src = col + ((size_t)(c0 * kh + ki) * kw + kj) * L + (size_t)oy * ow;
+                    __mmask16 lanes;
+                    if (hi > ow + shift - x0) hi = ow + shift - x0;
+                    if (hi > w - x0) hi = w - x0;
+                    if (lo >= hi) continue;
+                    lanes = (__mmask16)(ad__first_lanes(hi) & ~ad__first_lanes(lo));
+                    src += x0 + lo - shift;
+#pragma GCC unroll 8
+                    for (b = 0; b < cb; b++)
+                        acc[b] = _mm512_add_ps(acc[b], _mm512_maskz_expandloadu_ps(lanes, src + b * tap_stride));
+                }
+            }
+#pragma GCC unroll 8
+            for (b = 0; b < cb; b++) _mm512_mask_storeu_ps(dst + b * plane, run, acc[b]);
+        }
+}
+
 AD__PRIVATE __attribute__((target("avx512f"))) void ad__col2im_avx512(const ad__win2d *G, int channels,
                                                                      const float *AD__RESTRICT col,
                                                                      float *AD__RESTRICT x)
 {
     enum { CB = AD__COL2IM_CHANNELS };
-    const int oh = G->oh, ow = G->ow, w = G->w, kh = G->kh, kw = G->kw;
-    const size_t L = (size_t)oh * ow, plane = (size_t)G->h * w, tap_stride = (size_t)kh * kw * L;
-    int c0, cb, iy, x0, ki, kj, b;
-    for (c0 = 0; c0 < channels; c0 += CB)
-        for (iy = 0; iy < G->h; iy++)
-            for (x0 = 0; x0 < w; x0 += 16) {
-                float *dst = x + ((size_t)c0 * G->h + (size_t)iy) * w + x0;
-                __mmask16 run = ad__first_lanes(w - x0);
-                __m512 acc[CB];
-                cb = channels - c0 < CB ? channels - c0 : CB;
-                for (b = 0; b < cb; b++) acc[b] = _mm512_maskz_loadu_ps(run, dst + b * plane);
-                for (ki = 0; ki < kh; ki++) {
-                    int t = iy + G->ph - ki * G->dh, oy = t / G->sh;
-                    if (t < 0 || t % G->sh || oy >= oh) continue;
-                    for (kj = 0; kj < kw; kj++) {
-                        /* lanes [lo, hi) of the run take outputs x0 + lane - shift of this tap */
-                        int shift = kj * G->dw - G->pw, lo = shift - x0 > 0 ? shift - x0 : 0, hi = 16;
-                        const float *src = col + ((size_t)(c0 * kh + ki) * kw + kj) * L + (size_t)oy * ow;
-                        __mmask16 lanes;
-                        if (hi > ow + shift - x0) hi = ow + shift - x0;
-                        if (hi > w - x0) hi = w - x0;
-                        if (lo >= hi) continue;
-                        lanes = (__mmask16)(ad__first_lanes(hi) & ~ad__first_lanes(lo));
-                        src += x0 + lo - shift;
-                        for (b = 0; b < cb; b++)
-                            acc[b] = _mm512_add_ps(acc[b], _mm512_maskz_expandloadu_ps(lanes, src + b * tap_stride));
-                    }
-                }
-                for (b = 0; b < cb; b++) _mm512_mask_storeu_ps(dst + b * plane, run, acc[b]);
-            }
+    int c0;
+    for (c0 = 0; c0 + CB <= channels; c0 += CB) ad__col2im_block(G, c0, CB, col, x);
+    if (c0 < channels) ad__col2im_block(G, c0, channels - c0, col, x);
 }
 #endif
 
