@@ -10653,16 +10653,18 @@ AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_store(__m512 acc[AD__W
 /* One block of ad__conv_weight_grad_avx512: for output channels [o0, o0 + AD__WGRAD_OUTPUTS) and
    the tb taps from (c, ki, kj0) (a constant where it is inlined, so that a short last block
    computes only its own taps), the sums over the output positions of images [c0, c1), from the
-   buffers xs and gs, reduced into sums (added to it when add is set). With keep (the block's
-   AD__WGRAD_OUTPUTS x AD__WGRAD_TAPS vectors), the sums go on from the vectors kept there unless
-   first, and are kept there again unless last: reduced once a part. */
+   buffers xs and gs, reduced into sums: stored for the first chunk of a part, added for the
+   others. With kept sums (kept, NULL without: the block's AD__WGRAD_OUTPUTS x AD__WGRAD_TAPS
+   vectors are the b-th there), the sums go on from the vectors kept unless first, and are kept
+   again unless last: reduced and stored once a part. */
 AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_block(const ad__win2d *G, const float *AD__RESTRICT xs,
                                                                const float *AD__RESTRICT gs, int c0, int c1, int o0,
                                                                int c, int ki, int kj0, const int tb,
-                                                               float *AD__RESTRICT keep, int first, int last,
-                                                               float *AD__RESTRICT sums, size_t ld, int add)
+                                                               float *AD__RESTRICT kept, size_t b, int first, int last,
+                                                               float *AD__RESTRICT sums, size_t ld)
 {
     enum { OB = AD__WGRAD_OUTPUTS, TB = AD__WGRAD_TAPS };
+    float *keep = kept ? kept + b * OB * TB * 16 : NULL;
     const int kh = G->kh, kw = G->kw, vectors = ad__straight_vectors(G);
     const size_t image_x = ad__straight_input_floats(G), image_g = ad__wgrad_grad_floats(G);
     const size_t plane = ad__straight_plane(G), L = (size_t)G->oh * G->ow;
@@ -10701,7 +10703,7 @@ AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_block(const ad__win2d 
         return;
     }
     ad__wgrad_store(acc, sums + (size_t)o0 * ld + ((size_t)c * kh + ki) * kw + kj0, ld,
-                    G->o - o0 < OB ? G->o - o0 : OB, tb, add);
+                    G->o - o0 < OB ? G->o - o0 : OB, tb, !keep && !first);
 }
 
 /* The weight gradient of a convolution with stride and dilation 1 in one group, straight from
@@ -10725,17 +10727,16 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_weight_grad_avx512(
                                                                                float *AD__RESTRICT sums,
                                                                                size_t ld)
 {
-    enum { OB = AD__WGRAD_OUTPUTS, TB = AD__WGRAD_TAPS, KEPT = OB * TB * 16 };
+    enum { OB = AD__WGRAD_OUTPUTS, TB = AD__WGRAD_TAPS };
     const int kw = G->kw, chunk = ad__wgrad_chunk(G);
     float *xs = scratch, *gs = scratch + (size_t)chunk * ad__straight_input_floats(G);
     float *kept = keep_sums ? gs + (size_t)chunk * ad__wgrad_grad_floats(G) : NULL;
     size_t b; /* the block's place among the kept sums */
-    int c0, c1, o0, c, ki, kj0, first, last, add;
+    int c0, c1, o0, c, ki, kj0, first, last;
     for (c0 = n0; c0 < n1; c0 = c1) {
         c1 = n1 - c0 < chunk ? n1 : c0 + chunk;
         first = c0 == n0;
         last = c1 == n1;
-        add = !kept && !first; /* without kept sums, each chunk's are added to the last's */
         b = 0;
         ad__straight_inputs(G, x, c0, c1, xs);
         for (o0 = 0; o0 < G->o; o0 += OB) {
@@ -10743,14 +10744,11 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_weight_grad_avx512(
             for (c = 0; c < G->c; c++)
                 for (ki = 0; ki < G->kh; ki++) {
                     for (kj0 = 0; kj0 + TB <= kw; kj0 += TB, b++)
-                        ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, TB, kept ? kept + b * KEPT : NULL, first,
-                                        last, sums, ld, add);
+                        ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, TB, kept, b, first, last, sums, ld);
                     for (; kj0 + 2 <= kw; kj0 += 2, b++)
-                        ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, 2, kept ? kept + b * KEPT : NULL, first,
-                                        last, sums, ld, add);
+                        ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, 2, kept, b, first, last, sums, ld);
                     for (; kj0 < kw; kj0++, b++)
-                        ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, 1, kept ? kept + b * KEPT : NULL, first,
-                                        last, sums, ld, add);
+                        ad__wgrad_block(G, xs, gs, c0, c1, o0, c, ki, kj0, 1, kept, b, first, last, sums, ld);
                 }
         }
     }
