@@ -2001,6 +2001,9 @@ static AD__UNUSED int ad__isa_features(void)
 #define AD__STRAIGHT_FLOATS 262144.0             /* the images in batches of this many, when each
                                                     image's im2col matrix has at most this many
                                                     values (1 MiB in float, a thread) */
+#define AD__BF16_STRAIGHT_OUTPUTS 16             /* most output channels of a convolution that
+                                                    goes straight from the images with bfloat16
+                                                    products (see ad__conv_straight) */
 #define AD__CONV_OUTPUTS 8                       /* output channels and vectors of positions whose */
 #define AD__CONV_VECTORS 3                       /* convolutions straight from the image are
                                                     summed side by side with AVX-512: 24 of its 32
@@ -10547,13 +10550,27 @@ AD__INLINE __mmask16 ad__straight_lanes(int col, int count, int w, int *lo)
     return (__mmask16)(hi > first ? ad__first_lanes(hi) & ~ad__first_lanes(first) : 0);
 }
 
-/* The inputs of images [n0, n1) of x into xs (64-byte aligned; see ad__straight_vectors). Each
-   plane is written whole, sixteen columns at a time: the rows that read the input in a loop of
+/* Sixteen floats rounded to bfloat16 as ad__bf16_round rounds one (to nearest even, a NaN kept
+   a quiet NaN), as floats; v itself unless round is set. */
+AD__INLINE AD__ALWAYS_INLINE __attribute__((target("avx512f"))) __m512 ad__bf16_round_avx512(__m512 v, int round)
+{
+    const __m512i u = _mm512_castps_si512(v), one = _mm512_set1_epi32(1);
+    __m512i nearest, quiet;
+    if (!round) return v;
+    nearest = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                   _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+    quiet = _mm512_or_si512(u, _mm512_set1_epi32(0x400000));
+    nearest = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nearest, quiet);
+    return _mm512_castsi512_ps(_mm512_and_si512(nearest, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* The inputs of images [n0, n1) of x into xs (64-byte aligned; see ad__straight_vectors),
+   rounded to bfloat16 when round is set. Each plane is written whole, sixteen columns at a time: the rows that read the input in a loop of
    one load and one store a row, the others (the padding above and below, or every row when none
    of the sixteen columns falls inside the input) as 0. */
-AD__PRIVATE __attribute__((target("avx512f"))) void ad__straight_inputs(const ad__win2d *G,
+AD__HOT __attribute__((target("avx512f"))) void ad__straight_inputs_body(const ad__win2d *G,
                                                                        const float *AD__RESTRICT x, int n0, int n1,
-                                                                       float *AD__RESTRICT xs)
+                                                                       float *AD__RESTRICT xs, const int round)
 {
     const int rows = ad__straight_rows(G), h = G->h, w = G->w, ow = G->ow;
     const size_t plane = ad__straight_plane(G);
@@ -10575,11 +10592,15 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__straight_inputs(const ad
                         for (; r < past; r++)
                             _mm512_mask_storeu_ps(
                                 xs + (size_t)r * ow + a, out,
-                                _mm512_maskz_expandloadu_ps(lanes, src + (size_t)(r - G->ph) * w + col + lo));
+                                ad__bf16_round_avx512(
+                                    _mm512_maskz_expandloadu_ps(lanes, src + (size_t)(r - G->ph) * w + col + lo),
+                                    round));
                     else
                         for (; r < past; r++)
-                            _mm512_mask_storeu_ps(xs + (size_t)r * ow + a, out,
-                                                  _mm512_maskz_loadu_ps(lanes, src + (size_t)(r - G->ph) * w + col));
+                            _mm512_mask_storeu_ps(
+                                xs + (size_t)r * ow + a, out,
+                                ad__bf16_round_avx512(_mm512_maskz_loadu_ps(lanes, src + (size_t)(r - G->ph) * w + col),
+                                                      round));
                     for (; r < rows; r++) _mm512_mask_storeu_ps(xs + (size_t)r * ow + a, out, zero);
                 }
                 for (room = (size_t)rows * ow; room < plane; room += 16) /* the room after the rows: 0 */
@@ -10588,10 +10609,22 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__straight_inputs(const ad
         }
 }
 
+/* ad__straight_inputs_body with round a constant in each call, so that the loops of floats
+   carry no test of it. */
+AD__PRIVATE __attribute__((target("avx512f"))) void ad__straight_inputs(const ad__win2d *G,
+                                                                       const float *AD__RESTRICT x, int n0, int n1,
+                                                                       float *AD__RESTRICT xs, int round)
+{
+    if (round) ad__straight_inputs_body(G, x, n0, n1, xs, 1);
+    else ad__straight_inputs_body(G, x, n0, n1, xs, 0);
+}
+
 /* The gradient vectors of channels [o0, o0 + AD__WGRAD_OUTPUTS) of images [n0, n1) of g into
-   gs (64-byte aligned); channels past the last, and the last vector's tail, are 0. */
+   gs (64-byte aligned), rounded to bfloat16 when round is set; channels past the last, and the
+   last vector's tail, are 0. */
 AD__PRIVATE __attribute__((target("avx512f"))) void ad__wgrad_grads(const ad__win2d *G, const float *AD__RESTRICT g,
-                                                                   int n0, int n1, int o0, float *AD__RESTRICT gs)
+                                                                   int n0, int n1, int o0, float *AD__RESTRICT gs,
+                                                                   int round)
 {
     enum { OB = AD__WGRAD_OUTPUTS };
     const int vectors = ad__straight_vectors(G);
@@ -10603,7 +10636,8 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__wgrad_grads(const ad__wi
             const float *src = o0 + o < G->o ? g + ((size_t)n * G->o + o0 + o) * L : NULL;
             for (v = 0; v < vectors; v++)
                 _mm512_store_ps(gs + ((size_t)v * OB + o) * 16,
-                                src ? _mm512_maskz_loadu_ps(v + 1 < vectors ? 0xFFFF : tail, src + 16 * v)
+                                src ? ad__bf16_round_avx512(
+                                          _mm512_maskz_loadu_ps(v + 1 < vectors ? 0xFFFF : tail, src + 16 * v), round)
                                     : _mm512_setzero_ps());
         }
 }
@@ -10716,7 +10750,8 @@ AD__HOT __attribute__((target("avx512f"))) void ad__wgrad_block(const ad__win2d 
    ad__wgrad_grads in scratch (ad__straight_scratch_floats(G) values, 64-byte aligned), then
    reduced; with keep (ad__wgrad_keep_floats(G) values after them in scratch, or NULL), summed on
    over the chunks as vectors and reduced once at the end (the weight gradients of a MNIST CNN's
-   two convolutions, parts of 8 images in chunks of 1 and 5, 1.1x as fast).
+   two convolutions, parts of 8 images in chunks of 1 and 5, 1.1x as fast). With round, x and g
+   are rounded to bfloat16 as they are copied into the buffers (a tape's bfloat16 products).
    The chunks are fixed by the geometry and n0, so the sums do not depend on the thread count. */
 AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_weight_grad_avx512(const ad__win2d *G,
                                                                                const float *AD__RESTRICT x,
@@ -10725,7 +10760,7 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_weight_grad_avx512(
                                                                                float *AD__RESTRICT scratch,
                                                                                int keep_sums,
                                                                                float *AD__RESTRICT sums,
-                                                                               size_t ld)
+                                                                               size_t ld, int round)
 {
     enum { OB = AD__WGRAD_OUTPUTS, TB = AD__WGRAD_TAPS };
     const int kw = G->kw, chunk = ad__wgrad_chunk(G);
@@ -10738,9 +10773,9 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_weight_grad_avx512(
         first = c0 == n0;
         last = c1 == n1;
         b = 0;
-        ad__straight_inputs(G, x, c0, c1, xs);
+        ad__straight_inputs(G, x, c0, c1, xs, round);
         for (o0 = 0; o0 < G->o; o0 += OB) {
-            ad__wgrad_grads(G, g, c0, c1, o0, gs);
+            ad__wgrad_grads(G, g, c0, c1, o0, gs, round);
             for (c = 0; c < G->c; c++)
                 for (ki = 0; ki < G->kh; ki++) {
                     for (kj0 = 0; kj0 + TB <= kw; kj0 += TB, b++)
@@ -10756,15 +10791,17 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_weight_grad_avx512(
 
 /* The weights w [o, c, kh, kw] packed for ad__conv_forward_avx512: for each block of
    AD__CONV_OUTPUTS output channels, tap by tap, the channels side by side (0 past the last):
-   [block][tap][channel]. */
-AD__PRIVATE void ad__conv_pack_weights(const ad__win2d *G, const float *AD__RESTRICT w, float *AD__RESTRICT packed)
+   [block][tap][channel]; rounded to bfloat16 when round is set. */
+AD__PRIVATE void ad__conv_pack_weights(const ad__win2d *G, const float *AD__RESTRICT w, float *AD__RESTRICT packed,
+                                       int round)
 {
     const int K = G->c * G->kh * G->kw;
     int o0, k, o;
     for (o0 = 0; o0 < G->o; o0 += AD__CONV_OUTPUTS)
         for (k = 0; k < K; k++)
             for (o = 0; o < AD__CONV_OUTPUTS; o++)
-                *packed++ = o0 + o < G->o ? w[(size_t)(o0 + o) * K + k] : 0;
+                *packed++ = o0 + o >= G->o ? 0 : round ? ad__bf16_round(w[(size_t)(o0 + o) * K + k])
+                                                       : w[(size_t)(o0 + o) * K + k];
 }
 
 /* One block of ad__conv_forward_avx512: output channels [o0, o0 + AD__CONV_OUTPUTS) by vb vectors
@@ -10826,19 +10863,22 @@ AD__HOT __attribute__((target("avx512f"))) void ad__conv_forward_block(const ad_
    without im2col: y[n, o] (+)= bias[o] + the sum over taps k = (c, ki, kj) of w[o, k] times the
    input under the tap (ad__straight_inputs, built in scratch), with the weights packed by
    ad__conv_pack_weights, in blocks of AD__CONV_OUTPUTS output channels by AD__CONV_VECTORS
-   vectors of positions; the vectors after the last whole block go in blocks of two and one. */
+   vectors of positions; the vectors after the last whole block go in blocks of two and one.
+   With round, the inputs are rounded to bfloat16 as they are copied (the weights were rounded
+   as they were packed). */
 AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_forward_avx512(const ad__win2d *G,
                                                                            const float *AD__RESTRICT x,
                                                                            const float *AD__RESTRICT packed,
                                                                            const float *AD__RESTRICT bias,
                                                                            float *AD__RESTRICT y, int n,
-                                                                           float *AD__RESTRICT scratch, int add)
+                                                                           float *AD__RESTRICT scratch, int add,
+                                                                           int round)
 {
     enum { OB = AD__CONV_OUTPUTS, VB = AD__CONV_VECTORS };
     const int vectors = ad__straight_vectors(G);
     const size_t K = (size_t)G->c * G->kh * G->kw;
     int o0, v0;
-    ad__straight_inputs(G, x, n, n + 1, scratch);
+    ad__straight_inputs(G, x, n, n + 1, scratch, round);
     for (o0 = 0; o0 < G->o; o0 += OB, packed += K * OB) {
         for (v0 = 0; v0 + VB <= vectors; v0 += VB)
             ad__conv_forward_block(G, packed, scratch, bias, y, n, o0, v0, VB, add);
@@ -11138,20 +11178,27 @@ AD__PRIVATE __attribute__((target("avx2,fma"))) void ad__conv_forward_avx2(const
 }
 
 /* The straight maps at the processor's width: AVX-512's, or AVX2's (ad__conv_straight says when
-   they are taken). */
+   they are taken). round: the operands rounded to bfloat16, with AVX-512 only. */
 AD__PRIVATE void ad__conv_forward_straight(const ad__win2d *G, const float *x, const float *packed,
-                                           const float *bias, float *y, int n, float *scratch, int add)
+                                           const float *bias, float *y, int n, float *scratch, int add, int round)
 {
-    if (ad__isa() == AD__ISA_AVX512) ad__conv_forward_avx512(G, x, packed, bias, y, n, scratch, add);
-    else ad__conv_forward_avx2(G, x, packed, bias, y, n, scratch, add);
+    if (ad__isa() == AD__ISA_AVX512) {
+        ad__conv_forward_avx512(G, x, packed, bias, y, n, scratch, add, round);
+    } else {
+        AUTODIFF_ASSERT(!round);
+        ad__conv_forward_avx2(G, x, packed, bias, y, n, scratch, add);
+    }
 }
 
 AD__PRIVATE void ad__conv_weight_grad_straight(const ad__win2d *G, const float *x, const float *g, int n0, int n1,
-                                               float *scratch, float *sums, size_t ld)
+                                               float *scratch, float *sums, size_t ld, int round)
 {
-    if (ad__isa() == AD__ISA_AVX512)
-        ad__conv_weight_grad_avx512(G, x, g, n0, n1, scratch, ad__wgrad_keep_floats(G) > 0, sums, ld);
-    else ad__conv_weight_grad_avx2(G, x, g, n0, n1, scratch, sums, ld);
+    if (ad__isa() == AD__ISA_AVX512) {
+        ad__conv_weight_grad_avx512(G, x, g, n0, n1, scratch, ad__wgrad_keep_floats(G) > 0, sums, ld, round);
+    } else {
+        AUTODIFF_ASSERT(!round);
+        ad__conv_weight_grad_avx2(G, x, g, n0, n1, scratch, sums, ld);
+    }
 }
 #endif
 
@@ -11163,8 +11210,11 @@ AD__INLINE double ad__conv_image_macs(const ad__win2d *G)
 
 /* Are the forward map and the weight gradient taken straight from the images
    (ad__conv_forward_straight, ad__conv_weight_grad_straight): a float build on a processor with
-   AVX2 or AVX-512, products in float32, stride and dilation 1, one group, not a 1x1 kernel without
-   padding (which reads the images in place anyway). The straight maps split over threads only
+   AVX2 or AVX-512, stride and dilation 1, one group, not a 1x1 kernel without padding (which
+   reads the images in place anyway). With bfloat16 products, only with AVX-512, which rounds the
+   operands as it copies them, and for at most AD__BF16_STRAIGHT_OUTPUTS output channels: the
+   im2col products' rows, one an output channel, would fill too little of a bfloat16 tile (32
+   rows with AMX) to make up for rounding and packing im2col's matrix. The straight maps split over threads only
    by images (see ad__conv_by_images), so they are taken for images whose products would not be
    split anyway, or for batches of AD__STRAIGHT_IMAGES images or more whose im2col matrix is at
    most AD__STRAIGHT_FLOATS values (each thread then holds one, for the input gradient). The
@@ -11173,7 +11223,8 @@ AD__INLINE int ad__conv_straight(const ad__win2d *G, int bf16)
 {
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
     double patches = (double)G->c * G->kh * G->kw * G->oh * G->ow;
-    return !bf16 && G->groups == 1 && G->sh == 1 && G->sw == 1 && G->dh == 1 && G->dw == 1 &&
+    if (bf16 && (ad__isa() != AD__ISA_AVX512 || G->o > AD__BF16_STRAIGHT_OUTPUTS)) return 0;
+    return G->groups == 1 && G->sh == 1 && G->sw == 1 && G->dh == 1 && G->dw == 1 &&
            (G->kh > 1 || G->kw > 1 || G->ph > 0 || G->pw > 0) &&
            (ad__conv_image_macs(G) < AD__SPLIT_MACS || (G->n >= AD__STRAIGHT_IMAGES && patches <= AD__STRAIGHT_FLOATS)) &&
            ad__isa() != AD__ISA_PLAIN;
@@ -11392,7 +11443,7 @@ AD__PRIVATE int ad__conv_image(const ad__conv_job *j, int n, ad_real *col, ad_re
         const ad_real *src;
         if (j->kind == AD__CONV_FORWARD && j->s->weights) {
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
-            ad__conv_forward_straight(G, j->a, j->s->weights, j->bias, j->out, n, col, j->add);
+            ad__conv_forward_straight(G, j->a, j->s->weights, j->bias, j->out, n, col, j->add, j->T->bf16 != 0);
 #endif
         } else if (j->kind == AD__CONV_FORWARD) {
             /* y[og, L] (+)= w[og, K] col[K, L] (+ bias) */
@@ -11446,7 +11497,7 @@ AD__PRIVATE void ad__conv_task(void *ctx, int task, int thread)
         ad_real *sums = s->sums + (size_t)task * j->G->o * ad__conv_row_ld(j->G);
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
         if (s->straight) {
-            ad__conv_weight_grad_straight(j->G, j->a, j->b, lo, hi, col, sums, ad__conv_row_ld(j->G));
+            ad__conv_weight_grad_straight(j->G, j->a, j->b, lo, hi, col, sums, ad__conv_row_ld(j->G), j->T->bf16 != 0);
             return;
         }
 #endif
@@ -11471,7 +11522,7 @@ AD__PRIVATE int ad__conv_kernel(ad_tape *T, int kind, const ad__win2d *G, const 
     job.s = s;
     job.failed = 0;
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
-    if (kind == AD__CONV_FORWARD && s->weights) ad__conv_pack_weights(G, b, s->weights);
+    if (kind == AD__CONV_FORWARD && s->weights) ad__conv_pack_weights(G, b, s->weights, T->bf16 != 0);
 #endif
     if (kind == AD__CONV_INPUT_GRAD && s->col && !add)
         memset(out, 0, (size_t)G->n * G->c * G->h * G->w * sizeof(ad_real));
