@@ -10572,9 +10572,10 @@ AD__INLINE AD__ALWAYS_INLINE __attribute__((target("avx512f"))) __m512 ad__bf16_
 }
 
 /* The inputs of images [n0, n1) of x into xs (64-byte aligned; see ad__straight_vectors),
-   rounded to bfloat16 when round is set. Each plane is written whole, sixteen columns at a time: the rows that read the input in a loop of
-   one load and one store a row, the others (the padding above and below, or every row when none
-   of the sixteen columns falls inside the input) as 0. */
+   rounded to bfloat16 when round is set. Each plane is written whole, sixteen columns at a time:
+   the rows that read the input in a loop of one load and one store a row, the others (the
+   padding above and below, or every row when none of the sixteen columns falls inside the
+   input) as 0. */
 AD__HOT __attribute__((target("avx512f"))) void ad__straight_inputs_body(const ad__win2d *G,
                                                                        const float *AD__RESTRICT x, int n0, int n1,
                                                                        float *AD__RESTRICT xs, const int round)
@@ -11223,11 +11224,12 @@ AD__INLINE double ad__conv_image_macs(const ad__win2d *G)
    few, the im2col products' rows (one an output channel) fill little of a bfloat16 tile, and
    building and rounding im2col's matrix costs more than the tiles save. On a Xeon with AMX, 64
    images, the straight maps' forward and weight gradient were 1.25 to 2.4 times as fast as AMX's
-   products at 32 and 64 output channels; at 128, AMX's forward map was 1.3 to 1.6 times as fast. The straight maps split over threads only
-   by images (see ad__conv_by_images), so they are taken for images whose products would not be
-   split anyway, or for batches of AD__STRAIGHT_IMAGES images or more whose im2col matrix is at
-   most AD__STRAIGHT_FLOATS values (each thread then holds one, for the input gradient). The
-   choice depends on the geometry alone, so results do not depend on the thread count. */
+   products at 32 and 64 output channels; at 128, AMX's forward map was 1.3 to 1.6 times as fast.
+   The straight maps split over threads only by images (see ad__conv_by_images), so they are
+   taken for images whose products would not be split anyway, or for batches of
+   AD__STRAIGHT_IMAGES images or more whose im2col matrix is at most AD__STRAIGHT_FLOATS values
+   (each thread then holds one, for the input gradient). The choice depends on the geometry
+   alone, so results do not depend on the thread count. */
 AD__INLINE int ad__conv_straight(const ad__win2d *G, int bf16)
 {
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
