@@ -199,8 +199,9 @@ static double measure_scaling(int threads) { (void)threads; return 0; }
 
 /* ---- the micro-kernel alone ----------------------------------------------------------------------- */
 /* The micro-kernel the products use (ad__gemm_pick's), alone: panels packed as the products pack
-   them, a block of AD__MC x AD__KC of A (144 KiB in float) against 1024 columns of B (1 MiB), in
-   cache, taken in the products' order (each panel of B against every panel of A), each tile
+   them, a block of AD__MC rows of A against 1024 columns of B, both as long as the products' K
+   blocks (ad__gemm_kc_limit: 512 in float with an L2 of 576 KiB or more: 288 KiB and 2 MiB), in
+   L2 and L3, taken in the products' order (each panel of B against every panel of A), each tile
    added into C. Beside the FMA loop, what the kernel itself leaves unused; beside the products,
    what they lose around it (packing, caches, edges). */
 typedef struct kernel_bench {
@@ -238,7 +239,7 @@ static double measure_kernel(double *share)
     double gf[ROUNDS], shares[ROUNDS], result = 0;
     int r;
     kb.ker = ad__gemm_pick(KERNEL_COLS);
-    kb.kc = AD__KC;
+    kb.kc = ad__gemm_kc_limit();
     kb.rows = AD__MC / kb.ker.mr * kb.ker.mr;
     na = (size_t)kb.rows * kb.kc;
     nb = (size_t)kb.kc * KERNEL_COLS;

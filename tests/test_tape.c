@@ -757,6 +757,39 @@ static void test_float_pack_a(void)
             }
 }
 
+/* Sets the products' longest K block (ad__gemm_kc_limit) for the tests that follow; 0 probes the
+   machine's again. Without dispatch the limit is AD__KC_UNKNOWN_L2 whatever is asked. */
+static void set_gemm_kc_limit(int kc)
+{
+#if AD__X86_DISPATCH
+    ad__gemm_kc_probed = kc;
+#else
+    (void)kc;
+#endif
+}
+
+/* The K block from L2's size: an MC x KC block of A in at most half of L2, a multiple of 16,
+   between 64 and AD__KC_MAX, AD__KC_UNKNOWN_L2 for an unknown L2; this machine's limit is that
+   of its L2 and even (the bfloat16 panels round kc up to even inside the buffers). */
+static void test_gemm_kc_for_l2(void)
+{
+    size_t half_l2_at_max = (size_t)AD__MC * AD__KC_MAX * sizeof(ad_real) * 2;
+    int limit;
+    TH_CHECK(ad__gemm_kc_for_l2(0) == AD__KC_UNKNOWN_L2, "unknown L2: KC %d", ad__gemm_kc_for_l2(0));
+    TH_CHECK(ad__gemm_kc_for_l2(half_l2_at_max) == AD__KC_MAX, "L2 of %zu bytes: KC %d", half_l2_at_max,
+             ad__gemm_kc_for_l2(half_l2_at_max));
+    TH_CHECK(ad__gemm_kc_for_l2(64u << 20) == AD__KC_MAX, "64 MiB of L2: KC %d", ad__gemm_kc_for_l2(64u << 20));
+    TH_CHECK(ad__gemm_kc_for_l2(256u << 10) == (int)((128u << 10) / (AD__MC * sizeof(ad_real)) / 16 * 16),
+             "256 KiB of L2: KC %d", ad__gemm_kc_for_l2(256u << 10));
+    TH_CHECK(ad__gemm_kc_for_l2(16u << 10) == 64, "16 KiB of L2: KC %d", ad__gemm_kc_for_l2(16u << 10));
+    set_gemm_kc_limit(0);
+    limit = ad__gemm_kc_limit();
+    TH_CHECK(limit == ad__gemm_kc_for_l2(ad__l2_bytes()) || !AD__X86_DISPATCH,
+             "the probed limit %d is not that of L2's %zu bytes", limit, ad__l2_bytes());
+    TH_CHECK(limit % 16 == 0 && limit >= 64 && limit <= AD__KC_MAX, "the probed limit %d", limit);
+    th_family("ad__gemm_kc_for_l2: the K block from L2's size");
+}
+
 /* One product on one, two and three threads: each result held to the bound of (h), and the
    two- and three-thread results equal to the one-thread result bit for bit. */
 static void check_gemm_threads(ad_tape *T, uint64_t seed, int ta, int tb, int m, int n, int k, int acc)
@@ -2917,10 +2950,10 @@ static void bf16_product(ad__bf16_gemm_kernel ker, ad_real *pack, int ta, int tb
     size_t i;
     for (i = 0; i < AD__PACK_PER_THREAD; i++) pack[i] = (ad_real)NAN;
     if (ker.floats)
-        ad__gemm_serial_bf16_floats(ker, pack, pack + (size_t)AD__MC * AD__KC, ta, tb, M, N, K, A, ta ? M : K, B,
+        ad__gemm_serial_bf16_floats(ker, pack, pack + (size_t)AD__MC * AD__KC_MAX, ta, tb, M, N, K, A, ta ? M : K, B,
                                     tb ? K : N, C, N, accumulate);
     else
-        ad__gemm_serial_bf16(ker, pack, pack + (size_t)AD__MC * AD__KC, ta, tb, M, N, K, A, ta ? M : K, B,
+        ad__gemm_serial_bf16(ker, pack, pack + (size_t)AD__MC * AD__KC_MAX, ta, tb, M, N, K, A, ta ? M : K, B,
                              tb ? K : N, C, N, accumulate);
 }
 
@@ -3295,6 +3328,7 @@ static void test_bf16_setting(void)
 int main(void)
 {
     long start = live();
+    int kc_limit;
     test_chain();
     test_allocations();
     test_no_grad();
@@ -3302,15 +3336,19 @@ int main(void)
     test_two_tapes();
     test_views();
     test_arena();
-    test_float_matmul();
-    test_float_gemm_thin();
-    test_float_gemm_narrow();
-    test_float_gemm_stride_paths();
-    test_float_pack_a();
-    test_float_gemm_shared();
-    test_float_gemm_shared_a();
-    test_float_gemm_ksplit();
-    test_float_gemm_prepacked();
+    test_gemm_kc_for_l2();
+    for (kc_limit = 0; kc_limit <= 1; kc_limit++) {
+        set_gemm_kc_limit(kc_limit ? 0 : 256); /* the shapes' K blocks were chosen for 256, then this machine's */
+        test_float_matmul();
+        test_float_gemm_thin();
+        test_float_gemm_narrow();
+        if (!kc_limit) test_float_gemm_stride_paths(); /* its K blocks of at most 256 rows fit L1's sets */
+        test_float_pack_a();
+        test_float_gemm_shared();
+        test_float_gemm_shared_a();
+        test_float_gemm_ksplit();
+        test_float_gemm_prepacked();
+    }
     test_layer_allocations();
     test_float_optim();
     test_float_unary_accuracy();
