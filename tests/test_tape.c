@@ -790,6 +790,55 @@ static void test_gemm_kc_for_l2(void)
     th_family("ad__gemm_kc_for_l2: the K block from L2's size");
 }
 
+/* A product's K blocks follow the limit: with blocks of at most `limit`, C equals, bit for bit,
+   the product of the first block's columns of op(A) and rows of op(B), then each later block's
+   added to C (accumulate), each block as long as the even split gives (520 = 174 + 174 + 172
+   under 256, 260 + 260 under 512). Every transpose, one thread. */
+static void check_gemm_blocks(int limit)
+{
+    static const int sizes[][3] = {{37, 70, 520}, {100, 130, 1100}, {9, 300, 700}};
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    size_t si;
+    int ta, tb;
+    ad_rng_seed(&rng, 47);
+    ad_set_threads(T, 1);
+    set_gemm_kc_limit(limit);
+    for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (ta = 0; ta <= 1; ta++)
+            for (tb = 0; tb <= 1; tb++) {
+                int m = sizes[si][0], n = sizes[si][1], k = sizes[si][2], r;
+                int blocks = (k + limit - 1) / limit, len = (k + blocks - 1) / blocks, k0;
+                float *A = (float *)malloc((size_t)m * k * sizeof(float)), *B = (float *)malloc((size_t)k * n * sizeof(float));
+                float *C = (float *)malloc((size_t)m * n * sizeof(float)), *Cb = (float *)malloc((size_t)m * n * sizeof(float));
+                int ok = A && B && C && Cb;
+                for (r = 0; ok && r < m * k; r++) A[r] = (float)(2 * ad_rng_uniform(&rng) - 1);
+                for (r = 0; ok && r < k * n; r++) B[r] = (float)(2 * ad_rng_uniform(&rng) - 1);
+                ok = ok && ad__gemm(T, ta, tb, m, n, k, A, ta ? m : k, B, tb ? k : n, C, n, 0) == 0;
+                for (k0 = 0; ok && k0 < k; k0 += len) {
+                    int kc = k - k0 < len ? k - k0 : len;
+                    const float *a = ta ? A + (size_t)k0 * m : A + k0, *b = tb ? B + k0 : B + (size_t)k0 * n;
+                    ok = ad__gemm(T, ta, tb, m, n, kc, a, ta ? m : k, b, tb ? k : n, Cb, n, k0 > 0) == 0;
+                }
+                TH_CHECK(ok && memcmp(C, Cb, (size_t)m * n * sizeof(float)) == 0,
+                         "%d x %d x %d, ta %d tb %d, blocks of at most %d: not the sum of %d blocks of %d", m, n, k,
+                         ta, tb, limit, blocks, len);
+                free(A);
+                free(B);
+                free(C);
+                free(Cb);
+            }
+    set_gemm_kc_limit(0);
+    ad_tape_free(T);
+}
+
+static void test_gemm_blocks(void)
+{
+    check_gemm_blocks(AD__KC_UNKNOWN_L2);
+    if (AD__X86_DISPATCH) check_gemm_blocks(AD__KC_MAX);
+    th_family("ad__gemm: K blocks of the limit's length, added in order");
+}
+
 /* One product on one, two and three threads: each result held to the bound of (h), and the
    two- and three-thread results equal to the one-thread result bit for bit. */
 static void check_gemm_threads(ad_tape *T, uint64_t seed, int ta, int tb, int m, int n, int k, int acc)
@@ -3336,7 +3385,9 @@ int main(void)
     test_two_tapes();
     test_views();
     test_arena();
+    th_family("the tape: chains, resets, views, the arena");
     test_gemm_kc_for_l2();
+    test_gemm_blocks();
     for (kc_limit = 0; kc_limit <= 1; kc_limit++) {
         set_gemm_kc_limit(kc_limit ? 0 : 256); /* the shapes' K blocks were chosen for 256, then this machine's */
         test_float_matmul();
