@@ -4181,8 +4181,9 @@ AD__PRIVATE size_t ad__l2_bytes(void)
    Half of L2 leaves room for B's panels streaming through it. */
 AD__PRIVATE int ad__gemm_kc_for_l2(size_t l2)
 {
-    size_t kc = l2 / 2 / (AD__MC * sizeof(ad_real)) / 16 * 16;
+    size_t kc;
     if (!l2) return AD__KC_UNKNOWN_L2;
+    kc = l2 / 2 / (AD__MC * sizeof(ad_real)) / 16 * 16;
     return kc > AD__KC_MAX ? AD__KC_MAX : kc < 64 ? 64 : (int)kc;
 }
 
@@ -4201,7 +4202,7 @@ AD__INLINE int ad__gemm_kc_limit(void)
     }
     return kc;
 #else
-    return ad__gemm_kc_for_l2(ad__l2_bytes());
+    return AD__KC_UNKNOWN_L2; /* no cpuid to ask */
 #endif
 }
 

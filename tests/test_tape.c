@@ -784,7 +784,7 @@ static void test_gemm_kc_for_l2(void)
     TH_CHECK(ad__gemm_kc_for_l2(16u << 10) == 64, "16 KiB of L2: KC %d", ad__gemm_kc_for_l2(16u << 10));
     set_gemm_kc_limit(0);
     limit = ad__gemm_kc_limit();
-    TH_CHECK(limit == ad__gemm_kc_for_l2(ad__l2_bytes()) || !AD__X86_DISPATCH,
+    TH_CHECK(limit == ad__gemm_kc_for_l2(ad__l2_bytes()),
              "the probed limit %d is not that of L2's %zu bytes", limit, ad__l2_bytes());
     TH_CHECK(limit % 16 == 0 && limit >= 64 && limit <= AD__KC_MAX, "the probed limit %d", limit);
     th_family("ad__gemm_kc_for_l2: the K block from L2's size");
@@ -3389,7 +3389,8 @@ int main(void)
     test_gemm_kc_for_l2();
     test_gemm_blocks();
     for (kc_limit = 0; kc_limit <= 1; kc_limit++) {
-        set_gemm_kc_limit(kc_limit ? 0 : 256); /* the shapes' K blocks were chosen for 256, then this machine's */
+        /* the shapes' K blocks were chosen for blocks of 256, then this machine's */
+        set_gemm_kc_limit(kc_limit ? 0 : AD__KC_UNKNOWN_L2);
         test_float_matmul();
         test_float_gemm_thin();
         test_float_gemm_narrow();
