@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.18 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.19 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -384,6 +384,13 @@
                        where they were 256 everywhere: 1024^3 and 2048^3 products about 3%
                        faster on Zen 4. Products with K over 256 change their last bits
                        (fewer partial sums), on machines with 576 KiB of L2 or more.
+   0.10.19  2026-11-29  speed on several threads: optimizer steps, zero_grad and gradient
+                       clipping cut each parameter into one band per thread (they cut the
+                       whole store into equal stretches), and products with an output of up
+                       to 32768 values (was 16384) split along K, so a thread updates the
+                       rows of a weight it multiplied and whose gradient it computed. The
+                       large MLP's SGD step on two threads of Zen 4 went from 0.151 s to
+                       0.086 s an epoch; same results.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -393,7 +400,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 18
+#define AUTODIFF_VERSION_PATCH 19
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -1970,8 +1977,9 @@ static AD__UNUSED int ad__isa_features(void)
 #define AD__SHARE_MACS 33554432.0                /* multiply-adds from which a product's threads
                                                     share one packed block of B: one hand-over
                                                     more per block against packing it twice */
-#define AD__KSPLIT_MAX_C 16384.0                 /* largest output, and most blocks, of a product */
-#define AD__KSPLIT_MAX_BLOCKS 16                 /* split along its inner dimension (buffers) */
+#define AD__KSPLIT_MAX_C 32768.0                 /* largest output, and most blocks, of a product */
+#define AD__KSPLIT_MAX_BLOCKS 16                 /* split along its inner dimension (buffers); the
+                                                    output: a 512-wide layer at batch 64 */
 #define AD__STORE_SPLIT ((size_t)1 << 16)        /* scalars of a store from which an optimizer step
                                                     or zero_grad is split */
 #define AD__GATHER_SPLIT ((size_t)1 << 15)       /* values of a row gather from which it is split:
@@ -5855,9 +5863,9 @@ AD__PRIVATE void ad__gemm_shared_a(ad_tape *T, const ad__gemm_job *j, int thread
 }
 
 /* Products with a small C and a long K, such as the first layer of an MLP (x [64, 784] times W
-   [784, 128]), are split over threads along K: each thread takes a run of K blocks, that is a
-   band of W's rows. The band is the one that thread's share of the backward product W's
-   gradient (split by rows) and of the optimizer step (split into runs of the store) covers, so W
+   [784, 128] or [784, 512]), are split over threads along K: each thread takes a run of K blocks,
+   that is a band of W's rows. The band is the one that thread's share of the backward product W's
+   gradient (split by rows) and of the optimizer step (ad__param_band) covers, near enough, so W
    and its gradient stay in that thread's cache from one step to the next instead of crossing
    between cores, and C, being small, is cheap to add up. The first run of blocks is added into
    C, every later block into a buffer of its own; adding the buffers to C in block order does
@@ -15458,8 +15466,14 @@ AUTODIFF_API int ad_params_group(ad_params *P, int id, double *lr_scale, int *we
     return 0;
 }
 
-/* Loops over a whole store (zeroing gradients, optimizer steps) are split over a tape's threads
-   from AD__STORE_SPLIT scalars. Cuts fall on multiples of AD__STORE_BLOCK scalars. */
+/* Loops over a whole store (zeroing gradients, optimizer steps, scaling gradients) are split over
+   a tape's threads from AD__STORE_SPLIT scalars, all alike: each parameter is cut into one band
+   per task, on multiples of AD__STORE_BLOCK scalars from its start, so every scalar takes the same
+   path (a vector loop or its remainder) whatever the thread count. Task t then takes the rows of
+   a weight that the same task multiplies when a product is split along K (ad__gemm_ksplit) and,
+   near enough, the rows of its gradient that a product split by rows computes: those rows stay in
+   one core's cache from one step to the next instead of crossing between cores, which on two
+   threads had made the large MLP's SGD step take twice its one-thread time. */
 
 /* The number of tasks for n scalars of work on T's threads. */
 AD__PRIVATE int ad__store_tasks(ad_tape *T, size_t n)
@@ -15467,10 +15481,15 @@ AD__PRIVATE int ad__store_tasks(ad_tape *T, size_t n)
     return T && n >= AD__STORE_SPLIT ? ad__thread_count(T) : 1;
 }
 
-/* The length of each of `tasks` stretches covering n scalars, in whole blocks. */
-AD__PRIVATE size_t ad__store_stretch(size_t n, int tasks)
+/* Task `task`'s band [*lo, *hi) of parameter q (in scalars of the store), out of `tasks`; 0 when
+   the band is empty. */
+AD__PRIVATE int ad__param_band(const ad__param *q, int tasks, int task, size_t *lo, size_t *hi)
 {
-    return ad__stretch(n, tasks, AD__STORE_BLOCK);
+    size_t stretch = ad__stretch(q->size, tasks, AD__STORE_BLOCK), a = (size_t)task * stretch;
+    if (a >= q->size) return 0;
+    *lo = q->offset + a;
+    *hi = q->offset + (q->size - a < stretch ? q->size : a + stretch);
+    return 1;
 }
 
 /* The gradients [lo, hi) of the store ctx set to zero. */
@@ -15480,29 +15499,44 @@ AD__PRIVATE void ad__zero_range(const void *ctx, size_t lo, size_t hi)
     memset(P->grad + lo, 0, (hi - lo) * sizeof(ad_real));
 }
 
-/* fn(ctx, lo, hi) over the n scalars of a store, one stretch a thread of T, cut as the
-   optimizer step cuts the store, so that each thread works on the band it updates (rather than
-   the stretches taken as they come of ad__parallel_range); on the calling thread alone for T
-   NULL or a small store. */
-AD__PRIVATE void ad__store_bands(ad_tape *T, size_t n, ad__range_fn fn, const void *ctx)
+typedef struct ad__bands_job {
+    const ad_params *P;
+    ad__range_fn fn;
+    const void *ctx;
+    int tasks;
+} ad__bands_job;
+
+AD__PRIVATE void ad__bands_task(void *ctx, int task, int thread)
 {
-    ad__range_job job;
-    int tasks = ad__store_tasks(T, n);
-    if (tasks <= 1) {
-        fn(ctx, 0, n);
+    const ad__bands_job *j = (const ad__bands_job *)ctx;
+    size_t lo, hi;
+    int i;
+    (void)thread;
+    for (i = 0; i < j->P->n; i++)
+        if (ad__param_band(&j->P->items[i], j->tasks, task, &lo, &hi)) j->fn(j->ctx, lo, hi);
+}
+
+/* fn(ctx, lo, hi) over every parameter of P, one band of each a thread of T, as the optimizer
+   step cuts them (rather than the stretches taken as they come of ad__parallel_range); on the
+   calling thread alone, in one call, for T NULL or a small store. */
+AD__PRIVATE void ad__store_bands(ad_tape *T, const ad_params *P, ad__range_fn fn, const void *ctx)
+{
+    ad__bands_job job;
+    job.tasks = ad__store_tasks(T, P->nscalars);
+    if (job.tasks <= 1) {
+        fn(ctx, 0, P->nscalars);
         return;
     }
+    job.P = P;
     job.fn = fn;
     job.ctx = ctx;
-    job.n = n;
-    job.stretch = ad__store_stretch(n, tasks);
-    ad__parallel(T, ad__range_task, &job, tasks);
+    ad__parallel(T, ad__bands_task, &job, job.tasks);
 }
 
 AUTODIFF_API void ad_params_zero_grad_on(ad_params *P, ad_tape *T)
 {
     if (!P || !P->nscalars) return;
-    ad__store_bands(T, P->nscalars, ad__zero_range, P);
+    ad__store_bands(T, P, ad__zero_range, P);
 }
 
 AUTODIFF_API void ad_params_zero_grad(ad_params *P) { ad_params_zero_grad_on(P, NULL); }
@@ -16550,39 +16584,9 @@ AD__PRIVATE void ad__zero_frozen_grads(ad_params *P)
         if (P->items[i].frozen) memset(P->grad + P->items[i].offset, 0, P->items[i].size * sizeof(ad_real));
 }
 
-/* A step walks the runs of consecutive trained parameters of one group (lr scale and weight
-   decay); frozen ones are skipped. Returns the length of the next run at or after parameter *i,
-   its first scalar in *lo and its first parameter in *first, and moves *i past it; 0 when there
-   is none. A store whose parameters all keep the default group has the runs of its frozen
-   parameters alone. */
-AD__PRIVATE size_t ad__optim_next_run(const ad_params *P, int *i, size_t *lo, int *first)
-{
-    const ad__param *q;
-    size_t len = 0;
-    while (*i < P->n && P->items[*i].frozen) (*i)++;
-    if (*i >= P->n) return 0;
-    *lo = P->items[*i].offset;
-    *first = *i;
-    q = &P->items[*i];
-    for (; *i < P->n && !P->items[*i].frozen && P->items[*i].no_decay == q->no_decay &&
-           P->items[*i].lr_scale == q->lr_scale;
-         (*i)++)
-        len += P->items[*i].size;
-    return len;
-}
-
-/* For threads, the runs are laid end to end, each rounded up to whole blocks, and that line is
-   cut into one stretch per task on block boundaries. So a cut falls on a block boundary of its
-   run, and every scalar takes the same path (the compiler's vector loop or its scalar remainder)
-   whatever the thread count. */
-AD__PRIVATE size_t ad__run_blocks(size_t len)
-{
-    return (len + AD__STORE_BLOCK - 1) / AD__STORE_BLOCK * AD__STORE_BLOCK;
-}
-
 typedef struct ad__optim_job {
     ad_optim *O;
-    size_t stretch;
+    int tasks;
 } ad__optim_job;
 
 /* With zero_grad, Adam updates the scalars in pieces of AD__ZERO_PIECE (a multiple of
@@ -16608,26 +16612,25 @@ AD__PRIVATE void ad__optim_update(ad_optim *O, size_t lo, size_t n, const ad__pa
     }
 }
 
-/* Updates the part of every run that lies in this task's stretch of the line. */
+/* Updates this task's band of every trained parameter (frozen ones are skipped). */
 AD__PRIVATE void ad__optim_task(void *ctx, int task, int thread)
 {
     const ad__optim_job *job = (const ad__optim_job *)ctx;
     ad_optim *O = job->O;
-    size_t from = (size_t)task * job->stretch, to = from + job->stretch, at = 0, lo = 0, len;
-    int i = 0, first = 0;
+    size_t lo, hi;
+    int i;
     (void)thread;
-    while (at < to && (len = ad__optim_next_run(O->P, &i, &lo, &first)) > 0) {
-        size_t a = from > at ? from - at : 0, b = to - at < len ? to - at : len;
-        if (a < b) ad__optim_update(O, lo + a, b - a, &O->P->items[first]);
-        at += ad__run_blocks(len);
+    for (i = 0; i < O->P->n; i++) {
+        const ad__param *q = &O->P->items[i];
+        if (!q->frozen && ad__param_band(q, job->tasks, task, &lo, &hi)) ad__optim_update(O, lo, hi - lo, q);
     }
 }
 
 AUTODIFF_API int ad_optim_step_on(ad_optim *O, ad_tape *T)
 {
     ad__optim_job job;
-    size_t line = 0, lo, len;
-    int i = 0, first, tasks;
+    size_t trained = 0;
+    int i;
     if (!O) return -1;
     if (O->P->nscalars != O->n) {
         ad__pfail(O->P, "%s: the store has %zu scalars, the optimizer was made for %zu; make the "
@@ -16638,11 +16641,11 @@ AUTODIFF_API int ad_optim_step_on(ad_optim *O, ad_tape *T)
     O->steps++;
     O->correct1 = 1 - pow(O->d.beta1, (double)O->steps);
     O->correct2 = sqrt(1 - pow(O->d.beta2, (double)O->steps));
-    while ((len = ad__optim_next_run(O->P, &i, &lo, &first)) > 0) line += ad__run_blocks(len);
-    tasks = ad__store_tasks(T, line);
+    for (i = 0; i < O->P->n; i++)
+        if (!O->P->items[i].frozen) trained += O->P->items[i].size;
     job.O = O;
-    job.stretch = ad__store_stretch(line, tasks);
-    if (tasks > 1) ad__parallel(T, ad__optim_task, &job, tasks);
+    job.tasks = ad__store_tasks(T, trained);
+    if (job.tasks > 1) ad__parallel(T, ad__optim_task, &job, job.tasks);
     else ad__optim_task(&job, 0, 0);
     if (O->d.zero_grad) ad__zero_frozen_grads(O->P);
     return 0;
@@ -16755,7 +16758,7 @@ AD__PRIVATE double ad__clip_grad_norm(ad_params *P, double max_norm, ad_tape *T,
     coef = max_norm / (norm + 1e-6);
     if (ad__train_finite(norm) && coef < 1) {
         job.scale = (ad_real)coef;
-        ad__store_bands(T, job.n, ad__clip_scale_range, &job);
+        ad__store_bands(T, P, ad__clip_scale_range, &job);
     }
     return norm;
 }

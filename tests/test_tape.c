@@ -832,6 +832,56 @@ static void check_gemm_blocks(int limit)
     ad_tape_free(T);
 }
 
+/* A store's work on threads is cut per parameter (ad__param_band): the bands cover each
+   parameter once, in order, cut on whole blocks from its start; and a 784 x 512 weight's band on
+   two threads is the band of rows that the first layer's product x [64, 784] W splits along K
+   gives the same task, under K blocks of 256 and of this machine's limit. */
+static void test_param_bands(void)
+{
+    static const size_t sizes[] = {1, 15, 16, 17, 100, 513, 4097, 401408};
+    size_t si, lo, hi;
+    int tasks, task, pass;
+    for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (tasks = 1; tasks <= 5; tasks++) {
+            ad__param q;
+            size_t at;
+            int ok = 1;
+            memset(&q, 0, sizeof q);
+            q.offset = 1000;
+            q.size = sizes[si];
+            at = q.offset;
+            for (task = 0; task < tasks; task++) {
+                if (!ad__param_band(&q, tasks, task, &lo, &hi)) continue;
+                if (lo != at || hi <= lo || (lo - q.offset) % AD__STORE_BLOCK != 0) ok = 0;
+                at = hi;
+            }
+            TH_CHECK(ok && at == q.offset + q.size, "%zu scalars in %d bands: not covered once in whole blocks",
+                     q.size, tasks);
+        }
+    for (pass = 0; pass < 2; pass++) {
+        ad__param w;
+        ad__gemm_job job;
+        ad__gemm_ksplit_job s;
+        set_gemm_kc_limit(pass == 0 ? AD__KC_UNKNOWN_L2 : 0);
+        memset(&w, 0, sizeof w);
+        memset(&job, 0, sizeof job);
+        w.offset = 0;
+        w.size = (size_t)784 * 512;
+        job.ker = ad__gemm_pick(512);
+        job.M = 64;
+        job.N = 512;
+        job.K = 784;
+        TH_CHECK(ad__gemm_splits_k(&job, 2), "x [64, 784] W [784, 512] on 2 threads: not split along K (K block %d)",
+                 ad__gemm_kc(784));
+        ad__ksplit_plan(&s, &job, 2);
+        TH_CHECK(ad__param_band(&w, 2, 0, &lo, &hi) && hi == (size_t)s.first_end * s.kstep * 512,
+                 "W [784, 512]: the first band ends at scalar %zu, the product's first task's rows at row %d",
+                 hi, s.first_end * s.kstep);
+    }
+    set_gemm_kc_limit(0);
+    th_family("ad__param_band: a store's bands, and a weight's band against the product's split along K");
+}
+
 static void test_gemm_blocks(void)
 {
     check_gemm_blocks(AD__KC_UNKNOWN_L2);
@@ -3388,6 +3438,7 @@ int main(void)
     th_family("the tape: chains, resets, views, the arena");
     test_gemm_kc_for_l2();
     test_gemm_blocks();
+    test_param_bands();
     for (kc_limit = 0; kc_limit <= 1; kc_limit++) {
         /* the shapes' K blocks were chosen for blocks of 256, then this machine's */
         set_gemm_kc_limit(kc_limit ? 0 : AD__KC_UNKNOWN_L2);
