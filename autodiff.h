@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.19 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.20 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -391,6 +391,13 @@
                        rows of a weight it multiplied and whose gradient it computed. The
                        large MLP's SGD step on two threads of Zen 4 went from 0.151 s to
                        0.086 s an epoch; same results.
+   0.10.20  2026-11-29  speed on several threads: a product with a small output (up to 32768
+                       values) and B not transposed takes two K blocks where K is over 256 but
+                       fits one block, so that a 512-row weight (the large MLP's second layer)
+                       is split along K into the bands its update uses, not into column
+                       stripes. Its SGD step on two threads of Zen 4: 0.086 s to 0.054 s an
+                       epoch. Such products change their last bits on machines whose blocks
+                       are longer than 256 (float on Zen 4 and Sapphire Rapids).
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -400,7 +407,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 19
+#define AUTODIFF_VERSION_PATCH 20
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -1990,6 +1997,8 @@ static AD__UNUSED int ad__isa_features(void)
 #define AD__NC 2048                              /* time from L2's size (ad__gemm_kc_limit), at most
                                                     AD__KC_MAX */
 #define AD__KC_UNKNOWN_L2 256                    /* KC where L2's size is not known */
+#define AD__KC_SMALL_C 256                       /* the longest K that a product with a C small
+                                                    enough to be split along K keeps in one block */
 #define AD__PANEL 64                             /* columns a reduction along a middle axis keeps
                                                     running values for: whole rows read, against
                                                     registers and stack */
@@ -4214,13 +4223,23 @@ AD__INLINE int ad__gemm_kc_limit(void)
 #endif
 }
 
-/* The length of a product's K blocks: as few as ad__gemm_kc_limit() allows, of equal length (the
-   last may be shorter by the rounding), so that a product split along K over threads splits
-   evenly. Every path blocks K this way: each element of C is C plus one partial sum per block,
-   added block after block, whatever the path and the thread count. */
-AD__INLINE int ad__gemm_kc(int K)
+/* The length of the K blocks of the product C (M x N) = op(A) op(B) with K inner values, B
+   transposed or not (tb): as few as ad__gemm_kc_limit() allows, of equal length (the last may be
+   shorter by the rounding), so that a product split along K over threads splits evenly. A
+   product's block is chosen once, from the whole product, and every path blocks K with it: each
+   element of C is C plus one partial sum per block, added block after block, whatever the path
+   and the thread count.
+   One exception: a product whose C is small enough to be split along K over threads
+   (ad__gemm_splits_k), with B not transposed (a layer's weight), takes two blocks where K is
+   longer than AD__KC_SMALL_C but fits one block of the limit. A 512-row weight is then two
+   bands of rows, one a thread, as its gradient and its update are cut, where one block would
+   leave it split into column stripes read by the other thread; an extra pass over a small C
+   costs little. Products with B transposed keep one block, so that a B packed beforehand
+   (ad__gemm_prepack_bt, which does not know M) serves every such product. */
+AD__INLINE int ad__gemm_kstep(int M, int N, int K, int tb)
 {
     int limit = ad__gemm_kc_limit(), blocks = (K + limit - 1) / limit;
+    if (blocks == 1 && K > AD__KC_SMALL_C && !tb && (double)M * N <= AD__KSPLIT_MAX_C) blocks = 2;
     return blocks > 1 ? (K + blocks - 1) / blocks : K;
 }
 
@@ -4983,13 +5002,12 @@ AD__PRIVATE void ad__gemm_small(int ta, int tb, int M, int N, int K, const ad_re
    transposed and at most the kernel's width of columns; B's values end at b_end. B is read in
    place when it has exactly that width, else packed; of A only the rows of a last, partial tile
    are packed. */
-AD__PRIVATE void ad__gemm_columns(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int M, int N, int K,
+AD__PRIVATE void ad__gemm_columns(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int M, int N, int K, int kstep,
                                   const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
                                   const ad_real *b_end, ad_real *C, ptrdiff_t ldc, int accumulate)
 {
     int pc, i, height = ker.column_height, in_place = N == ker.column_width;
     ptrdiff_t b_step = in_place ? ldb : ker.column_width;
-    const int kstep = ad__gemm_kc(K);
     for (pc = 0; pc < K; pc += kstep) {
         int kc = K - pc < kstep ? K - pc : kstep, acc = accumulate || pc > 0;
         const ad_real *bp = in_place ? B + (ptrdiff_t)pc * ldb : pb;
@@ -5011,11 +5029,10 @@ AD__PRIVATE void ad__gemm_columns(ad__gemm_kernel ker, ad_real *pa, ad_real *pb,
    its values ending at b_end. B is read in place but for its last rows, those whose whole vector
    would run past b_end, which are packed; of A only the rows of a last, partial tile are packed. */
 AD__PRIVATE void ad__gemm_narrow(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int M, int N, int K,
-                                 const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
+                                 int kstep, const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
                                  const ad_real *b_end, ad_real *C, ptrdiff_t ldc, int accumulate)
 {
     int pc, i, height = ker.narrow_height, width = ker.narrow_width;
-    const int kstep = ad__gemm_kc(K);
     for (pc = 0; pc < K; pc += kstep) {
         int kc = K - pc < kstep ? K - pc : kstep, acc = accumulate || pc > 0, k_in = 0;
         const ad_real *b = B + (ptrdiff_t)pc * ldb;
@@ -5122,7 +5139,7 @@ AD__INLINE const ad_real *ad__gemm_b_end(int tb, const ad_real *B, ptrdiff_t ldb
 }
 
 /* An op(B) packed once for many products with it (a recurrent layer's w_hh^T, read at every
-   step): for each block of ad__gemm_kc(K) rows, the panels of all its columns, padded to a
+   step): for each block of ad__gemm_kstep rows, the panels of all its columns, padded to a
    multiple of nr, as ad__pack_b lays them out; the block of rows pc starts at data + pc * width.
    A product with it reads its columns from col0 on. Made by ad__gemm_prepack_bt, not for
    bfloat16 products, which pack their own pair panels. */
@@ -5142,20 +5159,19 @@ AD__INLINE const ad_real *ad__packed_block(const ad__packed_b *pk, int jc, int p
 /* The product on one thread, from op(B) packed in pk when pk is not NULL, else packing it
    block by block into pb. */
 AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int tb, int M, int N,
-                                 int K, const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
+                                 int K, int kstep, const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
                                  ad_real *C, ptrdiff_t ldc, int accumulate, const ad__packed_b *pk)
 {
-    const int kstep = ad__gemm_kc(K);
     int jc, pc, ic,
         b_direct = !pk && !tb && M <= AD__MC &&
                    !ad__gemm_pack_strided(ldb, kstep, (M + ker.mr - 1) / ker.mr, ker.pack_b_reuse);
     const ad_real *b_end = ad__gemm_b_end(tb, B, ldb, N, K);
     if (ta && !tb && N <= ker.column_width && ker.columns) {
-        ad__gemm_columns(ker, pa, pb, M, N, K, A, lda, B, ldb, b_end, C, ldc, accumulate);
+        ad__gemm_columns(ker, pa, pb, M, N, K, kstep, A, lda, B, ldb, b_end, C, ldc, accumulate);
         return;
     }
     if (!tb && N <= ker.narrow_width && ker.narrow) {
-        ad__gemm_narrow(ker, pa, pb, ta, M, N, K, A, lda, B, ldb, b_end, C, ldc, accumulate);
+        ad__gemm_narrow(ker, pa, pb, ta, M, N, K, kstep, A, lda, B, ldb, b_end, C, ldc, accumulate);
         return;
     }
     for (jc = 0; jc < N; jc += AD__NC) {
@@ -5576,10 +5592,10 @@ AD__PRIVATE ad__bf16_gemm_kernel ad__bf16_pick(int kind, ad__gemm_kernel float_k
    rounded up to even, fit the buffers because ad__gemm_kc_limit() and AD__KC_MAX are even. */
 typedef char ad__kc_is_even[AD__KC_MAX % 2 == 0 ? 1 : -1];
 AD__PRIVATE void ad__gemm_serial_bf16_floats(ad__bf16_gemm_kernel ker, float *pa, float *pb, int ta, int tb, int M,
-                                             int N, int K, const float *A, ptrdiff_t lda, const float *B,
+                                             int N, int K, int kstep, const float *A, ptrdiff_t lda, const float *B,
                                              ptrdiff_t ldb, float *C, ptrdiff_t ldc, int accumulate)
 {
-    const int kstep = ad__gemm_kc(K), mc_max = AD__MC / ker.mr * ker.mr;
+    const int mc_max = AD__MC / ker.mr * ker.mr;
     const float *b_end = ad__gemm_b_end(tb, B, ldb, N, K);
     int jc, pc, ic, jr, ir;
     for (jc = 0; jc < N; jc += AD__NC) {
@@ -5609,11 +5625,11 @@ AD__PRIVATE void ad__gemm_serial_bf16_floats(ad__bf16_gemm_kernel ker, float *pa
    Blocked as ad__gemm_serial is; A and B are always packed, since packing is where they are
    rounded. */
 AD__PRIVATE void ad__gemm_serial_bf16(ad__bf16_gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int tb, int M,
-                                      int N, int K, const ad_real *A, ptrdiff_t lda, const ad_real *B,
+                                      int N, int K, int kstep, const ad_real *A, ptrdiff_t lda, const ad_real *B,
                                       ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate)
 {
     uint32_t *apan = (uint32_t *)(void *)pa, *bpan = (uint32_t *)(void *)pb;
-    const int kstep = ad__gemm_kc(K), mc_max = AD__MC / ker.mr * ker.mr;
+    const int mc_max = AD__MC / ker.mr * ker.mr;
 #if AD__X86_DISPATCH
     const int wide = ad__isa() == AD__ISA_AVX512; /* the packing routines with AVX-512 */
 #endif
@@ -5655,22 +5671,22 @@ AD__PRIVATE void ad__gemm_serial_bf16(ad__bf16_gemm_kernel ker, ad_real *pa, ad_
 
 /* The product on one thread in the tape's precision. */
 AD__PRIVATE void ad__gemm_one_thread(int bf16, ad__gemm_kernel ker, ad_real *pa, ad_real *pb, int ta, int tb, int M,
-                                     int N, int K, const ad_real *A, ptrdiff_t lda, const ad_real *B, ptrdiff_t ldb,
-                                     ad_real *C, ptrdiff_t ldc, int accumulate, const ad__packed_b *pk)
+                                     int N, int K, int kstep, const ad_real *A, ptrdiff_t lda, const ad_real *B,
+                                     ptrdiff_t ldb, ad_real *C, ptrdiff_t ldc, int accumulate, const ad__packed_b *pk)
 {
 #if AD__GEMM_BF16
     if (bf16) {
         ad__bf16_gemm_kernel bker = ad__bf16_pick(bf16, ker);
         if (bker.floats)
-            ad__gemm_serial_bf16_floats(bker, pa, pb, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+            ad__gemm_serial_bf16_floats(bker, pa, pb, ta, tb, M, N, K, kstep, A, lda, B, ldb, C, ldc, accumulate);
         else
-            ad__gemm_serial_bf16(bker, pa, pb, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+            ad__gemm_serial_bf16(bker, pa, pb, ta, tb, M, N, K, kstep, A, lda, B, ldb, C, ldc, accumulate);
         return;
     }
 #else
     (void)bf16;
 #endif
-    ad__gemm_serial(ker, pa, pb, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate, pk);
+    ad__gemm_serial(ker, pa, pb, ta, tb, M, N, K, kstep, A, lda, B, ldb, C, ldc, accumulate, pk);
 }
 
 /* One thread's packing buffers: an A block and a B block with room for a last panel, a whole
@@ -5683,6 +5699,7 @@ typedef struct ad__gemm_job {
     int bf16;                /* AD__BF16_*: operands rounded to bfloat16 (>>impl:gemm bfloat16) */
     ad_real *pack;
     int ta, tb, M, N, K, by_rows, stripe;
+    int kstep;               /* the product's K block (ad__gemm_kstep) */
     const ad_real *A, *B;
     ptrdiff_t lda, ldb, ldc;
     ad_real *C;
@@ -5698,7 +5715,7 @@ AD__PRIVATE void ad__gemm_task(void *ctx, int task, int thread)
     ad__packed_b stripe_pk;
     if (j->by_rows) {
         len = j->M - lo < j->stripe ? j->M - lo : j->stripe;
-        ad__gemm_one_thread(j->bf16, j->ker, pa, pb, j->ta, j->tb, len, j->N, j->K,
+        ad__gemm_one_thread(j->bf16, j->ker, pa, pb, j->ta, j->tb, len, j->N, j->K, j->kstep,
                             j->ta ? j->A + lo : j->A + (ptrdiff_t)lo * j->lda, j->lda, j->B, j->ldb,
                             j->C + (ptrdiff_t)lo * j->ldc, j->ldc, j->accumulate, j->pk);
     } else {
@@ -5707,7 +5724,7 @@ AD__PRIVATE void ad__gemm_task(void *ctx, int task, int thread)
             stripe_pk = *j->pk;
             stripe_pk.col0 += lo;
         }
-        ad__gemm_one_thread(j->bf16, j->ker, pa, pb, j->ta, j->tb, j->M, len, j->K, j->A, j->lda,
+        ad__gemm_one_thread(j->bf16, j->ker, pa, pb, j->ta, j->tb, j->M, len, j->K, j->kstep, j->A, j->lda,
                             j->tb ? j->B + (ptrdiff_t)lo * j->ldb : j->B + lo, j->ldb, j->C + lo, j->ldc,
                             j->accumulate, j->pk ? &stripe_pk : NULL);
     }
@@ -5761,7 +5778,7 @@ AD__PRIVATE void ad__gemm_rows_task(void *ctx, int task, int thread)
 AD__PRIVATE void ad__gemm_shared(ad_tape *T, const ad__gemm_job *j, int threads)
 {
     ad__gemm_shared_job s;
-    int mr = j->ker.mr, per = (j->M + 4 * threads - 1) / (4 * threads), kstep = ad__gemm_kc(j->K);
+    int mr = j->ker.mr, per = (j->M + 4 * threads - 1) / (4 * threads), kstep = j->kstep;
     s.j = j;
     s.pb = j->pack + (size_t)AD__MC * AD__KC_MAX;
     s.b_end = ad__gemm_b_end(j->tb, j->B, j->ldb, j->N, j->K);
@@ -5851,7 +5868,7 @@ AD__PRIVATE void ad__gemm_shared_a(ad_tape *T, const ad__gemm_job *j, int thread
     s.j = j;
     s.pa = j->pack + AD__PACK_PER_THREAD * (size_t)threads;
     s.b_end = ad__gemm_b_end(j->tb, j->B, j->ldb, j->N, j->K);
-    s.kstep = ad__gemm_kc(j->K);
+    s.kstep = j->kstep;
     s.rows = row_panels * j->ker.mr;
     s.panels_per_pack = (row_panels + threads - 1) / threads;
     s.pack_tasks = (row_panels + s.panels_per_pack - 1) / s.panels_per_pack;
@@ -5881,16 +5898,15 @@ typedef struct ad__gemm_ksplit_job {
     ad_real *part;           /* M x N per later block */
 } ad__gemm_ksplit_job;
 
-/* The number of K blocks of length ad__gemm_kc(K). */
-AD__INLINE int ad__gemm_k_blocks(int K)
+/* The number of K blocks of j. */
+AD__INLINE int ad__gemm_k_blocks(const ad__gemm_job *j)
 {
-    int kstep = ad__gemm_kc(K);
-    return kstep > 0 ? (K + kstep - 1) / kstep : 0;
+    return j->kstep > 0 ? (j->K + j->kstep - 1) / j->kstep : 0;
 }
 
 AD__PRIVATE int ad__gemm_splits_k(const ad__gemm_job *j, int threads)
 {
-    int blocks = ad__gemm_k_blocks(j->K);
+    int blocks = ad__gemm_k_blocks(j);
     if (threads < 2 || blocks < threads || blocks > AD__KSPLIT_MAX_BLOCKS) return 0;
     if ((double)j->M * j->N > AD__KSPLIT_MAX_C) return 0;
     /* the column and narrow kernels serve those shapes better split by rows */
@@ -5921,10 +5937,10 @@ AD__PRIVATE void ad__gemm_ksplit_task(void *ctx, int task, int thread)
             block_pk.data += (size_t)pc * block_pk.width;
         }
         if (task == 0)
-            ad__gemm_one_thread(j->bf16, j->ker, pa, pb, j->ta, j->tb, j->M, j->N, kc, a, j->lda, bb, j->ldb, j->C,
-                                j->ldc, j->accumulate || b > 0, j->pk ? &block_pk : NULL);
+            ad__gemm_one_thread(j->bf16, j->ker, pa, pb, j->ta, j->tb, j->M, j->N, kc, kc, a, j->lda, bb, j->ldb,
+                                j->C, j->ldc, j->accumulate || b > 0, j->pk ? &block_pk : NULL);
         else
-            ad__gemm_one_thread(j->bf16, j->ker, pa, pb, j->ta, j->tb, j->M, j->N, kc, a, j->lda, bb, j->ldb,
+            ad__gemm_one_thread(j->bf16, j->ker, pa, pb, j->ta, j->tb, j->M, j->N, kc, kc, a, j->lda, bb, j->ldb,
                                 s->part + (size_t)(b - s->first_end) * j->M * j->N, j->N, 0,
                                 j->pk ? &block_pk : NULL);
     }
@@ -5935,8 +5951,8 @@ AD__PRIVATE void ad__gemm_ksplit_task(void *ctx, int task, int thread)
 AD__PRIVATE void ad__ksplit_plan(ad__gemm_ksplit_job *s, const ad__gemm_job *j, int threads)
 {
     s->j = j;
-    s->kstep = ad__gemm_kc(j->K);
-    s->blocks = ad__gemm_k_blocks(j->K);
+    s->kstep = j->kstep;
+    s->blocks = ad__gemm_k_blocks(j);
     s->tasks = threads < s->blocks ? threads : s->blocks;
     s->first_end = ad__ksplit_first(s, 1);
     s->part = NULL;
@@ -6013,8 +6029,8 @@ AD__PRIVATE void ad__gemm_alone(int bf16, ad_real *pack, int ta, int tb, int M, 
                                 int accumulate)
 {
     if (ad__gemm_unpacked(bf16, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return;
-    ad__gemm_one_thread(bf16, ad__gemm_pick(N), pack, pack + (size_t)AD__MC * AD__KC_MAX, ta, tb, M, N, K, A, lda, B,
-                        ldb, C, ldc, accumulate, NULL);
+    ad__gemm_one_thread(bf16, ad__gemm_pick(N), pack, pack + (size_t)AD__MC * AD__KC_MAX, ta, tb, M, N, K,
+                        ad__gemm_kstep(M, N, K, tb), A, lda, B, ldb, C, ldc, accumulate, NULL);
 }
 
 /* A thin product's columns split over the tape's threads (ad__gemm_thin_split). */
@@ -6080,6 +6096,7 @@ AD__PRIVATE int ad__gemm_packed(ad_tape *T, int ta, int tb, int M, int N, int K,
     job.pk = pk && pk->data && pk->nr == job.ker.nr && !job.bf16 ? pk : NULL;
     threads = (double)M * N * K >= AD__SPLIT_MACS ? ad__thread_count(T) : 1;
     job.ta = ta; job.tb = tb; job.M = M; job.N = N; job.K = K;
+    job.kstep = ad__gemm_kstep(M, N, K, tb);
     job.A = A; job.B = B; job.C = C;
     job.lda = lda; job.ldb = ldb; job.ldc = ldc;
     job.accumulate = accumulate;
@@ -6148,7 +6165,7 @@ AD__PRIVATE void ad__gemm_prepack_bt(const ad_tape *T, int N, int K, const ad_re
                                      ad__packed_b *pk)
 {
     ad__gemm_kernel ker = ad__gemm_pick(N);
-    const int kstep = ad__gemm_kc(K);
+    const int kstep = ad__gemm_kstep(0, N, K, 1); /* B transposed: M does not matter */
     const ad_real *b_end;
     int pc;
     pk->data = NULL;

@@ -682,7 +682,7 @@ static void test_float_gemm_stride_paths(void)
                 }
             {
                 ad__gemm_kernel ker = ad__gemm_pick(n);
-                int kc = ad__gemm_kc(k), reuse = ta ? (n + ker.nr - 1) / ker.nr : (m + ker.mr - 1) / ker.mr;
+                int kc = ad__gemm_kstep(m, n, k, tb), reuse = ta ? (n + ker.nr - 1) / ker.nr : (m + ker.mr - 1) / ker.mr;
                 /* packed where enough tiles read it: four for A, ker.pack_b_reuse for B */
                 int min_reuse = ta ? 4 : ker.pack_b_reuse;
                 int packed = ad__gemm_pack_strided(ta ? lda : ldb, kc, reuse, min_reuse);
@@ -793,10 +793,14 @@ static void test_gemm_kc_for_l2(void)
 /* A product's K blocks follow the limit: with blocks of at most `limit`, C equals, bit for bit,
    the product of the first block's columns of op(A) and rows of op(B), then each later block's
    added to C (accumulate), each block as long as the even split gives (520 = 174 + 174 + 172
-   under 256, 260 + 260 under 512). Every transpose, one thread. */
+   under 256, 260 + 260 under 512). A C of at most AD__KSPLIT_MAX_C values with B not transposed
+   takes two blocks where K is longer than AD__KC_SMALL_C and fits one block (ad__gemm_kstep):
+   the fourth shape's 500 under 512, as two of 250, but in one block with B transposed, and the
+   last shape's, whose C is larger, in one block. The blocks' products are taken with B
+   transposed, which keeps each of them one block. Every transpose, one thread. */
 static void check_gemm_blocks(int limit)
 {
-    static const int sizes[][3] = {{37, 70, 520}, {100, 130, 1100}, {9, 300, 700}};
+    static const int sizes[][3] = {{37, 70, 520}, {100, 130, 1100}, {9, 300, 700}, {64, 256, 500}, {200, 180, 500}};
     ad_tape *T = ad_tape_new();
     ad_rng rng;
     size_t si;
@@ -807,24 +811,30 @@ static void check_gemm_blocks(int limit)
     for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
         for (ta = 0; ta <= 1; ta++)
             for (tb = 0; tb <= 1; tb++) {
-                int m = sizes[si][0], n = sizes[si][1], k = sizes[si][2], r;
-                int blocks = (k + limit - 1) / limit, len = (k + blocks - 1) / blocks, k0;
+                int m = sizes[si][0], n = sizes[si][1], k = sizes[si][2], r, j;
+                int blocks = (k + limit - 1) / limit, len, k0;
                 float *A = (float *)malloc((size_t)m * k * sizeof(float)), *B = (float *)malloc((size_t)k * n * sizeof(float));
+                float *Bt = (float *)malloc((size_t)k * n * sizeof(float)); /* op(B) transposed: [n, k] */
                 float *C = (float *)malloc((size_t)m * n * sizeof(float)), *Cb = (float *)malloc((size_t)m * n * sizeof(float));
-                int ok = A && B && C && Cb;
+                int ok = A && B && Bt && C && Cb;
+                if (blocks == 1 && !tb && (double)m * n <= AD__KSPLIT_MAX_C && k > AD__KC_SMALL_C) blocks = 2;
+                len = (k + blocks - 1) / blocks;
                 for (r = 0; ok && r < m * k; r++) A[r] = (float)(2 * ad_rng_uniform(&rng) - 1);
                 for (r = 0; ok && r < k * n; r++) B[r] = (float)(2 * ad_rng_uniform(&rng) - 1);
+                for (j = 0; ok && j < n; j++)
+                    for (r = 0; r < k; r++) Bt[(size_t)j * k + r] = tb ? B[(size_t)j * k + r] : B[(size_t)r * n + j];
                 ok = ok && ad__gemm(T, ta, tb, m, n, k, A, ta ? m : k, B, tb ? k : n, C, n, 0) == 0;
                 for (k0 = 0; ok && k0 < k; k0 += len) {
                     int kc = k - k0 < len ? k - k0 : len;
-                    const float *a = ta ? A + (size_t)k0 * m : A + k0, *b = tb ? B + k0 : B + (size_t)k0 * n;
-                    ok = ad__gemm(T, ta, tb, m, n, kc, a, ta ? m : k, b, tb ? k : n, Cb, n, k0 > 0) == 0;
+                    const float *a = ta ? A + (size_t)k0 * m : A + k0;
+                    ok = ad__gemm(T, ta, 1, m, n, kc, a, ta ? m : k, Bt + k0, k, Cb, n, k0 > 0) == 0;
                 }
                 TH_CHECK(ok && memcmp(C, Cb, (size_t)m * n * sizeof(float)) == 0,
                          "%d x %d x %d, ta %d tb %d, blocks of at most %d: not the sum of %d blocks of %d", m, n, k,
                          ta, tb, limit, blocks, len);
                 free(A);
                 free(B);
+                free(Bt);
                 free(C);
                 free(Cb);
             }
@@ -833,9 +843,10 @@ static void check_gemm_blocks(int limit)
 }
 
 /* A store's work on threads is cut per parameter (ad__param_band): the bands cover each
-   parameter once, in order, cut on whole blocks from its start; and a 784 x 512 weight's band on
-   two threads is the band of rows that the first layer's product x [64, 784] W splits along K
-   gives the same task, under K blocks of 256 and of this machine's limit. */
+   parameter once, in order, cut on whole blocks from its start; and the band of a 784 x 512 or a
+   512 x 256 weight on two threads is the band of rows that the layer's product (x [64, 784] W,
+   x [64, 512] W) splits along K gives the same task, under K blocks of 256 and of this machine's
+   limit. */
 static void test_param_bands(void)
 {
     static const size_t sizes[] = {1, 15, 16, 17, 100, 513, 4097, 401408};
@@ -859,24 +870,29 @@ static void test_param_bands(void)
                      q.size, tasks);
         }
     for (pass = 0; pass < 2; pass++) {
-        ad__param w;
-        ad__gemm_job job;
-        ad__gemm_ksplit_job s;
+        static const int layers[][3] = {{64, 512, 784}, {64, 256, 512}}; /* M, N, K: x [M, K] W [K, N] */
+        int li;
         set_gemm_kc_limit(pass == 0 ? AD__KC_UNKNOWN_L2 : 0);
-        memset(&w, 0, sizeof w);
-        memset(&job, 0, sizeof job);
-        w.offset = 0;
-        w.size = (size_t)784 * 512;
-        job.ker = ad__gemm_pick(512);
-        job.M = 64;
-        job.N = 512;
-        job.K = 784;
-        TH_CHECK(ad__gemm_splits_k(&job, 2), "x [64, 784] W [784, 512] on 2 threads: not split along K (K block %d)",
-                 ad__gemm_kc(784));
-        ad__ksplit_plan(&s, &job, 2);
-        TH_CHECK(ad__param_band(&w, 2, 0, &lo, &hi) && hi == (size_t)s.first_end * s.kstep * 512,
-                 "W [784, 512]: the first band ends at scalar %zu, the product's first task's rows at row %d",
-                 hi, s.first_end * s.kstep);
+        for (li = 0; li < 2; li++) {
+            int M = layers[li][0], N = layers[li][1], K = layers[li][2];
+            ad__param w;
+            ad__gemm_job job;
+            ad__gemm_ksplit_job s;
+            memset(&w, 0, sizeof w);
+            memset(&job, 0, sizeof job);
+            w.size = (size_t)K * N;
+            job.ker = ad__gemm_pick(N);
+            job.M = M;
+            job.N = N;
+            job.K = K;
+            job.kstep = ad__gemm_kstep(M, N, K, 0);
+            TH_CHECK(ad__gemm_splits_k(&job, 2), "x [%d, %d] W [%d, %d] on 2 threads: not split along K (K block %d)",
+                     M, K, K, N, job.kstep);
+            ad__ksplit_plan(&s, &job, 2);
+            TH_CHECK(ad__param_band(&w, 2, 0, &lo, &hi) && hi == (size_t)s.first_end * s.kstep * N,
+                     "W [%d, %d]: the first band ends at scalar %zu, the product's first task's rows at row %d", K, N,
+                     hi, s.first_end * s.kstep);
+        }
     }
     set_gemm_kc_limit(0);
     th_family("ad__param_band: a store's bands, and a weight's band against the product's split along K");
@@ -3001,7 +3017,7 @@ static double bf16_check_product(const char *what, int ta, int tb, int M, int N,
 static void bf16_check_pair_order(const char *what, int ta, int tb, int M, int N, int K, const float *A,
                                   const float *B, const float *C0, const float *C)
 {
-    int i, j, k0, k, kstep = ad__gemm_kc(K), bad = 0;
+    int i, j, k0, k, kstep = ad__gemm_kstep(M, N, K, tb), bad = 0;
     for (i = 0; i < M; i++)
         for (j = 0; j < N; j++) {
             float c = C0 ? C0[(size_t)i * N + j] : 0;
@@ -3049,11 +3065,11 @@ static void bf16_product(ad__bf16_gemm_kernel ker, ad_real *pack, int ta, int tb
     size_t i;
     for (i = 0; i < AD__PACK_PER_THREAD; i++) pack[i] = (ad_real)NAN;
     if (ker.floats)
-        ad__gemm_serial_bf16_floats(ker, pack, pack + (size_t)AD__MC * AD__KC_MAX, ta, tb, M, N, K, A, ta ? M : K, B,
-                                    tb ? K : N, C, N, accumulate);
+        ad__gemm_serial_bf16_floats(ker, pack, pack + (size_t)AD__MC * AD__KC_MAX, ta, tb, M, N, K,
+                                    ad__gemm_kstep(M, N, K, tb), A, ta ? M : K, B, tb ? K : N, C, N, accumulate);
     else
-        ad__gemm_serial_bf16(ker, pack, pack + (size_t)AD__MC * AD__KC_MAX, ta, tb, M, N, K, A, ta ? M : K, B,
-                             tb ? K : N, C, N, accumulate);
+        ad__gemm_serial_bf16(ker, pack, pack + (size_t)AD__MC * AD__KC_MAX, ta, tb, M, N, K,
+                             ad__gemm_kstep(M, N, K, tb), A, ta ? M : K, B, tb ? K : N, C, N, accumulate);
 }
 
 /* Every kernel this machine can run, and the one ad__bf16_pick picks for each product's width, on
