@@ -842,16 +842,13 @@ static void check_gemm_blocks(int limit)
     ad_tape_free(T);
 }
 
-/* A store's work on threads is cut per parameter (ad__param_band): the bands cover each
-   parameter once, in order, cut on whole blocks from its start; and the band of a 784 x 512 or a
-   512 x 256 weight on two threads is the band of rows that the layer's product (x [64, 784] W,
-   x [64, 512] W) splits along K gives the same task, under K blocks of 256 and of this machine's
-   limit. */
-static void test_param_bands(void)
+/* Each parameter's bands (ad__param_band) cover it once, in order, cut on whole blocks from its
+   start, for sizes around a block and large ones, and 1 to 5 tasks. */
+static void check_param_bands_cover(void)
 {
     static const size_t sizes[] = {1, 15, 16, 17, 100, 513, 4097, 401408};
     size_t si, lo, hi;
-    int tasks, task, pass;
+    int tasks, task;
     for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
         for (tasks = 1; tasks <= 5; tasks++) {
             ad__param q;
@@ -869,9 +866,17 @@ static void test_param_bands(void)
             TH_CHECK(ok && at == q.offset + q.size, "%zu scalars in %d bands: not covered once in whole blocks",
                      q.size, tasks);
         }
+}
+
+/* On two threads the band of a 784 x 512 or a 512 x 256 weight is the band of rows that its
+   layer's product (x [64, 784] W, x [64, 512] W) splits along K gives the same task, under K
+   blocks of 256 and of this machine's limit. */
+static void check_weight_bands_match_ksplit(void)
+{
+    static const int layers[][3] = {{64, 512, 784}, {64, 256, 512}}; /* M, N, K: x [M, K] W [K, N] */
+    size_t lo, hi;
+    int pass, li;
     for (pass = 0; pass < 2; pass++) {
-        static const int layers[][3] = {{64, 512, 784}, {64, 256, 512}}; /* M, N, K: x [M, K] W [K, N] */
-        int li;
         set_gemm_kc_limit(pass == 0 ? AD__KC_UNKNOWN_L2 : 0);
         for (li = 0; li < 2; li++) {
             int M = layers[li][0], N = layers[li][1], K = layers[li][2];
@@ -895,6 +900,14 @@ static void test_param_bands(void)
         }
     }
     set_gemm_kc_limit(0);
+}
+
+/* A store's work on threads is cut per parameter (ad__param_band), in bands that line up with a
+   weight's product split along K. */
+static void test_param_bands(void)
+{
+    check_param_bands_cover();
+    check_weight_bands_match_ksplit();
     th_family("ad__param_band: a store's bands, and a weight's band against the product's split along K");
 }
 
