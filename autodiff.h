@@ -1984,9 +1984,9 @@ static AD__UNUSED int ad__isa_features(void)
 #define AD__SHARE_MACS 33554432.0                /* multiply-adds from which a product's threads
                                                     share one packed block of B: one hand-over
                                                     more per block against packing it twice */
-#define AD__KSPLIT_MAX_C 32768.0                 /* largest output, and most blocks, of a product */
-#define AD__KSPLIT_MAX_BLOCKS 16                 /* split along its inner dimension (buffers); the
-                                                    output: a 512-wide layer at batch 64 */
+#define AD__KSPLIT_MAX_C 32768.0                 /* largest output (a 512-wide layer's at batch 64) */
+#define AD__KSPLIT_MAX_BLOCKS 16                 /* and most blocks of a product split along its
+                                                    inner dimension (buffers) */
 #define AD__STORE_SPLIT ((size_t)1 << 16)        /* scalars of a store from which an optimizer step
                                                     or zero_grad is split */
 #define AD__GATHER_SPLIT ((size_t)1 << 15)       /* values of a row gather from which it is split:
@@ -15509,17 +15509,13 @@ AD__PRIVATE int ad__param_band(const ad__param *q, int tasks, int task, size_t *
     return 1;
 }
 
-/* The gradients [lo, hi) of the store ctx set to zero. */
-AD__PRIVATE void ad__zero_range(const void *ctx, size_t lo, size_t hi)
-{
-    const ad_params *P = (const ad_params *)ctx;
-    memset(P->grad + lo, 0, (hi - lo) * sizeof(ad_real));
-}
+/* Work on the scalars [lo, hi) of the store, all of parameter q. */
+typedef void (*ad__band_fn)(void *ctx, const ad__param *q, size_t lo, size_t hi);
 
 typedef struct ad__bands_job {
     const ad_params *P;
-    ad__range_fn fn;
-    const void *ctx;
+    ad__band_fn fn;
+    void *ctx;
     int tasks;
 } ad__bands_job;
 
@@ -15530,30 +15526,35 @@ AD__PRIVATE void ad__bands_task(void *ctx, int task, int thread)
     int i;
     (void)thread;
     for (i = 0; i < j->P->n; i++)
-        if (ad__param_band(&j->P->items[i], j->tasks, task, &lo, &hi)) j->fn(j->ctx, lo, hi);
+        if (ad__param_band(&j->P->items[i], j->tasks, task, &lo, &hi)) j->fn(j->ctx, &j->P->items[i], lo, hi);
 }
 
-/* fn(ctx, lo, hi) over every parameter of P, one band of each a thread of T, as the optimizer
-   step cuts them (rather than the stretches taken as they come of ad__parallel_range); on the
-   calling thread alone, in one call, for T NULL or a small store. */
-AD__PRIVATE void ad__store_bands(ad_tape *T, const ad_params *P, ad__range_fn fn, const void *ctx)
+/* fn(ctx, q, lo, hi) on every parameter q of P, one band of each a thread of T (rather than the
+   stretches taken as they come of ad__parallel_range); each parameter whole, on the calling
+   thread alone, for T NULL or a small store. */
+AD__PRIVATE void ad__store_bands(ad_tape *T, const ad_params *P, ad__band_fn fn, void *ctx)
 {
     ad__bands_job job;
-    job.tasks = ad__store_tasks(T, P->nscalars);
-    if (job.tasks <= 1) {
-        fn(ctx, 0, P->nscalars);
-        return;
-    }
     job.P = P;
     job.fn = fn;
     job.ctx = ctx;
-    ad__parallel(T, ad__bands_task, &job, job.tasks);
+    job.tasks = ad__store_tasks(T, P->nscalars);
+    if (job.tasks > 1) ad__parallel(T, ad__bands_task, &job, job.tasks);
+    else ad__bands_task(&job, 0, 0);
+}
+
+/* The gradients [lo, hi) of the store ctx set to zero. */
+AD__PRIVATE void ad__zero_band(void *ctx, const ad__param *q, size_t lo, size_t hi)
+{
+    const ad_params *P = (const ad_params *)ctx;
+    (void)q;
+    memset(P->grad + lo, 0, (hi - lo) * sizeof(ad_real));
 }
 
 AUTODIFF_API void ad_params_zero_grad_on(ad_params *P, ad_tape *T)
 {
     if (!P || !P->nscalars) return;
-    ad__store_bands(T, P, ad__zero_range, P);
+    ad__store_bands(T, P, ad__zero_band, P);
 }
 
 AUTODIFF_API void ad_params_zero_grad(ad_params *P) { ad_params_zero_grad_on(P, NULL); }
@@ -16601,11 +16602,6 @@ AD__PRIVATE void ad__zero_frozen_grads(ad_params *P)
         if (P->items[i].frozen) memset(P->grad + P->items[i].offset, 0, P->items[i].size * sizeof(ad_real));
 }
 
-typedef struct ad__optim_job {
-    ad_optim *O;
-    int tasks;
-} ad__optim_job;
-
 /* With zero_grad, Adam updates the scalars in pieces of AD__ZERO_PIECE (a multiple of
    AD__STORE_BLOCK, so every scalar still takes the same path), each piece's gradients zeroed
    right after its update while they are still in the first-level cache. SGD zeroes each
@@ -16629,25 +16625,15 @@ AD__PRIVATE void ad__optim_update(ad_optim *O, size_t lo, size_t n, const ad__pa
     }
 }
 
-/* Updates this task's band of every trained parameter (frozen ones are skipped). */
-AD__PRIVATE void ad__optim_task(void *ctx, int task, int thread)
+/* Updates the band [lo, hi) of parameter q for the optimizer ctx; frozen parameters are left
+   alone. */
+AD__PRIVATE void ad__optim_band(void *ctx, const ad__param *q, size_t lo, size_t hi)
 {
-    const ad__optim_job *job = (const ad__optim_job *)ctx;
-    ad_optim *O = job->O;
-    size_t lo, hi;
-    int i;
-    (void)thread;
-    for (i = 0; i < O->P->n; i++) {
-        const ad__param *q = &O->P->items[i];
-        if (!q->frozen && ad__param_band(q, job->tasks, task, &lo, &hi)) ad__optim_update(O, lo, hi - lo, q);
-    }
+    if (!q->frozen) ad__optim_update((ad_optim *)ctx, lo, hi - lo, q);
 }
 
 AUTODIFF_API int ad_optim_step_on(ad_optim *O, ad_tape *T)
 {
-    ad__optim_job job;
-    size_t trained = 0;
-    int i;
     if (!O) return -1;
     if (O->P->nscalars != O->n) {
         ad__pfail(O->P, "%s: the store has %zu scalars, the optimizer was made for %zu; make the "
@@ -16658,12 +16644,7 @@ AUTODIFF_API int ad_optim_step_on(ad_optim *O, ad_tape *T)
     O->steps++;
     O->correct1 = 1 - pow(O->d.beta1, (double)O->steps);
     O->correct2 = sqrt(1 - pow(O->d.beta2, (double)O->steps));
-    for (i = 0; i < O->P->n; i++)
-        if (!O->P->items[i].frozen) trained += O->P->items[i].size;
-    job.O = O;
-    job.tasks = ad__store_tasks(T, trained);
-    if (job.tasks > 1) ad__parallel(T, ad__optim_task, &job, job.tasks);
-    else ad__optim_task(&job, 0, 0);
+    ad__store_bands(T, O->P, ad__optim_band, O);
     if (O->d.zero_grad) ad__zero_frozen_grads(O->P);
     return 0;
 }
@@ -16745,11 +16726,12 @@ AD__INLINE ad__range_fn ad__clip_sum_kernel(void)
     return ad__clip_sum_range;
 }
 
-AD__PRIVATE void ad__clip_scale_range(const void *ctx, size_t lo, size_t hi)
+AD__PRIVATE void ad__clip_scale_band(void *ctx, const ad__param *q, size_t lo, size_t hi)
 {
     const ad__clip_job *j = (const ad__clip_job *)ctx;
     ad_real *AD__RESTRICT g = j->g, c = j->scale;
     size_t i;
+    (void)q;
     for (i = lo; i < hi; i++) g[i] *= c;
 }
 
@@ -16775,7 +16757,7 @@ AD__PRIVATE double ad__clip_grad_norm(ad_params *P, double max_norm, ad_tape *T,
     coef = max_norm / (norm + 1e-6);
     if (ad__train_finite(norm) && coef < 1) {
         job.scale = (ad_real)coef;
-        ad__store_bands(T, P, ad__clip_scale_range, &job);
+        ad__store_bands(T, P, ad__clip_scale_band, &job);
     }
     return norm;
 }
