@@ -2249,8 +2249,9 @@ static void test_float_conv_straight_tail(void)
 
 /* The forward map and the weight gradient of convolutions taken straight from the images
    (ad__conv_forward_straight, ad__conv_weight_grad_straight: AVX-512's or AVX2's, whichever the
-   processor takes), with the input gradient beside them
-   (im2col's GEMM and col2im), against sums in double precision, within float's rounding of the
+   processor takes), with the input gradient beside them (with AVX-512 straight from the output
+   gradient, ad__conv_input_grad_avx512; with AVX2 im2col's GEMM and col2im), against sums in
+   double precision, within float's rounding of the
    sum of the terms' magnitudes, on odd geometries: padding as wide as the kernel, kernels larger
    than the image, rows of 3 to 40 outputs, output planes that are not whole vectors, channels
    and taps past a whole block, more images than parts, parts of several chunks, and a batch of
@@ -2319,6 +2320,9 @@ static void test_float_conv_straight(void)
         for (i = 0; i < 3; i++)
             TH_CHECK(ad__conv_scratch(T, &G, "test", (int)i, &s[i]) == 0 && s[i].straight,
                      "geometry %d is not taken straight from the images", k);
+        TH_CHECK((s[AD__CONV_INPUT_GRAD].taps && s[AD__CONV_WEIGHT_GRAD].taps) == (ad__isa() == AD__ISA_AVX512),
+                 "geometry %d: the input gradient goes straight from the output gradient %s", k,
+                 ad__isa() == AD__ISA_AVX512 ? "not with AVX-512" : "without AVX-512");
         ad__conv_kernel(T, AD__CONV_FORWARD, &G, x, w, b, y, 1, &s[AD__CONV_FORWARD]);
         /* the input gradient first, in the weight gradient's scratch, as the backward sweep runs them */
         ad__conv_kernel(T, AD__CONV_INPUT_GRAD, &G, g, w, NULL, dx, 1, &s[AD__CONV_WEIGHT_GRAD]);
