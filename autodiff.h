@@ -10902,6 +10902,20 @@ AD__PRIVATE void ad__conv_pack_weights(const ad__win2d *G, const float *AD__REST
                                                        : w[(size_t)(o0 + o) * K + k];
 }
 
+/* One step of a block of sums of the straight maps: acc[r][j] += w[r] v[j] for the first rows
+   rows and vb vectors (constants where it is inlined). */
+AD__HOT __attribute__((target("avx512f"))) void ad__straight_step(__m512 acc[][AD__CONV_VECTORS], const float *w,
+                                                                 const __m512 *v, const int rows, const int vb)
+{
+    int r, j;
+#pragma GCC unroll 8
+    for (r = 0; r < rows; r++) {
+        __m512 wv = _mm512_set1_ps(w[r]);
+#pragma GCC unroll 4
+        for (j = 0; j < vb; j++) acc[r][j] = _mm512_fmadd_ps(wv, v[j], acc[r][j]);
+    }
+}
+
 /* One block of ad__conv_forward_avx512: output channels [o0, o0 + AD__CONV_OUTPUTS) by vb vectors
    of positions from v0 (a constant where it is inlined, so that a short last block computes only
    its own vectors), summed in registers from 0, tap after tap in im2col's order, then added to
@@ -10928,12 +10942,7 @@ AD__HOT __attribute__((target("avx512f"))) void ad__conv_forward_block(const ad_
                 __m512 xv[VB];
 #pragma GCC unroll 4
                 for (j = 0; j < vb; j++) xv[j] = _mm512_loadu_ps(xp + 16 * j);
-#pragma GCC unroll 8
-                for (o = 0; o < OB; o++) {
-                    __m512 wv = _mm512_set1_ps(wk[o]);
-#pragma GCC unroll 4
-                    for (j = 0; j < vb; j++) acc[o][j] = _mm512_fmadd_ps(wv, xv[j], acc[o][j]);
-                }
+                ad__straight_step(acc, wk, xv, OB, vb);
             }
 #pragma GCC unroll 8
     for (o = 0; o < OB; o++)
@@ -11024,12 +11033,7 @@ AD__HOT __attribute__((target("avx512f"))) void ad__conv_input_grad_block(const 
         __m512 gv[VB];
 #pragma GCC unroll 4
         for (j = 0; j < vb; j++) gv[j] = _mm512_maskz_loadu_ps(lanes[j], gp + 16 * j);
-#pragma GCC unroll 8
-        for (t = 0; t < TB; t++) {
-            __m512 wv = _mm512_set1_ps(wt[t]);
-#pragma GCC unroll 4
-            for (j = 0; j < vb; j++) acc[t][j] = _mm512_fmadd_ps(wv, gv[j], acc[t][j]);
-        }
+        ad__straight_step(acc, wt, gv, TB, vb);
     }
 #pragma GCC unroll 8
     for (t = 0; t < TB; t++) { /* tap (c, ki, kj), stepped on without divisions */
@@ -11105,11 +11109,11 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__straight_inputs_adjoint(
 /* The input gradient of image n straight from the output gradient g [n, o, oh, ow], without
    im2col's matrix and col2im, for a convolution ad__conv_forward_avx512 takes: dx[n] += the
    adjoint of the forward map. For each tap k = (c, ki, kj), the sum over the output channels of
-   w[o, k] g[n, o] is added into the planes (ys, in scratch after sixteen values of room:
-   ad__straight_input_floats(G) + 16 values, 64-byte aligned) where the forward map reads that tap's inputs, in blocks of AD__IGRAD_TAPS
-   taps by AD__CONV_VECTORS vectors of positions (the vectors after the last whole block in
-   blocks of two and one), with the weights packed by ad__conv_pack_taps; the planes are then
-   added into dx (ad__straight_inputs_adjoint). */
+   w[o, k] g[n, o] is added into the planes where the forward map reads that tap's inputs (ys, in
+   scratch after sixteen values of room: ad__straight_input_floats(G) + 16 values, 64-byte
+   aligned), in blocks of AD__IGRAD_TAPS taps by AD__CONV_VECTORS vectors of positions (the
+   vectors after the last whole block in blocks of two and one), with the weights packed by
+   ad__conv_pack_taps; the planes are then added into dx (ad__straight_inputs_adjoint). */
 AD__PRIVATE __attribute__((target("avx512f"))) void ad__conv_input_grad_avx512(const ad__win2d *G,
                                                                               const float *AD__RESTRICT g,
                                                                               const float *AD__RESTRICT packed,
@@ -11611,13 +11615,15 @@ AD__PRIVATE int ad__conv_band_rows(const ad__win2d *G, size_t ld)
 }
 
 /* Scratch of one map on the tape: per thread, one image's im2col [K, L] or im2row [L, ld], or
-   for a map straight from the images its inputs (col, col_stride values apart), and packing
-   buffers (pack, NULL when the images are not spread over threads); for a weight gradient, the
-   partial sums [o, ld] of each part (sums); for the forward map straight from the images, the
-   weights packed by ad__conv_pack_weights (weights). */
+   for a map straight from the images its inputs, or for an input gradient straight from the
+   output gradient the planes it adds into (col, col_stride values apart), and packing buffers
+   (pack, NULL when the images are not spread over threads); for a weight gradient, the partial
+   sums [o, ld] of each part (sums); for the forward map straight from the images, the weights
+   packed by ad__conv_pack_weights (weights); for the input gradient straight from the output
+   gradient (in the scratch of an input or a weight gradient: the fused backward runs both in
+   one), the weights packed by ad__conv_pack_taps (taps). */
 typedef struct ad__conv_scratch_t {
-    ad_real *col, *pack, *sums, *weights;
-    ad_real *taps; /* the weights packed for the input gradient straight from the output gradient */
+    ad_real *col, *pack, *sums, *weights, *taps;
     size_t col_stride;
     int threads, parts;
     int straight; /* forward and weight gradient straight from the images (ad__conv_straight) */
@@ -11691,9 +11697,10 @@ AD__PRIVATE int ad__conv_gemm(ad_tape *T, ad_real *pack, int ta, int tb, int M, 
     return 0;
 }
 
-/* Image n of the map, every group: the forward map straight from the image where the scratch
-   says so, or one GEMM around im2col / col2im in col, or for a weight gradient one GEMM a band
-   of output rows (ad__conv_band_rows) after im2row. A weight
+/* Image n of the map, every group: the forward map straight from the image, or the input
+   gradient straight from the output gradient, where the scratch says so, or one GEMM around
+   im2col / col2im in col, or for a weight gradient one GEMM a band of output rows
+   (ad__conv_band_rows) after im2row. A weight
    gradient's sums go into sums, rows ld long: stored for the first image of a part, added for
    the others. Returns 0, or -1 when packing buffers cannot be allocated. */
 AD__PRIVATE int ad__conv_image(const ad__conv_job *j, int n, ad_real *col, ad_real *pack, ad_real *sums, int first)
