@@ -2323,6 +2323,14 @@ static void test_float_conv_straight(void)
         TH_CHECK((s[AD__CONV_INPUT_GRAD].taps && s[AD__CONV_WEIGHT_GRAD].taps) == (ad__isa() == AD__ISA_AVX512),
                  "geometry %d: the input gradient goes straight from the output gradient %s", k,
                  ad__isa() == AD__ISA_AVX512 ? "not with AVX-512" : "without AVX-512");
+        if (k == 0) { /* with more output channels than AD__IGRAD_MAX_OUTPUTS, it stays a product */
+            ad__win2d wide = G;
+            ad__conv_scratch_t sw;
+            wide.o = AD__IGRAD_MAX_OUTPUTS + 1;
+            wide.n = AD__STRAIGHT_IMAGES; /* enough images to go straight with that many channels */
+            TH_CHECK(ad__conv_scratch(T, &wide, "test", AD__CONV_WEIGHT_GRAD, &sw) == 0 && sw.straight && !sw.taps,
+                     "%d output channels: the input gradient was to stay im2col's product", wide.o);
+        }
         ad__conv_kernel(T, AD__CONV_FORWARD, &G, x, w, b, y, 1, &s[AD__CONV_FORWARD]);
         /* the input gradient first, in the weight gradient's scratch, as the backward sweep runs them */
         ad__conv_kernel(T, AD__CONV_INPUT_GRAD, &G, g, w, NULL, dx, 1, &s[AD__CONV_WEIGHT_GRAD]);
