@@ -641,6 +641,86 @@ static void test_float_gemm_narrow(void)
     ad_tape_free(T);
 }
 
+/* (h2) the spread kernel (ad__spread_kernel: neither operand transposed, nine or ten columns,
+   A's values along k spread over a vector's lanes). Its three packers agree with the layout's
+   map ad__spread_slot: a block of B with ten columns one row after another (the vector packer
+   for that case), with its rows further apart (the general vector packer) and a last, short
+   block (value by value). Then whole products: ragged rows (the tile's last rows read the last
+   row again), K from one block to past the cache block with a short last block, with and without
+   accumulating, each within the bound of (h), and B with its rows padded giving the same bits as
+   B without, so that both packers feed the kernel the same panel. Where the processor has
+   AVX-512 the products with nine or ten columns are taken there. */
+static void test_float_gemm_spread(void)
+{
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+    static const int ms[] = {4, 5, 8, 9, 17, 64}, ks[] = {8, 9, 15, 16, 64, 100, 257, 600};
+    ad_tape *T;
+    ad_rng rng;
+    float B[16 * 13], tens[2 * AD__SPREAD_BLOCK] __attribute__((aligned(64))), apart[2 * AD__SPREAD_BLOCK],
+        short_block[AD__SPREAD_BLOCK];
+    int s, j, n, mi, ki, acc, layout_bad = 0, bad = 0, differ = 0, cases = 0;
+    if (ad__isa() != AD__ISA_AVX512) return;
+    TH_CHECK(ad__gemm_pick(10).spread && ad__gemm_pick(9).spread, "the spread kernel is not offered with AVX-512");
+    ad_rng_seed(&rng, 77);
+    for (s = 0; s < 16 * 13; s++) B[s] = (float)(2 * ad_rng_uniform(&rng) - 1);
+    ad__pack_spread_b(B, 10, 0, 16, 10, tens);   /* two blocks, ten columns, rows adjacent */
+    ad__pack_spread_b(B, 13, 0, 16, 10, apart);  /* the same columns of rows 13 apart */
+    ad__pack_spread_b(B, 10, 0, 5, 9, short_block); /* five rows, nine columns */
+    for (s = 0; s < 16; s++)
+        for (j = 0; j < 10; j++) {
+            int at = (s / AD__SPREAD_K) * AD__SPREAD_BLOCK + ad__spread_slot(s % AD__SPREAD_K, j);
+            layout_bad += tens[at] != B[s * 10 + j];
+            layout_bad += apart[at] != B[s * 13 + j];
+            if (s < AD__SPREAD_K) layout_bad += short_block[ad__spread_slot(s, j)] != (s < 5 && j < 9 ? B[s * 10 + j] : 0);
+        }
+    TH_CHECK(layout_bad == 0, "%d values of packed spread blocks are out of place", layout_bad);
+
+    T = ad_tape_new();
+    ad_set_threads(T, 1);
+    for (n = 9; n <= 10; n++)
+        for (mi = 0; mi < (int)(sizeof ms / sizeof ms[0]); mi++)
+            for (ki = 0; ki < (int)(sizeof ks / sizeof ks[0]); ki++)
+                for (acc = 0; acc <= 1; acc++) {
+                    int m = ms[mi], k = ks[ki], r, c, ok = 1;
+                    float *A = (float *)malloc((size_t)m * k * sizeof(float));
+                    float *Bx = (float *)malloc((size_t)k * n * sizeof(float)), *Bp = (float *)malloc((size_t)k * (n + 3) * sizeof(float));
+                    float *C0 = (float *)malloc((size_t)m * n * sizeof(float)), *Cx = (float *)malloc((size_t)m * n * sizeof(float)),
+                          *Cp = (float *)malloc((size_t)m * n * sizeof(float));
+                    cases++;
+                    if (!A || !Bx || !Bp || !C0 || !Cx || !Cp) {
+                        free(A); free(Bx); free(Bp); free(C0); free(Cx); free(Cp);
+                        TH_CHECK(0, "out of memory");
+                        break;
+                    }
+                    for (r = 0; r < m * k; r++) A[r] = (float)(2 * ad_rng_uniform(&rng) - 1);
+                    for (r = 0; r < k; r++)
+                        for (c = 0; c < n + 3; c++) {
+                            Bp[r * (n + 3) + c] = (float)(2 * ad_rng_uniform(&rng) - 1);
+                            if (c < n) Bx[r * n + c] = Bp[r * (n + 3) + c];
+                        }
+                    for (r = 0; r < m * n; r++) C0[r] = (float)(2 * ad_rng_uniform(&rng) - 1);
+                    memcpy(Cx, C0, (size_t)m * n * sizeof(float));
+                    memcpy(Cp, C0, (size_t)m * n * sizeof(float));
+                    if (ad__gemm(T, 0, 0, m, n, k, A, k, Bx, n, Cx, n, acc) != 0 ||
+                        ad__gemm(T, 0, 0, m, n, k, A, k, Bp, n + 3, Cp, n, acc) != 0)
+                        ok = 0;
+                    for (r = 0; ok && r < m; r++)
+                        for (c = 0; c < n; c++) {
+                            double mag, start = acc ? C0[r * n + c] : 0;
+                            double ref = start + gemm_reference(0, 0, k, A, k, Bx, n, r, c, &mag);
+                            if (fabs(Cx[r * n + c] - ref) > (k + 1) * 6e-8 * (mag + fabs(start)) + 1e-30) { ok = 0; break; }
+                        }
+                    if (!ok && bad++ < 3) TH_CHECK(0, "spread gemm m=%d n=%d k=%d accumulate=%d is off", m, n, k, acc);
+                    if (memcmp(Cx, Cp, (size_t)m * n * sizeof(float)) != 0 && differ++ < 3)
+                        TH_CHECK(0, "spread gemm m=%d n=%d k=%d accumulate=%d: a padded B gives other bits", m, n, k, acc);
+                    free(A); free(Bx); free(Bp); free(C0); free(Cx); free(Cp);
+                }
+    TH_CHECK(bad == 0, "%d of %d spread products are off", bad, cases);
+    TH_CHECK(differ == 0, "%d of %d spread products change with B's row stride", differ, cases);
+    ad_tape_free(T);
+#endif
+}
+
 /* (h2b) an operand that would be read in place with its rows crowding a few L1 sets is packed
    instead (ad__gemm_pack_strided): the same product with that operand's rows padded by a few
    values, which is read in place, must give the same bits, and both must hold to the bound of
@@ -3486,6 +3566,7 @@ int main(void)
         test_float_matmul();
         test_float_gemm_thin();
         test_float_gemm_narrow();
+        test_float_gemm_spread();
         if (!kc_limit) test_float_gemm_stride_paths(); /* its K blocks of at most 256 rows fit L1's sets */
         test_float_pack_a();
         test_float_gemm_shared();
