@@ -656,8 +656,7 @@ static void test_float_gemm_spread(void)
     static const int ms[] = {4, 5, 8, 9, 17, 64}, ks[] = {8, 9, 15, 16, 64, 100, 257, 600};
     ad_tape *T;
     ad_rng rng;
-    float B[16 * 13], tens[2 * AD__SPREAD_BLOCK] __attribute__((aligned(64))), apart[2 * AD__SPREAD_BLOCK],
-        short_block[AD__SPREAD_BLOCK];
+    float B[16 * 13], tens[2 * AD__SPREAD_BLOCK], apart[2 * AD__SPREAD_BLOCK], short_block[AD__SPREAD_BLOCK];
     int s, j, n, mi, ki, acc, layout_bad = 0, bad = 0, differ = 0, cases = 0;
     if (ad__isa() != AD__ISA_AVX512) return;
     TH_CHECK(ad__gemm_pick(10).spread && ad__gemm_pick(9).spread, "the spread kernel is not offered with AVX-512");
