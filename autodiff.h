@@ -4517,64 +4517,19 @@ AD__INLINE int ad__spread_slot(int s, int j)
     return j < 8 ? 16 * (2 * (s / 4) + j / 4) + 4 * (j % 4) + s % 4 : 64 + 8 * (j - 8) + s;
 }
 
-/* One block of the spread layout from rows k..k+n-1 of B (n < 8, N <= 10 columns), padded with
-   zeros: value by value. */
-AD__PRIVATE void ad__pack_spread_values(const float *B, ptrdiff_t ldb, ptrdiff_t k, int n, int N, float *dst)
-{
-    int s, j;
-    for (s = 0; s < AD__SPREAD_K; s++)
-        for (j = 0; j < 10; j++) dst[ad__spread_slot(s, j)] = s < n && j < N ? B[(k + s) * ldb + j] : 0;
-}
-
-/* The same for a whole block (n = 8, 9 <= N <= 10), by vectors: the eight rows loaded (N values
-   each), their first eight columns transposed in 4 x 4 squares, columns 8 and 9 brought
-   together by three rounds of two-row permutations. */
-AD__PRIVATE __attribute__((target("avx512f"))) void ad__pack_spread_block(const float *B, ptrdiff_t ldb,
-                                                                          ptrdiff_t k, int N, float *dst)
-{
-    const __mmask16 columns = ad__first_lanes(N);
-    const __m512i two_rows = _mm512_setr_epi32(8, 24, 9, 25, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-                  four_rows = _mm512_setr_epi32(0, 1, 16, 17, 2, 3, 18, 19, 0, 0, 0, 0, 0, 0, 0, 0),
-                  eight_rows = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-    __m512 row[8], both[4], t[4], u[4], e[4], f[2], c01_low, c23_low, c01_high, c23_high;
-    int s;
-    for (s = 0; s < 8; s++) row[s] = _mm512_maskz_loadu_ps(columns, B + (k + s) * ldb);
-    /* rows s and s + 4 side by side: row s's columns 0-7, then row s + 4's */
-    for (s = 0; s < 4; s++)
-        both[s] = _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, row[s], row[s + 4], _MM_SHUFFLE(1, 0, 1, 0));
-    t[0] = _mm512_maskz_unpacklo_ps(AD__EVERY_LANE, both[0], both[1]);
-    t[1] = _mm512_maskz_unpackhi_ps(AD__EVERY_LANE, both[0], both[1]);
-    t[2] = _mm512_maskz_unpacklo_ps(AD__EVERY_LANE, both[2], both[3]);
-    t[3] = _mm512_maskz_unpackhi_ps(AD__EVERY_LANE, both[2], both[3]);
-    /* u[c]'s quarters: columns c and 4 + c of rows 0-3, then of rows 4-7, four values of k each */
-    u[0] = _mm512_shuffle_ps(t[0], t[2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[1] = _mm512_shuffle_ps(t[0], t[2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[2] = _mm512_shuffle_ps(t[1], t[3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[3] = _mm512_shuffle_ps(t[1], t[3], _MM_SHUFFLE(3, 2, 3, 2));
-    /* vector v of the block takes quarter v of u[0], u[1], u[2] and u[3] */
-    c01_low = _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0));
-    c23_low = _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0));
-    c01_high = _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1));
-    c23_high = _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1));
-    _mm512_storeu_ps(dst, _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, c01_low, c23_low, _MM_SHUFFLE(2, 0, 2, 0)));
-    _mm512_storeu_ps(dst + 16, _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, c01_high, c23_high, _MM_SHUFFLE(2, 0, 2, 0)));
-    _mm512_storeu_ps(dst + 32, _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, c01_low, c23_low, _MM_SHUFFLE(3, 1, 3, 1)));
-    _mm512_storeu_ps(dst + 48, _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, c01_high, c23_high, _MM_SHUFFLE(3, 1, 3, 1)));
-    /* columns 8 and 9: of rows (2i, 2i + 1) as [8, 8, 9, 9], then of four rows, then of eight */
-    for (s = 0; s < 4; s++) e[s] = _mm512_permutex2var_ps(row[2 * s], two_rows, row[2 * s + 1]);
-    f[0] = _mm512_permutex2var_ps(e[0], four_rows, e[1]);
-    f[1] = _mm512_permutex2var_ps(e[2], four_rows, e[3]);
-    _mm512_storeu_ps(dst + 64, _mm512_permutex2var_ps(f[0], eight_rows, f[1]));
-}
-
-/* Whole blocks of a B of exactly ten columns with its rows one after another (a classifier's
-   weights): a block is then 80 consecutive values, five vectors, and each vector of the layout
-   picks its lanes from three of them (five for columns 8 and 9). The sources of each vector are
-   constants, so the loops over them unroll into 17 permutations a block. */
-AD__PRIVATE __attribute__((target("avx512f"))) void ad__pack_spread_tens(const float *B, int blocks, float *dst)
+/* Rows pc..pc+kc-1 of B (not transposed, 9 or 10 columns) in the spread layout, the last block
+   padded with zeros. A block of a B of ten columns with its rows one after another (a
+   classifier's weights) is 80 consecutive values, five vectors; each vector of the layout picks
+   its lanes from three of them (five for columns 8 and 9) by masked permutations, 17 a block,
+   whose sources are constants, so that the loops over them unroll. Other blocks (nine columns,
+   rows further apart, a last short block) are first staged as such 80 values, with zeros. */
+AD__PRIVATE __attribute__((target("avx512f"))) void ad__pack_spread_b(const float *B, ptrdiff_t ldb, int pc, int kc,
+                                                                      int N, float *dst)
 {
     static const unsigned char first[5] = {0, 0, 2, 2, 0}, last[5] = {2, 2, 4, 4, 4};
-    int from[5][16], s, j, v, m, b;
+    const __mmask16 columns = ad__first_lanes(N), ten = ad__first_lanes(10);
+    int from[5][16], s, j, v, m, k0;
+    float staged[AD__SPREAD_BLOCK];
     __m512i lane[5];
     __mmask16 mask[5][5];
     for (s = 0; s < AD__SPREAD_K; s++)
@@ -4588,10 +4543,17 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__pack_spread_tens(const f
         for (m = 0; m < 5; m++)
             mask[v][m] = _mm512_cmpeq_epi32_mask(_mm512_maskz_srli_epi32(AD__EVERY_LANE, at, 4), _mm512_set1_epi32(m));
     }
-    for (b = 0; b < blocks; b++, B += AD__SPREAD_BLOCK, dst += AD__SPREAD_BLOCK) {
+    for (k0 = 0; k0 < kc; k0 += AD__SPREAD_K, dst += AD__SPREAD_BLOCK) {
+        const float *block = B + ((ptrdiff_t)pc + k0) * ldb;
         __m512 in[5];
+        if (N != 10 || ldb != 10 || kc - k0 < AD__SPREAD_K) {
+            for (s = 0; s < AD__SPREAD_K; s++)
+                _mm512_mask_storeu_ps(staged + 10 * s, ten,
+                                      k0 + s < kc ? _mm512_maskz_loadu_ps(columns, block + s * ldb) : _mm512_setzero_ps());
+            block = staged;
+        }
 #pragma GCC unroll 5
-        for (m = 0; m < 5; m++) in[m] = _mm512_loadu_ps(B + 16 * m);
+        for (m = 0; m < 5; m++) in[m] = _mm512_loadu_ps(block + 16 * m);
 #pragma GCC unroll 5
         for (v = 0; v < 5; v++) {
             __m512 out = _mm512_setzero_ps();
@@ -4600,22 +4562,6 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__pack_spread_tens(const f
                 if (m >= first[v] && m <= last[v]) out = _mm512_mask_permutexvar_ps(out, mask[v][m], lane[v], in[m]);
             _mm512_storeu_ps(dst + 16 * v, out);
         }
-    }
-}
-
-/* Rows pc..pc+kc-1 of B (not transposed, 9 or 10 columns) in the spread layout, the last block
-   padded with zeros. */
-AD__PRIVATE void ad__pack_spread_b(const float *B, ptrdiff_t ldb, int pc, int kc, int N, float *dst)
-{
-    int k0 = 0;
-    if (N == 10 && ldb == 10) {
-        k0 = kc / AD__SPREAD_K * AD__SPREAD_K;
-        ad__pack_spread_tens(B + (ptrdiff_t)pc * ldb, kc / AD__SPREAD_K, dst);
-        dst += (size_t)(k0 / AD__SPREAD_K) * AD__SPREAD_BLOCK;
-    }
-    for (; k0 < kc; k0 += AD__SPREAD_K, dst += AD__SPREAD_BLOCK) {
-        if (kc - k0 >= AD__SPREAD_K) ad__pack_spread_block(B, ldb, (ptrdiff_t)pc + k0, N, dst);
-        else ad__pack_spread_values(B, ldb, (ptrdiff_t)pc + k0, kc - k0, N, dst);
     }
 }
 
