@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.22 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.23 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -412,6 +412,12 @@
                        thread of Zen 4: h [64, 128] . W [128, 10] from 58% to 75% of the FMA
                        rate, 1000 rows of 128 1.43x faster. Such products change their last
                        bits (another order of the sums).
+   0.10.23  2026-11-30  speed: with AVX-512, the float products with at most twelve columns and
+                       op(A) transposed (a classifier's weight gradient, h^T . g) transpose each
+                       tile of C in registers and store its rows with masked stores, instead of
+                       value by value through a scratch tile. On one thread of Zen 4:
+                       h^T [128, 64] . g [64, 10] from 83% to 89% of the FMA rate. Results
+                       unchanged.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -421,7 +427,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 22
+#define AUTODIFF_VERSION_PATCH 23
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -4433,10 +4439,114 @@ AD__INLINE void ad__copy_part(ad_real *AD__RESTRICT dst, const ad_real *AD__REST
             AD__STORE_LANES(NAME##_vec, VBYTES, VL, C + i * ldc, c[i], cols, accumulate);        \
         }                                                                                        \
     }
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+/* The shuffles below are the zero-masking forms with every lane kept: the plain forms of GCC
+   12's intrinsics draw -Wuninitialized from g++ where they are inlined (GCC bug 105593). */
+#define AD__EVERY_LANE ((__mmask16)0xFFFF)
+
+/* The first n lanes of sixteen (all of them from 16 on, none for n <= 0). */
+AD__INLINE __mmask16 ad__first_lanes(long long n)
+{
+    return (__mmask16)(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
+}
+
+/* Sixteen rows of C from x[j], rows 0-15 of column j (j < nc <= 16), by a transpose in
+   registers: pairs of columns interleaved within each 128-bit lane, then pairs of pairs, so that
+   lane L of u[g][r] holds row 4L + r of columns 4g to 4g + 3; then each row gathers its lane L
+   from the four groups. Columns from nc on are zeros, and groups of them are not shuffled. The
+   first ncols values of each of the first rows rows are stored, or added to C, with every load
+   of C made before the first store: a load that overlaps a masked store still in flight waits for
+   it (6% of a 128 x 10 tile from k = 64 on Zen 4). */
+AD__HOT __attribute__((target("avx512f"))) void ad__column_rows_store(const __m512 *x, int nc, float *C, ptrdiff_t ldc,
+                                                                     int rows, int ncols, int accumulate)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    const __mmask16 lanes = ad__first_lanes(ncols);
+    __m512 u[4][4], row[16];
+    int g, r, k;
+#pragma GCC unroll 4
+    for (g = 0; g < 4; g++) {
+        __m512 a[4];
+        __m512d t[4];
+        if (4 * g >= nc) {
+            for (r = 0; r < 4; r++) u[g][r] = zero;
+            continue;
+        }
+        for (k = 0; k < 4; k++) a[k] = 4 * g + k < nc ? x[4 * g + k] : zero;
+        t[0] = _mm512_castps_pd(_mm512_maskz_unpacklo_ps(AD__EVERY_LANE, a[0], a[1]));
+        t[1] = _mm512_castps_pd(_mm512_maskz_unpackhi_ps(AD__EVERY_LANE, a[0], a[1]));
+        t[2] = _mm512_castps_pd(4 * g + 2 < nc ? _mm512_maskz_unpacklo_ps(AD__EVERY_LANE, a[2], a[3]) : zero);
+        t[3] = _mm512_castps_pd(4 * g + 2 < nc ? _mm512_maskz_unpackhi_ps(AD__EVERY_LANE, a[2], a[3]) : zero);
+        u[g][0] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd((__mmask8)0xFF, t[0], t[2]));
+        u[g][1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd((__mmask8)0xFF, t[0], t[2]));
+        u[g][2] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd((__mmask8)0xFF, t[1], t[3]));
+        u[g][3] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd((__mmask8)0xFF, t[1], t[3]));
+    }
+#pragma GCC unroll 4
+    for (r = 0; r < 4; r++) {
+        /* lanes 0-1 of groups 0 and 1, lanes 2-3 of the same, and so for groups 2 and 3 */
+        const __m512 lo01 = _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, u[0][r], u[1][r], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512 hi01 = _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, u[0][r], u[1][r], _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512 lo23 = _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, u[2][r], u[3][r], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512 hi23 = _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, u[2][r], u[3][r], _MM_SHUFFLE(3, 2, 3, 2));
+        row[r] = _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, lo01, lo23, _MM_SHUFFLE(2, 0, 2, 0));
+        row[4 + r] = _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, lo01, lo23, _MM_SHUFFLE(3, 1, 3, 1));
+        row[8 + r] = _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, hi01, hi23, _MM_SHUFFLE(2, 0, 2, 0));
+        row[12 + r] = _mm512_maskz_shuffle_f32x4(AD__EVERY_LANE, hi01, hi23, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+    if (accumulate) {
+#pragma GCC unroll 16
+        for (r = 0; r < 16; r++)
+            if (r < rows) row[r] = _mm512_add_ps(row[r], _mm512_maskz_loadu_ps(lanes, C + (ptrdiff_t)r * ldc));
+    }
+#pragma GCC unroll 16
+    for (r = 0; r < 16; r++)
+        if (r < rows) _mm512_mask_storeu_ps(C + (ptrdiff_t)r * ldc, lanes, row[r]);
+}
+
+/* A column kernel's tile stored as rows of C: tile holds nc columns of mv vectors of sixteen
+   rows (column j's rows from 16v on in vector j * mv + v); its first rows x ncols values. */
+AD__HOT __attribute__((target("avx512f"))) void ad__column_tile_store(const void *tile, int nc, int mv, float *C,
+                                                                     ptrdiff_t ldc, int rows, int ncols,
+                                                                     int accumulate)
+{
+    const unsigned char *vectors = (const unsigned char *)tile;
+    int v, j;
+#pragma GCC unroll 4
+    for (v = 0; v < mv; v++) {
+        __m512 x[16];
+        if (16 * v >= rows) break;
+#pragma GCC unroll 16
+        for (j = 0; j < nc; j++) memcpy(&x[j], vectors + (ptrdiff_t)(j * mv + v) * 64, 64);
+        ad__column_rows_store(x, nc, C + (ptrdiff_t)16 * v * ldc, ldc, rows - 16 * v, ncols, accumulate);
+    }
+}
+#elif AD__X86_DISPATCH
+/* The same for doubles, value by value: column j's rows are tile[j * mv * 8] on. */
+AD__HOT void ad__column_tile_store(const void *tile, int nc, int mv, double *C, ptrdiff_t ldc, int rows,
+                                   int ncols, int accumulate)
+{
+    const double *t = (const double *)tile;
+    const int height = 8 * mv;
+    int i, j;
+    for (i = 0; i < rows; i++) {
+        double *dst = C + (ptrdiff_t)i * ldc;
+        if (ncols == nc && accumulate) {
+#pragma GCC unroll 16
+            for (j = 0; j < nc; j++) dst[j] += t[j * height + i];
+        } else if (ncols == nc) {
+#pragma GCC unroll 16
+            for (j = 0; j < nc; j++) dst[j] = t[j * height + i];
+        } else {
+            for (j = 0; j < ncols; j++) dst[j] = accumulate ? dst[j] + t[j * height + i] : t[j * height + i];
+        }
+    }
+}
+#endif
 /* A column micro-kernel (see ad__column_kernel) with MV vectors of VBYTES down the rows and NC
    columns: for a product with few columns, each column of C a broadcast and each vector a run of
-   rows, so no lane goes to columns C does not have. The tile is stored transposed through a
-   scratch tile, NC values a row when the product has NC columns. */
+   rows, so no lane goes to columns C does not have. The tile is stored transposed
+   (ad__column_tile_store). */
 #define AD__DEFINE_COLUMN_KERNEL(NAME, ATTR, VBYTES, MV, NC)                                      \
     typedef ad_real NAME##_vec __attribute__((vector_size(VBYTES)));                            \
     static ATTR AD__CODE_ALIGN AD__UNUSED void NAME(                                             \
@@ -4445,8 +4555,7 @@ AD__INLINE void ad__copy_part(ad_real *AD__RESTRICT dst, const ad_real *AD__REST
     {                                                                                            \
         enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
         NAME##_vec c[NC][MV], zero;                                                              \
-        ad_real t[NC][MV * VL];                                                                  \
-        int i, j, k, v;                                                                          \
+        int j, k, v;                                                                             \
         memset(&zero, 0, sizeof zero);                                                           \
         _Pragma("GCC unroll 16") for (j = 0; j < NC; j++)                                        \
         _Pragma("GCC unroll 16") for (v = 0; v < MV; v++) c[j][v] = zero;                        \
@@ -4459,20 +4568,7 @@ AD__INLINE void ad__copy_part(ad_real *AD__RESTRICT dst, const ad_real *AD__REST
                 _Pragma("GCC unroll 16") for (v = 0; v < MV; v++) c[j][v] += a[v] * b;           \
             }                                                                                    \
         }                                                                                        \
-        _Pragma("GCC unroll 16") for (j = 0; j < NC; j++)                                        \
-        _Pragma("GCC unroll 16") for (v = 0; v < MV; v++) memcpy(&t[j][v * VL], &c[j][v], VBYTES);\
-        for (i = 0; i < rows; i++) {                                                             \
-            ad_real *dst = C + i * ldc;                                                          \
-            if (ncols == NC && accumulate) {                                                     \
-                _Pragma("GCC unroll 16") for (j = 0; j < NC; j++) dst[j] += t[j][i];             \
-            } else if (ncols == NC) {                                                            \
-                _Pragma("GCC unroll 16") for (j = 0; j < NC; j++) dst[j] = t[j][i];              \
-            } else if (accumulate) {                                                             \
-                for (j = 0; j < ncols; j++) dst[j] += t[j][i];                                   \
-            } else {                                                                             \
-                for (j = 0; j < ncols; j++) dst[j] = t[j][i];                                    \
-            }                                                                                    \
-        }                                                                                        \
+        ad__column_tile_store(c, NC, MV, C, ldc, rows, ncols, accumulate);                       \
     }
 #if AD__X86_DISPATCH
 /* up to 24 accumulators need AVX-512's 32 registers; ten columns are a classifier's */
@@ -4501,15 +4597,6 @@ AD__DEFINE_NARROW_KERNEL(ad__narrow_avx512, __attribute__((target("avx512f,avx2,
    row is added up the same way whatever its tile or thread. */
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
 enum { AD__SPREAD_K = 8, AD__SPREAD_BLOCK = 80, AD__SPREAD_ROWS = 8 };
-/* The shuffles below are the zero-masking forms with every lane kept: the plain forms of GCC
-   12's intrinsics draw -Wuninitialized from g++ where they are inlined (GCC bug 105593). */
-#define AD__EVERY_LANE ((__mmask16)0xFFFF)
-
-/* The first n lanes of sixteen (all of them from 16 on, none for n <= 0). */
-AD__INLINE __mmask16 ad__first_lanes(long long n)
-{
-    return (__mmask16)(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
-}
 
 /* Where value (k = s, column j) of a block goes in the spread layout. */
 AD__INLINE int ad__spread_slot(int s, int j)
