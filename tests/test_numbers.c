@@ -366,6 +366,32 @@ static void test_routes(void)
     TH_CHECK(ad_num_backward(T, b) == 0 && ad_num_grad(T, b) == 1 && ad_num_grad(T, a) == 0,
              "y = b itself: %g %g", ad_num_grad(T, b), ad_num_grad(T, a));
 
+    /* sweeps one after another: recording writes each place's starting -0, and a sweep clears
+       only what earlier sweeps since the reset wrote, so neither the tape's growth before the
+       first sweep (here at 64 and 128 places) nor a sweep from a constant in between may lose
+       a start. d x / d a = -0, so a's gradient is -0 exactly when its start was */
+    ad_tape_free(T);
+    T = ad_tape_new();
+    a = ad_num_var(T, 2);
+    b = ad_num_var(T, 3);
+    x = ad_num_mul(T, a, ad_num_const(T, -0.0));
+    y = b;
+    for (k = 0; k < 150; k++) y = ad_num_add(T, y, b);
+    y = ad_num_add(T, y, x);
+    w = b;
+    for (k = 0; k < 300; k++) w = ad_num_add(T, w, b); /* places after y's, which its sweep leaves */
+    w = ad_num_add(T, w, x);
+    for (k = 0; k < 2; k++) {
+        TH_CHECK(ad_num_backward(T, y) == 0 && ad_num_grad(T, b) == 151 && ad_num_grad(T, a) == 0 &&
+                     signbit(ad_num_grad(T, a)),
+                 "round %d, 151 b + a * -0: d/db %g, d/da %g", k, ad_num_grad(T, b), ad_num_grad(T, a));
+        TH_CHECK(ad_num_backward(T, w) == 0 && ad_num_grad(T, b) == 301 && ad_num_grad(T, a) == 0 &&
+                     signbit(ad_num_grad(T, a)),
+                 "round %d, 301 b + a * -0: d/db %g, d/da %g", k, ad_num_grad(T, b), ad_num_grad(T, a));
+        TH_CHECK(ad_num_backward(T, ad_num_const(T, 1)) == 0 && ad_num_grad(T, b) == 0,
+                 "round %d, a constant's sweep: d/db %g", k, ad_num_grad(T, b));
+    }
+
     /* a place no route from y reaches passes nothing on: log's infinite derivative at 0 there
        adds no NaN (as the tensors' sweep, and PyTorch, which never visits it) */
     ad_tape_reset(T);
