@@ -419,7 +419,9 @@
                        h^T [128, 64] . g [64, 10] from 83% to 89% of the FMA rate. Results
                        unchanged. Bfloat16 products with op(A) transposed pack A's pair panels
                        with vector stores (they went unit by unit): x^T [784, 64] . g [64, 128]
-                       1.06x, h^T . g [64, 10] 1.12x.
+                       1.06x. With AVX512-BF16, products of at most 16 columns and 16 rows or
+                       more take a tile of 16 x 16 instead of 8 x 32 (the same bits): in
+                       bfloat16 h^T . g [64, 10] 1.66x, h [64, 128] . W [128, 10] 1.32x.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -5759,32 +5761,39 @@ AD__INLINE void ad__bf16_store(float *C, ptrdiff_t ldc, const float *tile, int n
         ad__bf16_store(C, ldc, edge_, NV * VL, rows, cols, accumulate);                          \
     }
 #if AD__HAS_BF16_INSTRUCTION
-/* AVX512-BF16: one instruction per pair row and vector, 8 rows by 2 vectors of 16 columns. */
-static __attribute__((target("avx512f,avx512bf16,avx2,fma"))) AD__CODE_ALIGN AD__UNUSED void
-ad__bf16_dot_avx512(int pp, const uint32_t *AD__RESTRICT A, const uint32_t *AD__RESTRICT B, float *C,
-                    ptrdiff_t ldc, int rows, int cols, int accumulate)
-{
-    typedef float vec __attribute__((vector_size(64)));
-    typedef int ivec __attribute__((vector_size(64)));
-    enum { MR = 8, NV = 2, VL = 16 };
-    vec c[MR][NV], zero;
-    int i, j, kk;
-    memset(&zero, 0, sizeof zero);
-    _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)
-    _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) c[i][j] = zero;
-    for (kk = 0; kk < pp; kk++) {
-        ivec b[NV];
-        _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) memcpy(&b[j], B + (size_t)kk * NV * VL + j * VL, 64);
-        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {
-            ivec a;
-            memset(&a, 0, sizeof a);
-            a += (int)A[(size_t)kk * MR + i];
-            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++)
-                c[i][j] = (vec)_mm512_dpbf16_ps((__m512)c[i][j], (__m512bh)a, (__m512bh)b[j]);
-        }
+/* AVX512-BF16: one instruction per pair row and vector, MR rows by NV vectors of 16 columns:
+   8 by 2, and 16 by 1 for products of at most 16 columns, where the wider tile would leave half
+   its lanes idle or more. Every element of C gets the same operations in either. */
+#define AD__DEFINE_BF16_DOT(NAME, MR, NV)                                                         \
+    static __attribute__((target("avx512f,avx512bf16,avx2,fma"))) AD__CODE_ALIGN AD__UNUSED void \
+    NAME(int pp, const uint32_t *AD__RESTRICT A, const uint32_t *AD__RESTRICT B, float *C,       \
+         ptrdiff_t ldc, int rows, int cols, int accumulate)                                       \
+    {                                                                                            \
+        typedef float vec __attribute__((vector_size(64)));                                      \
+        typedef int ivec __attribute__((vector_size(64)));                                       \
+        enum { VL = 16 };                                                                        \
+        vec c[MR][NV], zero;                                                                     \
+        int i, j, kk;                                                                            \
+        memset(&zero, 0, sizeof zero);                                                           \
+        _Pragma("GCC unroll 16") for (i = 0; i < MR; i++)                                        \
+        _Pragma("GCC unroll 16") for (j = 0; j < NV; j++) c[i][j] = zero;                        \
+        for (kk = 0; kk < pp; kk++) {                                                            \
+            ivec b[NV];                                                                          \
+            _Pragma("GCC unroll 16") for (j = 0; j < NV; j++)                                    \
+                memcpy(&b[j], B + (size_t)kk * NV * VL + j * VL, 64);                            \
+            _Pragma("GCC unroll 16") for (i = 0; i < MR; i++) {                                  \
+                ivec a;                                                                          \
+                memset(&a, 0, sizeof a);                                                         \
+                a += (int)A[(size_t)kk * MR + i];                                                \
+                _Pragma("GCC unroll 16") for (j = 0; j < NV; j++)                                \
+                    c[i][j] = (vec)_mm512_dpbf16_ps((__m512)c[i][j], (__m512bh)a, (__m512bh)b[j]); \
+            }                                                                                    \
+        }                                                                                        \
+        AD__BF16_STORE_TILE(vec, 64, VL, MR, NV)                                                 \
     }
-    AD__BF16_STORE_TILE(vec, 64, VL, MR, NV)
-}
+AD__DEFINE_BF16_DOT(ad__bf16_dot_avx512, 8, 2)
+AD__DEFINE_BF16_DOT(ad__bf16_dot16_avx512, 16, 1)
+#undef AD__DEFINE_BF16_DOT
 #endif
 #undef AD__BF16_STORE_TILE
 #endif /* AD__HAS_VECTOR_EXT */
@@ -5870,9 +5879,10 @@ AD__PRIVATE int ad__amx_permitted(void)
 }
 #endif
 
-/* The bfloat16 kernel of the given kind (T->bf16: AD__BF16_AMX where the tiles were granted):
-   the processor's bfloat16 instructions, else float_kernel on panels of rounded floats. */
-AD__PRIVATE ad__bf16_gemm_kernel ad__bf16_pick(int kind, ad__gemm_kernel float_kernel)
+/* The bfloat16 kernel of the given kind (T->bf16: AD__BF16_AMX where the tiles were granted)
+   for an M x N product: the processor's bfloat16 instructions, else float_kernel on panels of
+   rounded floats. */
+AD__PRIVATE ad__bf16_gemm_kernel ad__bf16_pick(int kind, ad__gemm_kernel float_kernel, int M, int N)
 {
     ad__bf16_gemm_kernel k;
     k.fn = NULL;
@@ -5891,11 +5901,15 @@ AD__PRIVATE ad__bf16_gemm_kernel ad__bf16_pick(int kind, ad__gemm_kernel float_k
     }
 #endif
     (void)kind;
+    (void)M;
+    (void)N;
 #if AD__HAS_BF16_INSTRUCTION
     if (ad__isa_features() & AD__ISA_BF16) {
-        k.fn = ad__bf16_dot_avx512;
-        k.mr = 8;
-        k.nr = 32;
+        /* the tall tile for few columns, where it has the rows to fill it */
+        int tall = N <= 16 && M >= 16;
+        k.fn = tall ? ad__bf16_dot16_avx512 : ad__bf16_dot_avx512;
+        k.mr = tall ? 16 : 8;
+        k.nr = tall ? 16 : 32;
         return k;
     }
 #endif
@@ -5995,7 +6009,7 @@ AD__PRIVATE void ad__gemm_one_thread(int bf16, ad__gemm_kernel ker, ad_real *pa,
 {
 #if AD__GEMM_BF16
     if (bf16) {
-        ad__bf16_gemm_kernel bker = ad__bf16_pick(bf16, ker);
+        ad__bf16_gemm_kernel bker = ad__bf16_pick(bf16, ker, M, N);
         if (bker.floats)
             ad__gemm_serial_bf16_floats(bker, pa, pb, ta, tb, M, N, K, kstep, A, lda, B, ldb, C, ldc, accumulate);
         else

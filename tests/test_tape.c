@@ -3176,17 +3176,18 @@ static void bf16_product(ad__bf16_gemm_kernel ker, ad_real *pack, int ta, int tb
                              ad__gemm_kstep(M, N, K, tb), A, ta ? M : K, B, tb ? K : N, C, N, accumulate);
 }
 
-/* Every kernel this machine can run, and the one ad__bf16_pick picks for each product's width, on
+/* Every kernel this machine can run, and the one ad__bf16_pick picks for each product's shape, on
    the packed path, against the rounded operands, half the products added to what C held; the
-   kernels on floats also bit for bit against the dot product's order. */
+   kernels on floats also bit for bit against the dot product's order, and the dot product's tall
+   tile (16 x 16, for few columns) bit for bit against its wide one (8 x 32). */
 static void test_bf16_kernels(void)
 {
-    ad__bf16_gemm_kernel kernels[6];
-    const char *names[6];
+    ad__bf16_gemm_kernel kernels[7];
+    const char *names[7];
     int nk = 0, s, t, k;
     size_t a_max = 0, b_max = 0, c_max = 0;
     ad_rng rng;
-    float *A, *B, *C, *C0;
+    float *A, *B, *C, *C0, *C2;
     ad_real *pack = (ad_real *)malloc(AD__PACK_PER_THREAD * sizeof(ad_real));
     ad_rng_seed(&rng, 11);
     kernels[nk] = bf16_kernel(NULL, NULL, 0, 0); /* replaced by ad__bf16_pick's for each product */
@@ -3206,11 +3207,13 @@ static void test_bf16_kernels(void)
     if (ad__isa_features() & AD__ISA_BF16) {
         kernels[nk] = bf16_kernel(ad__bf16_dot_avx512, NULL, 8, 32);
         names[nk++] = "AVX512-BF16 dot product";
+        kernels[nk] = bf16_kernel(ad__bf16_dot16_avx512, NULL, 16, 16);
+        names[nk++] = "AVX512-BF16 dot, 16 x 16";
     }
 #endif
 #if AD__HAS_AMX
     if (ad__amx_permitted()) {
-        kernels[nk] = ad__bf16_pick(AD__BF16_AMX, ad__gemm_pick(32));
+        kernels[nk] = ad__bf16_pick(AD__BF16_AMX, ad__gemm_pick(32), 32, 32);
         names[nk++] = "AMX tiles";
     }
 #endif
@@ -3225,9 +3228,10 @@ static void test_bf16_kernels(void)
     B = (float *)malloc(b_max * sizeof(float));
     C = (float *)malloc(c_max * sizeof(float));
     C0 = (float *)malloc(c_max * sizeof(float));
-    if (!pack || !A || !B || !C || !C0) {
+    C2 = (float *)malloc(c_max * sizeof(float));
+    if (!pack || !A || !B || !C || !C0 || !C2) {
         TH_CHECK(0, "out of memory");
-        free(A), free(B), free(C), free(C0), free(pack);
+        free(A), free(B), free(C), free(C0), free(C2), free(pack);
         return;
     }
     for (k = 0; k < nk; k++) {
@@ -3236,7 +3240,7 @@ static void test_bf16_kernels(void)
             for (t = 0; t < 4; t += bf16_quick ? 3 : 1) {
                 int M = bf16_shapes[s][0], N = bf16_shapes[s][1], K = bf16_shapes[s][2], ta = t & 1, tb = t >> 1;
                 int accumulate = (s + t) & 1;
-                ad__bf16_gemm_kernel ker = k == 0 ? ad__bf16_pick(AD__BF16_VECTORS, ad__gemm_pick(N)) : kernels[k];
+                ad__bf16_gemm_kernel ker = k == 0 ? ad__bf16_pick(AD__BF16_VECTORS, ad__gemm_pick(N), M, N) : kernels[k];
                 double w;
                 bf16_fill(A, (size_t)M * K, &rng);
                 bf16_fill(B, (size_t)K * N, &rng);
@@ -3246,6 +3250,15 @@ static void test_bf16_kernels(void)
                 w = bf16_check_product(names[k], ta, tb, M, N, K, A, B, accumulate ? C0 : NULL, C);
                 if (w > worst) worst = w;
                 if (ker.floats) bf16_check_pair_order(names[k], ta, tb, M, N, K, A, B, accumulate ? C0 : NULL, C);
+#if AD__X86_DISPATCH && AD__HAS_BF16_INSTRUCTION
+                if (ker.fn == ad__bf16_dot16_avx512) {
+                    memcpy(C2, C0, (size_t)M * N * sizeof(float));
+                    bf16_product(bf16_kernel(ad__bf16_dot_avx512, NULL, 8, 32), pack, ta, tb, M, N, K, A, B, C2,
+                                 accumulate);
+                    TH_CHECK(memcmp(C, C2, (size_t)M * N * sizeof(float)) == 0,
+                             "%s %dx%dx%d ta %d tb %d: not the 8 x 32 tile's bits", names[k], M, N, K, ta, tb);
+                }
+#endif
             }
         printf("  %-28s largest error %.2f of the bound\n", names[k], worst);
     }
@@ -3253,6 +3266,7 @@ static void test_bf16_kernels(void)
     free(B);
     free(C);
     free(C0);
+    free(C2);
     free(pack);
     th_family("bfloat16 kernels");
 }
