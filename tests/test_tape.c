@@ -645,11 +645,11 @@ static void test_float_gemm_narrow(void)
    A's values along k spread over a vector's lanes). Its packing agrees with the layout's map
    ad__spread_slot: blocks of B with ten columns one row after another (read in place), with its
    rows further apart and a last, short block of nine columns (both staged first). Then whole
-   products: ragged rows (the tile's last rows read the last
-   row again), K from one block to past the cache block with a short last block, with and without
-   accumulating, each within the bound of (h), and B with its rows padded giving the same bits as
-   B without, so that a staged B and one read in place feed the kernel the same panel. Where the processor has
-   AVX-512 the products with nine or ten columns are taken there. */
+   products: ragged rows (the tile's last rows read the last row again), K from one block to past
+   the cache block with a short last block, with and without accumulating, each within the bound
+   of (h), and B with its rows padded giving the same bits as B without, so that a staged B and
+   one read in place feed the kernel the same panel. Where the processor has AVX-512 the products
+   with nine or ten columns are taken there. */
 static void test_float_gemm_spread(void)
 {
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
