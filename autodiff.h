@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.23 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.24 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -422,6 +422,12 @@
                        1.06x. With AVX512-BF16, products of at most 16 columns and 16 rows or
                        more take a tile of 16 x 16 instead of 8 x 32 (the same bits): in
                        bfloat16 h^T . g [64, 10] 1.66x, h [64, 128] . W [128, 10] 1.32x.
+   0.10.24  2026-11-30  speed: with AVX-512, the spread kernel's packing of B takes its
+                       permutations' indices and masks from constants (they were built value
+                       by value at each call, half the packing's time) and uses two-source
+                       permutations, 11 a block instead of 17. On one thread of Zen 4:
+                       h [64, 128] . W [128, 10] from 75% to 80% of the FMA rate. Results
+                       unchanged.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -431,7 +437,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 23
+#define AUTODIFF_VERSION_PATCH 24
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -4608,35 +4614,51 @@ AD__INLINE int ad__spread_slot(int s, int j)
     return j < 8 ? 16 * (2 * (s / 4) + j / 4) + 4 * (j % 4) + s % 4 : 64 + 8 * (j - 8) + s;
 }
 
+/* The inverse of ad__spread_slot for vector v of a block: lane l gets value 10 s + j of a block of
+   B with ten columns one row after another (k = s, column j), where ad__spread_slot(s, j) is
+   16 v + l. */
+AD__INLINE __attribute__((target("avx512f"))) __m512i ad__spread_sources(__m512i lane, int v)
+{
+    __m512i s, j;
+    if (v < 4) {
+        s = _mm512_add_epi32(_mm512_set1_epi32(4 * (v / 2)), _mm512_and_si512(lane, _mm512_set1_epi32(3)));
+        j = _mm512_add_epi32(_mm512_set1_epi32(4 * (v % 2)), _mm512_maskz_srli_epi32(AD__EVERY_LANE, lane, 2));
+    } else {
+        s = _mm512_and_si512(lane, _mm512_set1_epi32(7));
+        j = _mm512_add_epi32(_mm512_set1_epi32(8), _mm512_maskz_srli_epi32(AD__EVERY_LANE, lane, 3));
+    }
+    return _mm512_add_epi32(_mm512_mullo_epi32(s, _mm512_set1_epi32(10)), j);
+}
+
 /* Rows pc..pc+kc-1 of B (not transposed, 9 or 10 columns) in the spread layout, the last block
    padded with zeros. A block of a B of ten columns with its rows one after another (a
    classifier's weights) is 80 consecutive values, five vectors; each vector of the layout picks
-   its lanes from three of them (five for columns 8 and 9) by masked permutations, 17 a block,
-   whose sources are constants, so that the loops over them unroll. Other blocks (nine columns,
-   rows further apart, a last short block) are first staged as such 80 values, with zeros. */
+   its lanes from two or three pairs of them (in[4] paired with itself) by two-source
+   permutations, 11 a block. The permutations' indices and masks are constants, which GCC
+   folds, so that a product's packing costs its blocks alone. Other blocks (nine columns, rows
+   further apart, a last short block) are first staged as such 80 values, with zeros. */
 AD__PRIVATE __attribute__((target("avx512f"))) void ad__pack_spread_b(const float *B, ptrdiff_t ldb, int pc, int kc,
                                                                       int N, float *dst)
 {
-    static const unsigned char first[5] = {0, 0, 2, 2, 0}, last[5] = {2, 2, 4, 4, 4};
+    static const unsigned char first_pair[5] = {0, 0, 1, 1, 0}, last_pair[5] = {1, 1, 2, 2, 2};
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __mmask16 columns = ad__first_lanes(N), ten = ad__first_lanes(10);
-    int from[5][16], s, j, v, m, k0;
+    int s, v, p, k0;
     float staged[AD__SPREAD_BLOCK];
-    __m512i lane[5];
-    __mmask16 mask[5][5];
-    for (s = 0; s < AD__SPREAD_K; s++)
-        for (j = 0; j < 10; j++) {
-            int slot = ad__spread_slot(s, j);
-            from[slot / 16][slot % 16] = 10 * s + j; /* lane slot % 16 of vector slot / 16 */
-        }
+    __m512i index[5];
+    __mmask16 from_pair[5][3];
+#pragma GCC unroll 5
     for (v = 0; v < 5; v++) {
-        __m512i at = _mm512_loadu_si512(from[v]);
-        lane[v] = _mm512_and_si512(at, _mm512_set1_epi32(15));
-        for (m = 0; m < 5; m++)
-            mask[v][m] = _mm512_cmpeq_epi32_mask(_mm512_maskz_srli_epi32(AD__EVERY_LANE, at, 4), _mm512_set1_epi32(m));
+        const __m512i source = ad__spread_sources(lanes, v);
+        index[v] = _mm512_and_si512(source, _mm512_set1_epi32(31)); /* within a pair of vectors */
+#pragma GCC unroll 3
+        for (p = 0; p < 3; p++)
+            from_pair[v][p] = _mm512_cmpeq_epi32_mask(_mm512_maskz_srli_epi32(AD__EVERY_LANE, source, 5),
+                                                      _mm512_set1_epi32(p));
     }
     for (k0 = 0; k0 < kc; k0 += AD__SPREAD_K, dst += AD__SPREAD_BLOCK) {
         const float *block = B + ((ptrdiff_t)pc + k0) * ldb;
-        __m512 in[5];
+        __m512 in[6];
         if (N != 10 || ldb != 10 || kc - k0 < AD__SPREAD_K) {
             for (s = 0; s < AD__SPREAD_K; s++)
                 _mm512_mask_storeu_ps(staged + 10 * s, ten,
@@ -4644,13 +4666,15 @@ AD__PRIVATE __attribute__((target("avx512f"))) void ad__pack_spread_b(const floa
             block = staged;
         }
 #pragma GCC unroll 5
-        for (m = 0; m < 5; m++) in[m] = _mm512_loadu_ps(block + 16 * m);
+        for (p = 0; p < 5; p++) in[p] = _mm512_loadu_ps(block + 16 * p);
+        in[5] = in[4]; /* not read: values 64-79 lie in the first of their pair */
 #pragma GCC unroll 5
         for (v = 0; v < 5; v++) {
             __m512 out = _mm512_setzero_ps();
-#pragma GCC unroll 5
-            for (m = 0; m < 5; m++)
-                if (m >= first[v] && m <= last[v]) out = _mm512_mask_permutexvar_ps(out, mask[v][m], lane[v], in[m]);
+#pragma GCC unroll 3
+            for (p = 0; p < 3; p++)
+                if (p >= first_pair[v] && p <= last_pair[v])
+                    out = _mm512_mask_mov_ps(out, from_pair[v][p], _mm512_permutex2var_ps(in[2 * p], index[v], in[2 * p + 1]));
             _mm512_storeu_ps(dst + 16 * v, out);
         }
     }
