@@ -64,6 +64,10 @@ static const gemm_shape shapes[] = {
        on one image (x.W1) */
     {"thin_hWt", "h[1,256] . W_hh[1024,256]^T", 0, 1, 1, 1024, 256},
     {"thin_xW", "x[1,784] . W1[784,128]", 0, 0, 1, 128, 784},
+    /* one column of C, which the thin kernels take as the transposed product: a linear
+       regression's forward x.w and its weight's gradient x^T.g, batch 64 */
+    {"col_xw", "x[64,784] . w[784,1]", 0, 0, 64, 1, 784},
+    {"col_xTg", "x^T . g[64,1]", 1, 0, 784, 1, 64},
 };
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
 

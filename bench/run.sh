@@ -243,7 +243,8 @@ ROWS=$OUT/rows.txt
              "gpt_proj GPT fwd h.W_proj 768x512.512x128" "gpt_gWt_fc GPT bwd g.W_fc^T 768x512.512x128" \
              "gpt_gWt_proj GPT bwd g.W_proj^T 768x128.128x512" "gpt_xTg_fc GPT bwd x^T.g 128x768.768x512" \
              "gpt_xTg_proj GPT bwd h^T.g 512x768.768x128" "gpt_qkT GPT attention block q.k^T 32x32.32x32" \
-             "thin_hWt one row h.W_hh^T 1x256.256x1024" "thin_xW one row x.W1 1x784.784x128"; do
+             "thin_hWt one row h.W_hh^T 1x256.256x1024" "thin_xW one row x.W1 1x784.784x128" \
+             "col_xw one column x.w 64x784.784x1" "col_xTg one column x^T.g 784x64.64x1"; do
         set -- $s
         key=$1; shift
         echo "GEMM $*, GFLOP/s|gemm.$key.ours|gemm.$key.openblas|OpenBLAS|hi"
@@ -259,7 +260,8 @@ ROWS=$OUT/rows.txt
              "gpt_proj GPT fwd 768x512.512x128" "gpt_gWt_fc GPT bwd 768x512.512x128^T" \
              "gpt_gWt_proj GPT bwd 768x128.128x512^T" "gpt_xTg_fc GPT bwd 128x768^T.768x512" \
              "gpt_xTg_proj GPT bwd 512x768^T.768x128" "gpt_qkT GPT attention block 32x32.32x32^T" \
-             "thin_hWt one row 1x256.1024x256^T" "thin_xW one row 1x784.784x128"; do
+             "thin_hWt one row 1x256.1024x256^T" "thin_xW one row 1x784.784x128" \
+             "col_xw one column 64x784.784x1" "col_xTg one column 784x64^T.64x1"; do
         set -- $s
         key=$1; shift
         echo "GEMM $*, GFLOP/s|gemm.$key.ours|gemm.$key.torch|torch.mm|hi"

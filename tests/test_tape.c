@@ -554,7 +554,7 @@ static void test_float_gemm_thin(void)
     /* large enough for their columns to be split over threads (ad__gemm_thin_split): the split
        must not change a bit, at the least split (two stretches) and past it */
     {
-        static const int wide[] = {2 * AD__THIN_COLUMNS, 577, 1031};
+        static const int wide[] = {2 * AD__THIN_STRETCH, 577, 1031};
         for (m = 1; m <= 3; m++)
             for (ni = 0; ni < sizeof wide / sizeof wide[0]; ni++)
                 for (ta = 0; ta <= 1; ta++)
@@ -584,6 +584,138 @@ static void test_float_gemm_thin(void)
                                          memcmp(one, more, bytes) == 0,
                                      "thin gemm m=%d n=%d k=%d ta=%d tb=%d: %d threads differ from one", m, n, k, ta,
                                      tb, threads);
+                        }
+                        free(one);
+                        free(more);
+                    }
+        ad_set_threads(T, 1);
+    }
+    ad_tape_free(T);
+}
+
+/* C (m x 1, its values adjacent, then a sentinel) (+)= op(A) op(B) for one column of C: the
+   few-columns kernels store such a column of C as a vector. */
+static int gemm_column_ok(ad_tape *T, ad_rng *rng, int ta, int tb, int m, int k, int accumulate)
+{
+    const float sentinel = 12345.0f;
+    int lda = ta ? m : k, r, ok = 1;
+    float *A = (float *)malloc((size_t)m * k * sizeof(float)), *B = (float *)malloc((size_t)k * sizeof(float));
+    float *C = (float *)malloc((size_t)(m + 1) * sizeof(float)), *C0 = (float *)malloc((size_t)m * sizeof(float));
+    if (!A || !B || !C || !C0) {
+        free(A); free(B); free(C); free(C0);
+        return 0;
+    }
+    for (r = 0; r < m * k; r++) A[r] = (float)(2 * ad_rng_uniform(rng) - 1);
+    for (r = 0; r < k; r++) B[r] = (float)(2 * ad_rng_uniform(rng) - 1);
+    for (r = 0; r < m; r++) C[r] = C0[r] = (float)(2 * ad_rng_uniform(rng) - 1);
+    C[m] = sentinel;
+    if (ad__gemm(T, ta, tb, m, 1, k, A, lda, B, tb ? k : 1, C, 1, accumulate) != 0 || C[m] != sentinel) ok = 0;
+    for (r = 0; ok && r < m; r++) {
+        double start = accumulate ? C0[r] : 0, mag, ref = start + gemm_reference(ta, tb, k, A, lda, B, tb ? k : 1, r, 0, &mag);
+        if (fabs(C[r] - ref) > (k + 1) * 6e-8 * (mag + fabs(start)) + 1e-30) ok = 0;
+    }
+    free(A); free(B); free(C); free(C0);
+    return ok;
+}
+
+/* (h2b) products with one to three columns of C and more rows (a matrix times a vector), which
+   the thin kernels take as the transposed product (ad__thin_*_few_columns): every transpose, M
+   on both sides of the dot products' groups and the sums' blocks of vectors, K on both sides of
+   a step and of the stretches in which B's columns are copied to rows (AD__THIN_COPY), with and
+   without accumulating, B's rows padded or not; C's other columns untouched (gemm_case_ok: C's
+   column a scattered row of C^T) and a column of adjacent values (stored as vectors). Where the
+   processor has AVX-512, the AVX2 kernels give the same bits. Split over threads (rows of C in
+   stretches), no bit changes. */
+static void test_float_gemm_few_columns(void)
+{
+    static const int ms[] = {4, 5, 15, 16, 17, 63, 64, 65, 100, 197},
+                     ks[] = {1, 5, 16, 17, 100, AD__THIN_COPY, AD__THIN_COPY + 1, 600};
+    ad_tape *T = ad_tape_new();
+    ad_rng rng;
+    size_t mi, ki;
+    int n, ta, tb, acc, bad = 0, cases = 0, column_bad = 0, column_cases = 0;
+    ad_rng_seed(&rng, 29);
+    ad_set_threads(T, 1);
+    for (n = 1; n <= 3; n++)
+        for (mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+            for (ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+                for (ta = 0; ta <= 1; ta++)
+                    for (tb = 0; tb <= 1; tb++)
+                        for (acc = 0; acc <= 1; acc++) {
+                            int m = ms[mi], k = ks[ki];
+                            cases++;
+                            if (!gemm_case_ok(T, &rng, ta, tb, m, n, k, acc, (m + k + acc) % 2 ? 3 : 0, NULL) &&
+                                bad++ < 5)
+                                TH_CHECK(0, "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d is off", m, n, k, ta, tb,
+                                         acc);
+                            if (n > 1) continue;
+                            column_cases++;
+                            if (!gemm_column_ok(T, &rng, ta, tb, m, k, acc) && column_bad++ < 5)
+                                TH_CHECK(0, "gemm into a column m=%d k=%d ta=%d tb=%d accumulate=%d is off", m, k, ta,
+                                         tb, acc);
+                        }
+    TH_CHECK(bad == 0, "%d of %d products with few columns are off", bad, cases);
+    TH_CHECK(column_bad == 0, "%d of %d products into one column are off", column_bad, column_cases);
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+    if (ad__isa() == AD__ISA_AVX512) {
+        static const int shapes[][2] = {{4, 1}, {37, 5}, {64, 16}, {100, 257}, {65, 1000}};
+        size_t i;
+        int differ = 0;
+        for (i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (n = 1; n <= 3; n++)
+                for (ta = 0; ta <= 1; ta++)
+                    for (tb = 0; tb <= 1; tb++) {
+                        int m = shapes[i][0], k = shapes[i][1], r, ldc = n + 2;
+                        float *A = (float *)malloc((size_t)m * k * sizeof(float));
+                        float *B = (float *)malloc((size_t)n * k * sizeof(float));
+                        float *wide = (float *)calloc((size_t)m * ldc, sizeof(float));
+                        float *narrow = (float *)calloc((size_t)m * ldc, sizeof(float));
+                        if (!A || !B || !wide || !narrow) {
+                            free(A); free(B); free(wide); free(narrow);
+                            TH_CHECK(0, "out of memory");
+                            ad_tape_free(T);
+                            return;
+                        }
+                        for (r = 0; r < m * k; r++) A[r] = (float)(2 * ad_rng_uniform(&rng) - 1);
+                        for (r = 0; r < n * k; r++) B[r] = (float)(2 * ad_rng_uniform(&rng) - 1);
+                        ad__thin_avx512_few_columns(ta, tb, m, n, k, A, ta ? m : k, B, tb ? k : n, wide, ldc, 0);
+                        ad__thin_avx2_few_columns(ta, tb, m, n, k, A, ta ? m : k, B, tb ? k : n, narrow, ldc, 0);
+                        if (memcmp(wide, narrow, (size_t)m * ldc * sizeof(float)) != 0 && differ++ < 3)
+                            TH_CHECK(0, "few-columns AVX2 and AVX-512 kernels differ, m=%d n=%d k=%d ta=%d tb=%d", m,
+                                     n, k, ta, tb);
+                        free(A); free(B); free(wide); free(narrow);
+                    }
+        TH_CHECK(differ == 0, "%d products with few columns differ between AVX2 and AVX-512", differ);
+    }
+#endif
+    {
+        static const int tall[] = {2 * AD__THIN_STRETCH, 577, 1031};
+        for (n = 1; n <= 3; n++)
+            for (mi = 0; mi < sizeof tall / sizeof tall[0]; mi++)
+                for (ta = 0; ta <= 1; ta++)
+                    for (tb = 0; tb <= 1; tb++) {
+                        int m = tall[mi], k = 347, threads;
+                        size_t bytes = (size_t)m * (n + 3) * sizeof(float);
+                        float *one = (float *)malloc(bytes), *more = (float *)malloc(bytes);
+                        ad_rng r1, rt;
+                        if (!one || !more) {
+                            free(one);
+                            free(more);
+                            TH_CHECK(0, "out of memory");
+                            ad_tape_free(T);
+                            return;
+                        }
+                        ad_rng_seed(&r1, 37 + (uint64_t)mi);
+                        ad_set_threads(T, 1);
+                        TH_CHECK(gemm_case_ok(T, &r1, ta, tb, m, n, k, n == 2, 0, one),
+                                 "few-columns gemm m=%d n=%d k=%d ta=%d tb=%d is off on one thread", m, n, k, ta, tb);
+                        for (threads = 2; threads <= 3; threads++) {
+                            ad_rng_seed(&rt, 37 + (uint64_t)mi);
+                            ad_set_threads(T, threads);
+                            TH_CHECK(gemm_case_ok(T, &rt, ta, tb, m, n, k, n == 2, 0, more) &&
+                                         memcmp(one, more, bytes) == 0,
+                                     "few-columns gemm m=%d n=%d k=%d ta=%d tb=%d: %d threads differ from one", m, n,
+                                     k, ta, tb, threads);
                         }
                         free(one);
                         free(more);
@@ -3578,6 +3710,7 @@ int main(void)
         set_gemm_kc_limit(kc_limit ? 0 : AD__KC_UNKNOWN_L2);
         test_float_matmul();
         test_float_gemm_thin();
+        test_float_gemm_few_columns();
         test_float_gemm_narrow();
         test_float_gemm_spread();
         if (!kc_limit) test_float_gemm_stride_paths(); /* its K blocks of at most 256 rows fit L1's sets */
