@@ -750,6 +750,35 @@ static void test_float_gemm_narrow(void)
                             }
                         }
     TH_CHECK(bad == 0, "%d of %d narrow products are off", bad, cases);
+    /* op(A) transposed: a last tile of at most 24 rows goes to the narrow kernel, whole tiles of
+       32 to the column kernel; each row gets the same bits either way (here against the first
+       rows of a product of 128 rows, all in whole tiles) */
+    {
+        static const int rows[] = {4, 8, 17, 24, 36, 56, 100}, cols[] = {4, 10, 12}, depth[] = {9, 64, 300};
+        int differ = 0, compared = 0;
+        for (mi = 0; mi < sizeof rows / sizeof rows[0]; mi++)
+            for (ni = 0; ni < sizeof cols / sizeof cols[0]; ni++)
+                for (ki = 0; ki < sizeof depth / sizeof depth[0]; ki++) {
+                    int m = rows[mi], n = cols[ni], k = depth[ki], r;
+                    float *A = (float *)malloc((size_t)k * 128 * sizeof(float)), *B = (float *)malloc((size_t)k * n * sizeof(float));
+                    float *all = (float *)malloc((size_t)128 * n * sizeof(float)), *some = (float *)malloc((size_t)m * n * sizeof(float));
+                    if (!A || !B || !all || !some) {
+                        free(A); free(B); free(all); free(some);
+                        TH_CHECK(0, "out of memory");
+                        return;
+                    }
+                    for (r = 0; r < k * 128; r++) A[r] = (float)(2 * ad_rng_uniform(&rng) - 1);
+                    for (r = 0; r < k * n; r++) B[r] = (float)(2 * ad_rng_uniform(&rng) - 1);
+                    compared++;
+                    if (ad__gemm(T, 1, 0, 128, n, k, A, 128, B, n, all, n, 0) != 0 ||
+                        ad__gemm(T, 1, 0, m, n, k, A, 128, B, n, some, n, 0) != 0 ||
+                        memcmp(all, some, (size_t)m * n * sizeof(float)) != 0)
+                        differ++;
+                    free(A); free(B); free(all); free(some);
+                }
+        TH_CHECK(differ == 0, "%d of %d products with op(A) transposed change bits with their last tile's kernel", differ,
+                 compared);
+    }
     /* large enough to be split over threads: the split must not change a bit */
     for (ta = 0; ta <= 1; ta++)
         for (ni = 0; ni < 3; ni++) {
