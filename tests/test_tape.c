@@ -487,6 +487,31 @@ static int gemm_case_ok(ad_tape *T, ad_rng *rng, int ta, int tb, int m, int n, i
     return ok;
 }
 
+/* One product on one, two and three threads: each result held to the bound of (h), and the
+   two- and three-thread results equal to the one-thread result bit for bit. */
+static void check_gemm_threads(ad_tape *T, uint64_t seed, int ta, int tb, int m, int n, int k, int acc)
+{
+    size_t bytes = (size_t)m * (n + 3) * sizeof(float); /* C's rows padded by 3, as in gemm_case_ok */
+    float *one = (float *)malloc(bytes), *more = (float *)malloc(bytes);
+    int t;
+    if (!one || !more) { free(one); free(more); TH_CHECK(0, "out of memory"); return; }
+    for (t = 1; t <= 3; t++) {
+        ad_rng rng;
+        int ok;
+        ad_rng_seed(&rng, seed);
+        ad_set_threads(T, t);
+        ok = gemm_case_ok(T, &rng, ta, tb, m, n, k, acc, tb ? 3 : 0, t == 1 ? one : more);
+        TH_CHECK(ok, "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d on %d thread(s) is off", m, n, k, ta, tb, acc, t);
+        if (t > 1)
+            TH_CHECK(ok && memcmp(one, more, bytes) == 0,
+                     "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d: %d threads differ from one", m, n, k, ta, tb, acc,
+                     t);
+    }
+    ad_set_threads(T, 1);
+    free(one);
+    free(more);
+}
+
 /* (h2a) products with one to three rows of C, which the thin kernels take (ad__gemm_thin): every
    transpose, N and K on both sides of a vector, of four vectors and of the dot products' 16
    running sums, with and without accumulating, B at its exact size and C's other columns
@@ -558,37 +583,8 @@ static void test_float_gemm_thin(void)
         for (m = 1; m <= 3; m++)
             for (ni = 0; ni < sizeof wide / sizeof wide[0]; ni++)
                 for (ta = 0; ta <= 1; ta++)
-                    for (tb = 0; tb <= 1; tb++) {
-                        int n = wide[ni], k = 347, ldc = n + 3, threads;
-                        size_t bytes = (size_t)m * ldc * sizeof(float);
-                        float *one, *more;
-                        ad_rng r1, rt;
-                        if (ta && tb) continue;
-                        one = (float *)malloc(bytes);
-                        more = (float *)malloc(bytes);
-                        if (!one || !more) {
-                            free(one);
-                            free(more);
-                            TH_CHECK(0, "out of memory");
-                            ad_tape_free(T);
-                            return;
-                        }
-                        ad_rng_seed(&r1, 31 + (uint64_t)ni);
-                        ad_set_threads(T, 1);
-                        TH_CHECK(gemm_case_ok(T, &r1, ta, tb, m, n, k, m == 2, 0, one),
-                                 "thin gemm m=%d n=%d k=%d ta=%d tb=%d is off on one thread", m, n, k, ta, tb);
-                        for (threads = 2; threads <= 3; threads++) {
-                            ad_rng_seed(&rt, 31 + (uint64_t)ni);
-                            ad_set_threads(T, threads);
-                            TH_CHECK(gemm_case_ok(T, &rt, ta, tb, m, n, k, m == 2, 0, more) &&
-                                         memcmp(one, more, bytes) == 0,
-                                     "thin gemm m=%d n=%d k=%d ta=%d tb=%d: %d threads differ from one", m, n, k, ta,
-                                     tb, threads);
-                        }
-                        free(one);
-                        free(more);
-                    }
-        ad_set_threads(T, 1);
+                    for (tb = 0; tb <= 1; tb++)
+                        if (!(ta && tb)) check_gemm_threads(T, 31 + (uint64_t)ni, ta, tb, m, wide[ni], 347, m == 2);
     }
     ad_tape_free(T);
 }
@@ -693,34 +689,8 @@ static void test_float_gemm_few_columns(void)
         for (n = 1; n <= 3; n++)
             for (mi = 0; mi < sizeof tall / sizeof tall[0]; mi++)
                 for (ta = 0; ta <= 1; ta++)
-                    for (tb = 0; tb <= 1; tb++) {
-                        int m = tall[mi], k = 347, threads;
-                        size_t bytes = (size_t)m * (n + 3) * sizeof(float);
-                        float *one = (float *)malloc(bytes), *more = (float *)malloc(bytes);
-                        ad_rng r1, rt;
-                        if (!one || !more) {
-                            free(one);
-                            free(more);
-                            TH_CHECK(0, "out of memory");
-                            ad_tape_free(T);
-                            return;
-                        }
-                        ad_rng_seed(&r1, 37 + (uint64_t)mi);
-                        ad_set_threads(T, 1);
-                        TH_CHECK(gemm_case_ok(T, &r1, ta, tb, m, n, k, n == 2, 0, one),
-                                 "few-columns gemm m=%d n=%d k=%d ta=%d tb=%d is off on one thread", m, n, k, ta, tb);
-                        for (threads = 2; threads <= 3; threads++) {
-                            ad_rng_seed(&rt, 37 + (uint64_t)mi);
-                            ad_set_threads(T, threads);
-                            TH_CHECK(gemm_case_ok(T, &rt, ta, tb, m, n, k, n == 2, 0, more) &&
-                                         memcmp(one, more, bytes) == 0,
-                                     "few-columns gemm m=%d n=%d k=%d ta=%d tb=%d: %d threads differ from one", m, n,
-                                     k, ta, tb, threads);
-                        }
-                        free(one);
-                        free(more);
-                    }
-        ad_set_threads(T, 1);
+                    for (tb = 0; tb <= 1; tb++)
+                        check_gemm_threads(T, 37 + (uint64_t)mi, ta, tb, tall[mi], n, 347, n == 2);
     }
     ad_tape_free(T);
 }
@@ -1156,30 +1126,6 @@ static void test_gemm_blocks(void)
     check_gemm_blocks(AD__KC_UNKNOWN_L2);
     if (AD__X86_DISPATCH) check_gemm_blocks(AD__KC_MAX);
     th_family("ad__gemm: K blocks of the limit's length, added in order");
-}
-
-/* One product on one, two and three threads: each result held to the bound of (h), and the
-   two- and three-thread results equal to the one-thread result bit for bit. */
-static void check_gemm_threads(ad_tape *T, uint64_t seed, int ta, int tb, int m, int n, int k, int acc)
-{
-    size_t bytes = (size_t)m * (n + 3) * sizeof(float); /* C's rows padded by 3, as in gemm_case_ok */
-    float *one = (float *)malloc(bytes), *more = (float *)malloc(bytes);
-    int t;
-    if (!one || !more) { free(one); free(more); TH_CHECK(0, "out of memory"); return; }
-    for (t = 1; t <= 3; t++) {
-        ad_rng rng;
-        int ok;
-        ad_rng_seed(&rng, seed);
-        ad_set_threads(T, t);
-        ok = gemm_case_ok(T, &rng, ta, tb, m, n, k, acc, tb ? 3 : 0, t == 1 ? one : more);
-        TH_CHECK(ok, "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d on %d thread(s) is off", m, n, k, ta, tb, acc, t);
-        if (t > 1)
-            TH_CHECK(ok && memcmp(one, more, bytes) == 0,
-                     "gemm m=%d n=%d k=%d ta=%d tb=%d accumulate=%d: %d threads differ from one", m, n, k, ta, tb, acc,
-                     t);
-    }
-    free(one);
-    free(more);
 }
 
 /* check_gemm_threads for each of count shapes (m, n, k), every transpose, with and without
