@@ -5282,8 +5282,8 @@ AD__INLINE ad_real ad__thin_total(const ad_real *sums)
         else if (M == 2) NAME##_axpy_rows(2, ta, N, K, A, lda, B, ldb, C, ldc, 1, accumulate);   \
         else NAME##_axpy_rows(3, ta, N, K, A, lda, B, ldb, C, ldc, 1, accumulate);               \
     }                                                                                            \
-    /* R rows of C^T = B^T A^T (C^T's element (j, i) at C[i * ldc + j]), K from k0 on: B's R    \
-       columns copied to rows in stretches of AD__THIN_COPY values of k */                       \
+    /* R rows of C^T = B^T A^T (C^T's element (j, i) at C[i * ldc + j]): B's R columns copied  \
+       to rows AD__THIN_COPY values of k at a time, each stretch's dot products added to C */    \
     static ATTR AD__ALWAYS_INLINE AD__INLINE_KEYWORD void NAME##_dot_copied(                      \
         const int R, int M, int K, const ad_real *AD__RESTRICT A, ptrdiff_t lda,                 \
         const ad_real *AD__RESTRICT B, ptrdiff_t ldb, ad_real *AD__RESTRICT C, ptrdiff_t ldc,     \
