@@ -61,9 +61,10 @@ static const gemm_shape shapes[] = {
     {"gpt_xTg_proj", "h^T . g[768,128]", 1, 0, 512, 128, 768},
     {"gpt_qkT", "q[32,32] . k[32,32]^T", 0, 1, 32, 32, 32},
     /* one row of C, which the thin kernels take: an LSTM step on one sequence (h.W_hh^T), the MLP
-       on one image (x.W1) */
+       on one image (x.W1, and its classifier h.W2, ten columns: fewer than a vector) */
     {"thin_hWt", "h[1,256] . W_hh[1024,256]^T", 0, 1, 1, 1024, 256},
     {"thin_xW", "x[1,784] . W1[784,128]", 0, 0, 1, 128, 784},
+    {"thin_hW2", "h[1,128] . W2[128,10]", 0, 0, 1, 10, 128},
     /* one column of C, which the thin kernels take as the transposed product: a linear
        regression's forward x.w and its weight's gradient x^T.g, batch 64 */
     {"col_xw", "x[64,784] . w[784,1]", 0, 0, 64, 1, 784},

@@ -244,6 +244,7 @@ ROWS=$OUT/rows.txt
              "gpt_gWt_proj GPT bwd g.W_proj^T 768x128.128x512" "gpt_xTg_fc GPT bwd x^T.g 128x768.768x512" \
              "gpt_xTg_proj GPT bwd h^T.g 512x768.768x128" "gpt_qkT GPT attention block q.k^T 32x32.32x32" \
              "thin_hWt one row h.W_hh^T 1x256.256x1024" "thin_xW one row x.W1 1x784.784x128" \
+             "thin_hW2 one row h.W2 1x128.128x10" \
              "col_xw one column x.w 64x784.784x1" "col_xTg one column x^T.g 784x64.64x1"; do
         set -- $s
         key=$1; shift
@@ -261,6 +262,7 @@ ROWS=$OUT/rows.txt
              "gpt_gWt_proj GPT bwd 768x128.128x512^T" "gpt_xTg_fc GPT bwd 128x768^T.768x512" \
              "gpt_xTg_proj GPT bwd 512x768^T.768x128" "gpt_qkT GPT attention block 32x32.32x32^T" \
              "thin_hWt one row 1x256.1024x256^T" "thin_xW one row 1x784.784x128" \
+             "thin_hW2 one row 1x128.128x10" \
              "col_xw one column 64x784.784x1" "col_xTg one column 784x64^T.64x1"; do
         set -- $s
         key=$1; shift
@@ -268,7 +270,8 @@ ROWS=$OUT/rows.txt
     done
     for s in "sq512 512x512x512" "sq1024 1024x1024x1024" "sq2048 2048x2048x2048" \
              "mlp2_fwd1 MLP2 fwd x.W1 64x784.784x512" "mlp2_gWt2 MLP2 bwd g.W2^T 64x256.256x512" \
-             "mlp2_xTg1 MLP2 bwd x^T.g 784x64.64x512"; do
+             "mlp2_xTg1 MLP2 bwd x^T.g 784x64.64x512" "thin_xW one row x.W1 1x784.784x128" \
+             "col_xw one column x.w 64x784.784x1"; do
         set -- $s
         key=$1; shift
         echo "GEMM $*, bfloat16 products against float32, GFLOP/s|bf16.gemm.$key.ours|gemm.$key.ours|autodiff.h float32|hi"

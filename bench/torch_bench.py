@@ -66,9 +66,10 @@ SHAPES = [
     ("gpt_xTg_fc", "x^T . g[768,512]", 1, 0, 128, 512, 768),
     ("gpt_xTg_proj", "h^T . g[768,128]", 1, 0, 512, 128, 768),
     ("gpt_qkT", "q[32,32] . k[32,32]^T", 0, 1, 32, 32, 32),
-    # one row: an LSTM step on one sequence (h . W_hh^T), an MLP on one image (x . W1)
+    # one row: an LSTM step on one sequence (h . W_hh^T), an MLP on one image (x . W1, h . W2)
     ("thin_hWt", "h[1,256] . W_hh[1024,256]^T", 0, 1, 1, 1024, 256),
     ("thin_xW", "x[1,784] . W1[784,128]", 0, 0, 1, 128, 784),
+    ("thin_hW2", "h[1,128] . W2[128,10]", 0, 0, 1, 10, 128),
     # one column: a linear regression's forward (x . w) and its weight's gradient (x^T . g)
     ("col_xw", "x[64,784] . w[784,1]", 0, 0, 64, 1, 784),
     ("col_xTg", "x^T . g[64,1]", 1, 0, 784, 1, 64),

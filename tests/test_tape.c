@@ -3524,6 +3524,118 @@ static double bf16_worst_difference(const float *a, const float *b, size_t n, do
     return worst;
 }
 
+/* One thin product (one to three rows or columns of C) on a tape in bfloat16 (T) and on a float
+   tape (F) from copies of A and B rounded to bfloat16 beforehand, C starting from the same values:
+   the thin kernels round each value as they read it, so the two must be the same bits (or both
+   NaN). With
+   edges, some values of A and B are the floats whose rounding is delicate (ties, a NaN whose
+   payload lies in its low bits, the largest floats, subnormals). Returns whether they are. */
+static int bf16_thin_case(ad_tape *T, ad_tape *F, ad_rng *rng, int ta, int tb, int m, int n, int k, int accumulate,
+                          int edges)
+{
+    static const uint32_t edge_bits[] = {0x3f808000u, 0x3f818000u, 0xbf818000u, 0x7f800001u, 0x7f7fffffu,
+                                         0x00018000u, 0x80000001u, 0x7f7f7fffu};
+    const size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
+    float *A = (float *)malloc(na * sizeof(float)), *Ar = (float *)malloc(na * sizeof(float));
+    float *B = (float *)malloc(nb * sizeof(float)), *Br = (float *)malloc(nb * sizeof(float));
+    float *C = (float *)malloc(nc * sizeof(float)), *Cr = (float *)malloc(nc * sizeof(float));
+    size_t i;
+    int same = 0;
+    if (A && Ar && B && Br && C && Cr) {
+        bf16_fill(A, na, rng);
+        bf16_fill(B, nb, rng);
+        bf16_fill(C, nc, rng);
+        if (edges) {
+            for (i = 0; i < na; i += 7) memcpy(&A[i], &edge_bits[i / 7 % 8], 4);
+            for (i = 3; i < nb; i += 11) memcpy(&B[i], &edge_bits[i / 11 % 8], 4);
+        }
+        for (i = 0; i < na; i++) Ar[i] = bf16_rounded(A[i]);
+        for (i = 0; i < nb; i++) Br[i] = bf16_rounded(B[i]);
+        memcpy(Cr, C, nc * sizeof(float));
+        ad__gemm(T, ta, tb, m, n, k, A, ta ? m : k, B, tb ? k : n, C, n, accumulate);
+        ad__gemm(F, ta, tb, m, n, k, Ar, ta ? m : k, Br, tb ? k : n, Cr, n, accumulate);
+        same = 1;
+        for (i = 0; i < nc; i++) /* NaNs alike, whichever operand's NaN an instruction passed on */
+            same &= (isnan(C[i]) && isnan(Cr[i])) || memcmp(&C[i], &Cr[i], sizeof(float)) == 0;
+    } else {
+        TH_CHECK(0, "out of memory");
+    }
+    free(A), free(Ar), free(B), free(Br), free(C), free(Cr);
+    return same;
+}
+
+/* Products with one to three rows of C (the operands not both transposed) or one to three
+   columns, which the thin kernels take in bfloat16 too, rounding as they read: every transpose,
+   K on both sides of a step of the dot products (16) and of the stretches of copied columns
+   (AD__THIN_COPY), with and without accumulating, some with the delicate floats; the same bits
+   as the float kernels on operands rounded beforehand (bf16_thin_case), so that no value is read
+   unrounded. Large enough ones are split over threads: the same bits on 1, 2 and 3 threads.
+   Where the processor has AVX-512, the AVX2 kernels give the same bits. */
+static void test_bf16_thin(void)
+{
+    static const int sides[] = {1, 2, 3}, others[] = {4, 17, 70}, ks[] = {1, 16, 37, 300};
+    ad_tape *T = ad_tape_new(), *F = ad_tape_new();
+    ad_rng rng;
+    int s, o, ki, t, acc, cases = 0, differ = 0, threads;
+    ad_rng_seed(&rng, 41);
+    ad_set_matmul_precision(T, AD_MATMUL_BFLOAT16);
+    for (s = 0; s < 3; s++)
+        for (o = 0; o < 3; o++)
+            for (ki = 0; ki < 4; ki++)
+                for (t = 0; t < 4; t++)
+                    for (acc = 0; acc <= 1; acc++) {
+                        int ta = t & 1, tb = t >> 1, k = ks[ki], edges = (s + o + ki + acc) % 3 == 0;
+                        /* few rows (not both transposed), then few columns */
+                        if (!(ta && tb)) {
+                            cases++;
+                            if (!bf16_thin_case(T, F, &rng, ta, tb, sides[s], others[o], k, acc, edges) &&
+                                differ++ < 5)
+                                TH_CHECK(0, "bfloat16 m=%d n=%d k=%d ta=%d tb=%d accumulate=%d: not the rounded "
+                                            "operands' float product", sides[s], others[o], k, ta, tb, acc);
+                        }
+                        cases++;
+                        if (!bf16_thin_case(T, F, &rng, ta, tb, others[o], sides[s], k, acc, edges) && differ++ < 5)
+                            TH_CHECK(0, "bfloat16 m=%d n=%d k=%d ta=%d tb=%d accumulate=%d: not the rounded "
+                                        "operands' float product", others[o], sides[s], k, ta, tb, acc);
+                    }
+    TH_CHECK(differ == 0, "%d of %d thin bfloat16 products differ from the float ones of rounded operands", differ,
+             cases);
+    for (threads = 1; threads <= 3; threads++) {
+        ad_set_threads(T, threads);
+        ad_set_threads(F, threads);
+        for (t = 0; t < 4; t++) {
+            int ta = t & 1, tb = t >> 1;
+            if (!(ta && tb))
+                TH_CHECK(bf16_thin_case(T, F, &rng, ta, tb, 2, 2 * AD__THIN_STRETCH + 193, 347, t == 1, 0),
+                         "bfloat16 m=2 n=577 ta=%d tb=%d on %d threads", ta, tb, threads);
+            TH_CHECK(bf16_thin_case(T, F, &rng, ta, tb, 2 * AD__THIN_STRETCH + 193, 3, 347, t == 2, 0),
+                     "bfloat16 m=577 n=3 ta=%d tb=%d on %d threads", ta, tb, threads);
+        }
+    }
+#if AD__X86_DISPATCH
+    if (ad__isa() == AD__ISA_AVX512) {
+        static const int shapes[][2] = {{1, 1}, {37, 5}, {100, 257}, {65, 1000}};
+        size_t i;
+        int r;
+        differ = 0;
+        for (i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (r = 1; r <= 3; r++)
+                for (t = 0; t < 4; t++) {
+                    int ta = t & 1, tb = t >> 1;
+                    if (!(ta && tb))
+                        differ += !thin_widths_agree(ad__thin_bf16_avx512, ad__thin_bf16_avx2, &rng, ta, tb, r,
+                                                     shapes[i][0], shapes[i][1]);
+                    differ += !thin_widths_agree(ad__thin_bf16_avx512_few_columns, ad__thin_bf16_avx2_few_columns,
+                                                 &rng, ta, tb, shapes[i][0] + 3, r, shapes[i][1]);
+                }
+        TH_CHECK(differ == 0, "%d thin bfloat16 products differ between AVX2 and AVX-512", differ);
+    }
+#endif
+    ad_tape_free(T);
+    ad_tape_free(F);
+    th_family("thin products in bfloat16");
+}
+
 /* The convolution and the attention in bfloat16 stay within bfloat16's rounding of their float
    results, and differ from them. */
 static void test_bf16_ops(void)
@@ -3717,6 +3829,7 @@ int main(void)
     test_bf16_matmul();
     test_bf16_linear();
     test_bf16_threads();
+    test_bf16_thin();
     test_bf16_ops();
     test_bf16_conv_rounded();
     TH_CHECK(live() == start, "%ld blocks leaked in total", live() - start);
