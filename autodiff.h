@@ -5223,7 +5223,8 @@ AD__INLINE ad_real ad__thin_total(const ad_real *sums)
     {                                                                                            \
         enum { VL = (int)(VBYTES / sizeof(ad_real)) };                                           \
         const int part = cols < NVEC * VL;                                                       \
-        /* rows whose whole vector ends past B's last value, VL - cols past the last column */   \
+        /* the first row whose whole vector, VL - cols values past its last column, would run    \
+           past B's last value */                                                                \
         const int k_in = part ? K - (ldb > 0 ? (int)((VL - cols + ldb - 1) / ldb) : K) : K;      \
         NAME##_vec c[3][JV], zero;                                                               \
         ad_real lanes[VL], pad[VL];                                                              \
@@ -5732,12 +5733,13 @@ AD__PRIVATE void ad__gemm_serial(ad__gemm_kernel ker, ad_real *pa, ad_real *pb, 
    A tape in AD_MATMUL_BFLOAT16 rounds both operands of its products to bfloat16 (float's sign,
    exponent and top 7 mantissa bits, rounded to nearest even) as it packs them, and accumulates
    in float; products with one to three rows or columns of C are not packed but go to the thin
-   kernels, which round each value as they read it. A panel holds neighbouring values of k in pairs, one 32-bit unit each, k in the
-   lower half and k + 1 in the upper: the layout of the bfloat16 dot-product instructions, which
-   multiply two such pairs lane by lane and add both products to a float. B's panel of nr
-   columns is its pair rows one after the other, nr units each. A's panel of mr rows is either
-   the same with mr units per pair row, or, for AMX's tiles, row after row; the pairs are padded
-   with zeros to the kernel's multiple (an odd kc's last pair included).
+   kernels, which round each value as they read it. A panel holds neighbouring values of k in
+   pairs, one 32-bit unit each, k in the lower half and k + 1 in the upper: the layout of the
+   bfloat16 dot-product instructions, which multiply two such pairs lane by lane and add both
+   products to a float. B's panel of nr columns is its pair rows one after the other, nr units
+   each. A's panel of mr rows is either the same with mr units per pair row, or, for AMX's
+   tiles, row after row; the pairs are padded with zeros to the kernel's multiple (an odd kc's
+   last pair included).
    Three kinds of kernel, by what the processor has:
    - AMX (Intel's tile registers, with Linux's leave to use them, asked for when a tape is set to
      bfloat16): 32 x 32 of C from four 16 x 16 tiles, 16 pairs of k per tile product;
