@@ -3068,20 +3068,45 @@ static float bf16_value(uint32_t b16)
 
 static float bf16_rounded(float x) { return bf16_value(ad__bf16_bits(x)); }
 
+typedef void (*bf16_round_fn)(const float *in, float *out); /* sixteen floats */
 #if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
 /* ad__bf16_round_avx512 of in[0, 16) into out. */
 static __attribute__((target("avx512f"))) void bf16_round_sixteen(const float *in, float *out)
 {
     _mm512_storeu_ps(out, ad__bf16_round_avx512(_mm512_loadu_ps(in), 1));
 }
+
+/* The AVX2 thin kernels' rounding (ad__bf16_round_v32), eight floats at a time. */
+static __attribute__((target("avx2,fma"))) void bf16_round_sixteen_v32(const float *in, float *out)
+{
+    ad__bf16_round_v32_floats v;
+    int h;
+    for (h = 0; h < 2; h++) {
+        memcpy(&v, in + 8 * h, sizeof v);
+        v = ad__bf16_round_v32(v);
+        memcpy(out + 8 * h, &v, sizeof v);
+    }
+}
+#endif
+#if AD__HAS_VECTOR_EXT && !defined(AUTODIFF_DOUBLE)
+/* The generic thin kernels' rounding (ad__bf16_round_v16), four floats at a time. */
+static void bf16_round_sixteen_v16(const float *in, float *out)
+{
+    ad__bf16_round_v16_floats v;
+    int q;
+    for (q = 0; q < 4; q++) {
+        memcpy(&v, in + 4 * q, sizeof v);
+        v = ad__bf16_round_v16(v);
+        memcpy(out + 4 * q, &v, sizeof v);
+    }
+}
 #endif
 
-/* With AVX-512, the vector rounding of the straight convolutions' copies gives ad__bf16_round's
-   bits for every kind of float: ties both ways, infinities, subnormals, and NaNs whose payload
-   lies in the low bits only (which a plain add would carry into an infinity). */
-static void bf16_check_vector_rounding(void)
+/* A vector rounding (round, named what) gives ad__bf16_round's bits for every kind of float: ties
+   both ways, infinities, subnormals, and NaNs whose payload lies in the low bits only (which a
+   plain add would carry into an infinity). */
+static void bf16_check_vector_rounding(bf16_round_fn round, const char *what)
 {
-#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
     static const uint32_t edges[16] = {0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f807fffu, 0xbf818000u,
                                        0x80000000u, 0x7f800000u, 0xff800000u, 0x7f7fffffu, 0x00018000u,
                                        0x7f800001u, 0xff80ffffu, 0x7fc00000u, 0x00000001u, 0x7f7f7fffu,
@@ -3089,7 +3114,6 @@ static void bf16_check_vector_rounding(void)
     float in[16], out[16];
     ad_rng rng;
     int n, i, bad = 0;
-    if (ad__isa() != AD__ISA_AVX512) return;
     ad_rng_seed(&rng, 11);
     for (n = 0; n < (bf16_quick ? 2000 : 20000); n++) {
         for (i = 0; i < 16; i++) {
@@ -3097,7 +3121,7 @@ static void bf16_check_vector_rounding(void)
             if (n % 3 == 1) u = (u & 0xffff0000u) | 0x8000u; /* ties */
             memcpy(&in[i], &u, 4);
         }
-        bf16_round_sixteen(in, out);
+        round(in, out);
         for (i = 0; i < 16; i++) {
             float want = ad__bf16_round(in[i]);
             if (memcmp(&want, &out[i], 4) != 0 && bad++ < 5) {
@@ -3109,8 +3133,7 @@ static void bf16_check_vector_rounding(void)
             }
         }
     }
-    TH_CHECK(bad == 0, "%d floats rounded by AVX-512 unlike ad__bf16_round", bad);
-#endif
+    TH_CHECK(bad == 0, "%d floats rounded by %s unlike ad__bf16_round", bad, what);
 }
 
 static void test_bf16_rounding(void)
@@ -3165,7 +3188,14 @@ static void test_bf16_rounding(void)
         }
     }
     TH_CHECK(bad == 0, "%d random floats round unlike the reference", bad);
-    bf16_check_vector_rounding();
+#if AD__X86_DISPATCH && !defined(AUTODIFF_DOUBLE)
+    /* the straight convolutions' copies and the AVX-512 thin kernels */
+    if (ad__isa() == AD__ISA_AVX512) bf16_check_vector_rounding(bf16_round_sixteen, "AVX-512");
+    if (ad__isa() >= AD__ISA_AVX2) bf16_check_vector_rounding(bf16_round_sixteen_v32, "the AVX2 thin kernels");
+#endif
+#if AD__HAS_VECTOR_EXT && !defined(AUTODIFF_DOUBLE)
+    bf16_check_vector_rounding(bf16_round_sixteen_v16, "the generic thin kernels");
+#endif
     th_family("bfloat16 rounding");
 }
 
