@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.28 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.29 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -454,6 +454,11 @@
                        h [1, 128] . W [128, 10] 2.3 to 12 GFLOP/s. Results unchanged in float;
                        in bfloat16 such products change their last bits (another order of the
                        sums).
+   0.10.29  2026-11-30  speed: the numbers' sweep keeps each place's gradient beside the number of
+                       the sweep that reached it, and stores the first contribution to arrive
+                       where it filled every gradient with -0 first; ad_tape_reset of a tape of
+                       numbers no longer runs through the inlined rewinding of the arenas.
+                       bench/tape 6.5 to 5.8 ns per op on one core of Zen 4. Results unchanged.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -463,7 +468,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 28
+#define AUTODIFF_VERSION_PATCH 29
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -2621,10 +2626,14 @@ typedef struct ad__num_entry {
     unsigned a, b;               /* the places of the inputs (0: a constant, or none) */
     ad_real da, db;              /* d result / d input, taken as the op ran */
 } ad__num_entry;
+/* A place's gradient from the last sweep that reached it, with that sweep's number. */
+typedef struct ad__num_grad {
+    ad_real value;
+    unsigned sweep;
+} ad__num_grad;
 typedef struct ad__nums {
-    ad__num_entry *entries;      /* [cap], in one block with grad and reached */
-    ad_real *grad;               /* [cap]: the last ad_num_backward's gradients */
-    unsigned *reached;           /* [cap]: the number of the last sweep whose routes arrived there */
+    ad__num_entry *entries;      /* [cap], in one block with grads */
+    ad__num_grad *grads;         /* [cap] */
     unsigned sweep;              /* the last ad_num_backward's number: 1, 2, ..., never 0 */
     unsigned count;              /* places in use: 1 + the numbers recorded */
     unsigned cap;
@@ -2740,8 +2749,10 @@ AUTODIFF_API void ad_tape_free(ad_tape *T)
     AUTODIFF_FREE(T);
 }
 
-/* Forgets T's tensors, entries and marks and rewinds its arenas (T->gen already moved on). */
-AD__PRIVATE void ad__tape_forget_tensors(ad_tape *T)
+/* Forgets T's tensors, entries and marks and rewinds its arenas (T->gen already moved on). Not
+   inlined: a tape of numbers, reset after every few ops, does not need it, and the inlined body
+   made each of its resets slower (bench/tape). */
+AD__COLD void ad__tape_forget_tensors(ad_tape *T)
 {
     T->peak = ad_tape_bytes_peak(T);
     ad__arena_reset(&T->arena, 0);
@@ -8192,7 +8203,7 @@ AD__INLINE ad_num ad__num_failed(void) { return ad__num_make((ad_real)NAN, 0); }
 AD__COLD int ad__nums_grow(ad_tape *T, const char *op)
 {
     ad__nums *N = &T->nums;
-    const size_t per_place = sizeof(ad__num_entry) + sizeof(ad_real) + sizeof(unsigned);
+    const size_t per_place = sizeof(ad__num_entry) + sizeof(ad__num_grad);
     size_t cap = N->cap ? 2 * (size_t)N->cap : 64;
     unsigned char *block;
     ad__nums grown = *N;
@@ -8202,16 +8213,14 @@ AD__COLD int ad__nums_grow(ad_tape *T, const char *op)
         return 0;
     }
     grown.entries = (ad__num_entry *)block;
-    grown.grad = (ad_real *)(block + cap * sizeof(ad__num_entry));
-    grown.reached = (unsigned *)(block + cap * (sizeof(ad__num_entry) + sizeof(ad_real)));
-    memset(grown.reached, 0, cap * sizeof(unsigned)); /* no sweep is numbered 0 */
+    grown.grads = (ad__num_grad *)(block + cap * sizeof(ad__num_entry));
+    memset(grown.grads, 0, cap * sizeof(ad__num_grad)); /* no sweep is numbered 0 */
     grown.cap = (unsigned)cap;
     grown.entries[0].a = grown.entries[0].b = 0;
     grown.entries[0].da = grown.entries[0].db = 0;
     if (N->cap) {
         memcpy(grown.entries, N->entries, N->count * sizeof(ad__num_entry));
-        memcpy(grown.grad, N->grad, N->swept * sizeof(ad_real));
-        memcpy(grown.reached, N->reached, N->swept * sizeof(unsigned));
+        memcpy(grown.grads, N->grads, N->swept * sizeof(ad__num_grad));
     }
     AUTODIFF_FREE(N->entries);
     *N = grown;
@@ -8353,24 +8362,38 @@ AD__HOT ad_num ad__num_binary(ad_tape *T, const char *op, ad_num a, ad_num b, in
 AD__INLINE unsigned ad__nums_next_sweep(ad__nums *N)
 {
     if (++N->sweep == 0) {
-        memset(N->reached, 0, (size_t)N->cap * sizeof(unsigned));
+        memset(N->grads, 0, (size_t)N->cap * sizeof(ad__num_grad));
         N->sweep = 1;
     }
     return N->sweep;
 }
 
-/* The sweep: from y's place down, each reached place passes its gradient times the local
-   derivatives to its inputs. Places not reached pass nothing, so a derivative that is infinite
-   where no route leads adds no NaN; gradients start at -0, so that one contribution arrives
-   bit for bit (as in the tensors' sweep). ad_num_var's entries have no inputs and pass nothing. */
+/* Passes c to a place: the first to arrive in this sweep is stored, with the sweep's number, and
+   later ones are added, so that one contribution arrives bit for bit (as in the tensors' sweep)
+   and no gradient needs clearing before a sweep. */
+AD__INLINE void ad__num_pass(ad__num_grad *place, ad_real c, unsigned sweep)
+{
+    if (place->sweep == sweep) {
+        place->value += c;
+    } else {
+        place->value = c;
+        place->sweep = sweep;
+    }
+}
+
+/* The sweep: from y's place down, each place this sweep reached passes its gradient times the
+   local derivatives to its inputs. Places not reached pass nothing, so a derivative that is
+   infinite where no route leads adds no NaN. What entry i passes to place i - 1, the usual
+   case, stays in a register (carry) until the loop gets there. ad_num_var's entries have no
+   inputs and pass nothing. */
 AUTODIFF_API int ad_num_backward(ad_tape *T, ad_num y)
 {
     ad__nums *N;
     const ad__num_entry *e;
-    ad_real *grad;
-    unsigned *reached;
+    ad__num_grad *grads;
     unsigned top, i, sweep;
-    ad_real carry = -(ad_real)0; /* what entry i + 1 passed to place i, kept in a register */
+    ad_real carry = 0;
+    int carried = 0; /* whether carry holds a contribution to place i */
     if (!T) return -1;
     if (!ad__num_at(T, y, &top)) {
         ad__num_refuse(T, "ad_num_backward", "y");
@@ -8382,28 +8405,39 @@ AUTODIFF_API int ad_num_backward(ad_tape *T, ad_num y)
         return 0;
     }
     e = N->entries;
-    grad = N->grad;
-    reached = N->reached;
+    grads = N->grads;
     sweep = ad__nums_next_sweep(N);
-    for (i = 0; i <= top; i++) grad[i] = -(ad_real)0;
-    grad[top] = 1;
-    reached[top] = sweep;
+    grads[top].value = 1;
+    grads[top].sweep = sweep;
     for (i = top; i > 0; i--) {
         const ad__num_entry *en = e + i;
+        ad__num_grad *here = grads + i;
         ad_real gi, ca, cb;
-        if (reached[i] != sweep) continue;
-        gi = grad[i] + carry;
-        grad[i] = gi;
-        carry = -(ad_real)0;
+        if (carried) {
+            gi = here->sweep == sweep ? here->value + carry : carry;
+            here->value = gi;
+            here->sweep = sweep;
+            carried = 0;
+        } else if (here->sweep == sweep) {
+            gi = here->value;
+        } else {
+            continue;
+        }
         if ((en->a | en->b) == 0) continue; /* a variable */
         ca = en->da * gi;
         cb = en->db * gi;
-        if (en->a == i - 1) carry = ca;
-        else grad[en->a] += ca;
-        if (en->b == i - 1) carry += cb;
-        else grad[en->b] += cb;
-        reached[en->a] = sweep;
-        reached[en->b] = sweep;
+        if (en->a == i - 1) {
+            carry = ca;
+            carried = 1;
+        } else {
+            ad__num_pass(grads + en->a, ca, sweep);
+        }
+        if (en->b == i - 1) {
+            carry = carried ? carry + cb : cb;
+            carried = 1;
+        } else {
+            ad__num_pass(grads + en->b, cb, sweep);
+        }
     }
     N->swept = top + 1;
     return 0;
@@ -8414,8 +8448,8 @@ AUTODIFF_API ad_real ad_num_grad(ad_tape *T, ad_num x)
     unsigned place;
     if (!T) return (ad_real)NAN;
     if (!ad__num_at(T, x, &place)) return ad__num_refuse(T, "ad_num_grad", "x").value;
-    if (place == 0 || place >= T->nums.swept || T->nums.reached[place] != T->nums.sweep) return 0;
-    return T->nums.grad[place];
+    if (place == 0 || place >= T->nums.swept || T->nums.grads[place].sweep != T->nums.sweep) return 0;
+    return T->nums.grads[place].value;
 }
 
 AUTODIFF_API ad_num ad_num_add(ad_tape *T, ad_num a, ad_num b) { return ad__num_binary(T, "ad_num_add", a, b, AD__B_ADD); }

@@ -366,10 +366,10 @@ static void test_routes(void)
     TH_CHECK(ad_num_backward(T, b) == 0 && ad_num_grad(T, b) == 1 && ad_num_grad(T, a) == 0,
              "y = b itself: %g %g", ad_num_grad(T, b), ad_num_grad(T, a));
 
-    /* sweeps one after another: recording writes each place's starting -0, and a sweep clears
-       only what earlier sweeps since the reset wrote, so neither the tape's growth before the
-       first sweep (here at 64 and 128 places) nor a sweep from a constant in between may lose
-       a start. d x / d a = -0, so a's gradient is -0 exactly when its start was */
+    /* sweeps one after another: a place's first contribution in a sweep replaces what an
+       earlier sweep left there, so neither the tape's growth before the first sweep (here at 64
+       and 128 places) nor a sweep from a constant in between may let an earlier sweep's gradient
+       be added to. d x / d a = -0, so a's gradient is -0 exactly when nothing else was */
     ad_tape_free(T);
     T = ad_tape_new();
     a = ad_num_var(T, 2);
