@@ -1,4 +1,4 @@
-/* autodiff.h - v0.10.29 - tape-based automatic differentiation for C - license at end
+/* autodiff.h - v0.10.30 - tape-based automatic differentiation for C - license at end
 
    Do this:
        #define AUTODIFF_IMPLEMENTATION
@@ -459,6 +459,11 @@
                        where it filled every gradient with -0 first; ad_tape_reset of a tape of
                        numbers no longer runs through the inlined rewinding of the arenas.
                        bench/tape 6.5 to 5.8 ns per op on one core of Zen 4. Results unchanged.
+   0.10.30  2026-11-30  speed: the parameters' values and gradients and the optimizers' state
+                       buffers start on 64-byte lines (they had the C library's 16 bytes, and
+                       an SGD step with momentum took 75 or 97 us by where they fell); the
+                       checkpoints' format is unchanged. On one core of Zen 4, 535,818
+                       parameters: SGD 56 to 44 us, momentum 75 to 73, Adam 230 to 217.
 */
 #ifndef AUTODIFF_H
 #define AUTODIFF_H
@@ -468,7 +473,7 @@
 
 #define AUTODIFF_VERSION_MAJOR 0
 #define AUTODIFF_VERSION_MINOR 10
-#define AUTODIFF_VERSION_PATCH 29
+#define AUTODIFF_VERSION_PATCH 30
 
 #ifdef AUTODIFF_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -1347,7 +1352,8 @@ AUTODIFF_API int ad_params_count(const ad_params *P);
 AUTODIFF_API size_t ad_params_scalars(const ad_params *P);
 /* Describes parameter id; all fields are zero (name NULL) when there is no such parameter. */
 AUTODIFF_API ad_param_info ad_params_info(ad_params *P, int id);
-/* The flat value and gradient buffers (ad_params_scalars long), or NULL when empty. */
+/* The flat value and gradient buffers (ad_params_scalars long), or NULL when empty. Each starts
+   on a 64-byte boundary; adding a parameter may move them. */
 AUTODIFF_API ad_real *ad_params_values(ad_params *P);
 AUTODIFF_API ad_real *ad_params_grads(ad_params *P);
 /* Sets every gradient in the store to zero. */
@@ -15905,8 +15911,22 @@ typedef struct ad__param {
     double lr_scale;     /* its group's factor on the optimizer's lr */
 } ad__param;
 
+/* bytes from AUTODIFF_MALLOC starting on an AD__ALIGN-byte boundary; *block gets what to free.
+   For the parameters and the optimizers' state, which the optimizers sweep with whole vectors:
+   at the C library's 16-byte alignment, how the buffers fell against the cache's 64-byte lines
+   varied from one program to the next, and with it an SGD step with momentum by a third
+   (bench/optim). NULL when memory runs out. */
+AD__PRIVATE void *ad__malloc_aligned(size_t bytes, void **block)
+{
+    if (bytes > (size_t)-1 - AD__ALIGN) return NULL;
+    *block = AUTODIFF_MALLOC(bytes + AD__ALIGN - 1);
+    if (!*block) return NULL;
+    return (void *)(((uintptr_t)*block + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
+}
+
 struct ad_params {
-    ad_real *value, *grad;       /* nscalars in use, cap allocated, both */
+    ad_real *value, *grad;       /* nscalars in use, cap allocated, both; AD__ALIGN-aligned */
+    void *value_block, *grad_block; /* what value and grad lie in, to free */
     size_t nscalars, cap;
     ad__param *items;
     int n, items_cap;
@@ -15947,8 +15967,8 @@ AUTODIFF_API void ad_params_free(ad_params *P)
     for (i = 0; i < P->n; i++) AUTODIFF_FREE(P->items[i].name);
     AUTODIFF_FREE(P->items);
     AUTODIFF_FREE(P->extra);
-    AUTODIFF_FREE(P->value);
-    AUTODIFF_FREE(P->grad);
+    AUTODIFF_FREE(P->value_block);
+    AUTODIFF_FREE(P->grad_block);
     AUTODIFF_FREE(P);
 }
 
@@ -16043,14 +16063,26 @@ AD__PRIVATE int ad__params_reserve(ad_params *P, size_t more)
     }
     if (need > P->cap) {
         ad_real *value, *grad;
+        void *value_block, *grad_block;
         cap = P->cap < limit / 2 ? 2 * P->cap : limit;
         if (cap < need) cap = need;
-        value = (ad_real *)AUTODIFF_REALLOC(P->value, cap * sizeof(ad_real));
-        if (!value) return 0;
+        if (cap > limit - AD__ALIGN) return 0;
+        value = (ad_real *)ad__malloc_aligned(cap * sizeof(ad_real), &value_block);
+        grad = value ? (ad_real *)ad__malloc_aligned(cap * sizeof(ad_real), &grad_block) : NULL;
+        if (!grad) {
+            if (value) AUTODIFF_FREE(value_block);
+            return 0;
+        }
+        if (P->nscalars) {
+            memcpy(value, P->value, P->nscalars * sizeof(ad_real));
+            memcpy(grad, P->grad, P->nscalars * sizeof(ad_real));
+        }
+        AUTODIFF_FREE(P->value_block);
+        AUTODIFF_FREE(P->grad_block);
         P->value = value;
-        grad = (ad_real *)AUTODIFF_REALLOC(P->grad, cap * sizeof(ad_real));
-        if (!grad) return 0;
         P->grad = grad;
+        P->value_block = value_block;
+        P->grad_block = grad_block;
         P->cap = cap;
     }
     return 1;
@@ -16898,7 +16930,11 @@ struct ad_optim {
     size_t n;             /* scalars of the store the state was made for */
     int nbuf;             /* state buffers: SGD 0, or 1 with momentum; Adam, AdamW 2 (m, v);
                              RMSprop 1 (v), + 1 with momentum, + 1 centered; Adagrad 1 */
-    ad_real *state;       /* nbuf * n values, zero at the start (Adagrad's: its initial value) */
+    size_t stride;        /* values from one buffer's start to the next's: n rounded up to
+                             AD__ALIGN bytes, so that every buffer starts on a line */
+    ad_real *state;       /* nbuf buffers of n values, zero at the start (Adagrad's: its
+                             initial value); AD__ALIGN-aligned */
+    void *state_block;    /* what state lies in, to free */
     double correct1;      /* Adam's bias corrections at the current step t: 1 - beta1^t */
     double correct2;      /* and sqrt(1 - beta2^t) */
 };
@@ -16980,20 +17016,21 @@ AUTODIFF_API ad_optim *ad_optim_new(ad_params *P, const ad_optim_desc *desc)
     ad_optim_desc d = ad__optim_defaults(desc);
     const char *why = ad__optim_invalid(&d);
     ad_optim *O;
-    size_t bytes;
+    size_t bytes, stride;
     int nbuf = ad__optim_buffers(&d);
     if (!P) return NULL;
     if (why) {
         ad__pfail(P, "ad_optim_new: %s", why);
         return NULL;
     }
-    if (P->nscalars > (size_t)-1 / sizeof(ad_real) / AD__OPTIM_MAX_BUFFERS) {
+    if (P->nscalars > (size_t)-1 / sizeof(ad_real) / AD__OPTIM_MAX_BUFFERS - AD__ALIGN) {
         ad__pfail(P, "ad_optim_new: %zu scalars are too many for the optimizer's state", P->nscalars);
         return NULL;
     }
-    bytes = (size_t)nbuf * P->nscalars * sizeof(ad_real);
+    stride = (P->nscalars + AD__ALIGN / sizeof(ad_real) - 1) & ~(size_t)(AD__ALIGN / sizeof(ad_real) - 1);
+    bytes = (size_t)nbuf * stride * sizeof(ad_real);
     O = (ad_optim *)AUTODIFF_MALLOC(sizeof(ad_optim));
-    if (O) O->state = (ad_real *)AUTODIFF_MALLOC(bytes ? bytes : 1);
+    if (O) O->state = (ad_real *)ad__malloc_aligned(bytes ? bytes : 1, &O->state_block);
     if (!O || !O->state) {
         if (O) AUTODIFF_FREE(O);
         ad__pfail(P, "ad_optim_new: out of memory for %zu bytes of state", bytes);
@@ -17010,6 +17047,7 @@ AUTODIFF_API ad_optim *ad_optim_new(ad_params *P, const ad_optim_desc *desc)
     O->steps = 0;
     O->correct1 = O->correct2 = 1;
     O->n = P->nscalars;
+    O->stride = stride;
     O->nbuf = nbuf;
     return O;
 }
@@ -17017,7 +17055,7 @@ AUTODIFF_API ad_optim *ad_optim_new(ad_params *P, const ad_optim_desc *desc)
 AUTODIFF_API void ad_optim_free(ad_optim *O)
 {
     if (!O) return;
-    AUTODIFF_FREE(O->state);
+    AUTODIFF_FREE(O->state_block);
     AUTODIFF_FREE(O);
 }
 
@@ -17284,7 +17322,7 @@ AD__PRIVATE void ad__sgd_step(ad_optim *O, size_t lo, size_t n, int zero, double
 AD__PRIVATE void ad__adam_step(ad_optim *O, size_t lo, size_t n, double lr, double wd)
 {
     ad__adam_coefs c = ad__adam_coefs_of(O, lr, wd);
-    ad_real *p = O->P->value + lo, *m = O->state + lo, *v = O->state + O->n + lo;
+    ad_real *p = O->P->value + lo, *m = O->state + lo, *v = O->state + O->stride + lo;
     const ad_real *g = O->P->grad + lo;
 #if AD__X86_DISPATCH
     if (ad__isa() >= AD__ISA_AVX2) {
@@ -17301,11 +17339,11 @@ AD__PRIVATE void ad__rmsprop_step(ad_optim *O, size_t lo, size_t n, double lr, d
 {
     const ad_optim_desc *d = &O->d;
     ad__rmsprop_coefs c;
-    ad_real *p = O->P->value + lo, *v = O->state + lo, *next = v + O->n, *b = NULL, *ga = NULL;
+    ad_real *p = O->P->value + lo, *v = O->state + lo, *next = v + O->stride, *b = NULL, *ga = NULL;
     const ad_real *g = O->P->grad + lo;
     if (d->momentum != 0) {
         b = next;
-        next += O->n;
+        next += O->stride;
     }
     if (d->centered) ga = next;
     c.l2 = (ad_real)wd;
@@ -18176,7 +18214,7 @@ AD__PRIVATE void ad__ckpt_write(unsigned char *buf, size_t len, const ad_params 
         p = ad__ckpt_putf64(p, O->d.initial_accumulator_value);
         p = ad__ckpt_put32(p, O->d.centered != 0);
         p = ad__ckpt_put32(p, (uint32_t)O->nbuf);
-        p = ad__ckpt_put_reals(p, O->state, (size_t)O->nbuf * O->n);
+        for (k = 0; k < O->nbuf; k++) p = ad__ckpt_put_reals(p, O->state + (size_t)k * O->stride, O->n);
     }
     p = ad__ckpt_put64(p, (uint64_t)P->extra_len);
     if (P->extra_len) memcpy(p, P->extra, P->extra_len);
@@ -18496,7 +18534,8 @@ AD__PRIVATE int ad__ckpt_load(const char *what, const unsigned char *data, size_
         }
         O->d = c.d;
         O->steps = c.steps;
-        ad__ckpt_get_reals(O->state, c.state, (size_t)O->nbuf * O->n);
+        for (i = 0; i < O->nbuf; i++)
+            ad__ckpt_get_reals(O->state + (size_t)i * O->stride, c.state + (size_t)i * O->n * sizeof(ad_real), O->n);
     }
     if (c.extra_len) memcpy(extra, c.extra, c.extra_len);
     AUTODIFF_FREE(P->extra);
