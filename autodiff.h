@@ -2211,6 +2211,12 @@ typedef struct ad__arena {
     unsigned turns; /* times round the ring of a tape's header arena (ad__heads_start) */
 } ad__arena;
 
+/* p moved up to the next AD__ALIGN-byte boundary (p itself when it is on one). */
+AD__INLINE void *ad__align_up(const void *p)
+{
+    return (void *)(((uintptr_t)p + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
+}
+
 AD__PRIVATE ad__chunk *ad__chunk_new(size_t cap)
 {
     ad__chunk *c;
@@ -2219,7 +2225,7 @@ AD__PRIVATE ad__chunk *ad__chunk_new(size_t cap)
     c = (ad__chunk *)AUTODIFF_MALLOC(sizeof(ad__chunk) + cap + AD__ALIGN);
     if (!c) return NULL;
     c->next = NULL;
-    c->base = (unsigned char *)(((uintptr_t)(c + 1) + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
+    c->base = (unsigned char *)ad__align_up(c + 1);
     c->cap = cap;
     c->used = 0;
     return c;
@@ -6566,7 +6572,7 @@ AD__PRIVATE ad_real *ad__aligned_room(ad_real **room, size_t *cap, size_t values
         *room = p;
         *cap = need;
     }
-    return (ad_real *)(((uintptr_t)*room + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
+    return (ad_real *)ad__align_up(*room);
 }
 
 /* The tape's packing buffers for `threads` threads, AD__PACK_PER_THREAD values each, then
@@ -15921,7 +15927,7 @@ AD__PRIVATE void *ad__malloc_aligned(size_t bytes, void **block)
     if (bytes > (size_t)-1 - AD__ALIGN) return NULL;
     *block = AUTODIFF_MALLOC(bytes + AD__ALIGN - 1);
     if (!*block) return NULL;
-    return (void *)(((uintptr_t)*block + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
+    return ad__align_up(*block);
 }
 
 struct ad_params {
@@ -16066,7 +16072,6 @@ AD__PRIVATE int ad__params_reserve(ad_params *P, size_t more)
         void *value_block, *grad_block;
         cap = P->cap < limit / 2 ? 2 * P->cap : limit;
         if (cap < need) cap = need;
-        if (cap > limit - AD__ALIGN) return 0;
         value = (ad_real *)ad__malloc_aligned(cap * sizeof(ad_real), &value_block);
         grad = value ? (ad_real *)ad__malloc_aligned(cap * sizeof(ad_real), &grad_block) : NULL;
         if (!grad) {
