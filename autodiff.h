@@ -2212,7 +2212,7 @@ typedef struct ad__arena {
 } ad__arena;
 
 /* p moved up to the next AD__ALIGN-byte boundary (p itself when it is on one). */
-AD__INLINE void *ad__align_up(const void *p)
+AD__INLINE void *ad__align_up(void *p)
 {
     return (void *)(((uintptr_t)p + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
 }
