@@ -2217,6 +2217,14 @@ AD__INLINE void *ad__align_up(void *p)
     return (void *)(((uintptr_t)p + AD__ALIGN - 1) & ~(uintptr_t)(AD__ALIGN - 1));
 }
 
+/* n values of ad_real rounded up to whole AD__ALIGN-byte lines: buffers laid one after another
+   at that many values apart all start on a line when the first does. */
+AD__INLINE size_t ad__whole_lines(size_t n)
+{
+    const size_t line = AD__ALIGN / sizeof(ad_real);
+    return (n + line - 1) / line * line;
+}
+
 AD__PRIVATE ad__chunk *ad__chunk_new(size_t cap)
 {
     ad__chunk *c;
@@ -6711,9 +6719,8 @@ AD__PRIVATE int ad__gemm(ad_tape *T, int ta, int tb, int M, int N, int K, const 
    up to whole 64-byte lines so that packings placed one after another stay aligned. */
 AD__PRIVATE size_t ad__packed_bt_values(int N, int K)
 {
-    size_t nr = (size_t)ad__gemm_pick(N).nr, line = AD__ALIGN / sizeof(ad_real);
-    size_t values = ((size_t)N + nr - 1) / nr * nr * (size_t)K;
-    return (values + line - 1) / line * line;
+    size_t nr = (size_t)ad__gemm_pick(N).nr;
+    return ad__whole_lines(((size_t)N + nr - 1) / nr * nr * (size_t)K);
 }
 
 /* Room on T for packed operands (ad__gemm_prepack_bt): aligned, grown as needed and kept across
@@ -17032,7 +17039,7 @@ AUTODIFF_API ad_optim *ad_optim_new(ad_params *P, const ad_optim_desc *desc)
         ad__pfail(P, "ad_optim_new: %zu scalars are too many for the optimizer's state", P->nscalars);
         return NULL;
     }
-    stride = (P->nscalars + AD__ALIGN / sizeof(ad_real) - 1) & ~(size_t)(AD__ALIGN / sizeof(ad_real) - 1);
+    stride = ad__whole_lines(P->nscalars);
     bytes = (size_t)nbuf * stride * sizeof(ad_real);
     O = (ad_optim *)AUTODIFF_MALLOC(sizeof(ad_optim));
     if (O) O->state = (ad_real *)ad__malloc_aligned(bytes ? bytes : 1, &O->state_block);
